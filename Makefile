@@ -1,0 +1,66 @@
+# The two commands a newcomer needs: `make run` and `make test`.
+# Everything else is here for developers and CI.
+
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+EMBED := $(BIN)/python -m config.embedded run --
+PYTEST_ARGS ?=
+
+.PHONY: install run test test-fast lint format typecheck migrations-check check-deploy web worker worker-long beat bench chaos clean-data
+
+$(STAMP): pyproject.toml
+	@$(PY) -c 'import sys; sys.exit("Python 3.11+ is required (found %s)" % sys.version.split()[0]) if sys.version_info < (3, 11) else None'
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check --upgrade pip
+	$(BIN)/pip install -q --disable-pip-version-check '.[dev]'
+	rm -f $(VENV)/.installed-*
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## The whole platform (web + beat + workers) on the embedded PostgreSQL and
+## Redis unless DATABASE_URL / CELERY_BROKER_URL are set. Ctrl-C stops all.
+run: $(STAMP)
+	$(EMBED) $(BIN)/python manage.py run_platform
+
+## The whole test suite, against the servers the env URLs name, else embedded ones.
+test: $(STAMP)
+	$(EMBED) $(BIN)/pytest $(PYTEST_ARGS)
+
+test-fast: $(STAMP)
+	$(EMBED) $(BIN)/pytest -m "not slow and not browser" $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(STAMP)
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+typecheck: $(STAMP)
+	$(EMBED) $(BIN)/mypy config tenants dispatch console
+
+migrations-check: $(STAMP)
+	$(EMBED) $(BIN)/python manage.py makemigrations --check --dry-run
+
+check-deploy: $(STAMP)
+	SECRET_KEY=check-deploy-$$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n') DJANGO_SETTINGS_MODULE=config.production \
+		$(EMBED) $(BIN)/python manage.py check --deploy --fail-level WARNING
+
+web: $(STAMP)
+	$(EMBED) $(BIN)/python manage.py runserver 127.0.0.1:8000
+
+worker: $(STAMP)
+	$(EMBED) $(BIN)/celery -A config worker -Q high.short,default.short,low.short -n short@%h
+
+worker-long: $(STAMP)
+	$(EMBED) $(BIN)/celery -A config worker -Q high.long,default.long,low.long -n long@%h
+
+beat: $(STAMP)
+	$(EMBED) $(BIN)/python manage.py beat
+
+clean-data:
+	test -x $(BIN)/python && $(BIN)/python -m config.embedded wipe || rm -rf .data

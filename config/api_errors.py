@@ -1,0 +1,99 @@
+"""One place that turns every API error into `{"error": {"code", "message", "detail"}}`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.db import DatabaseError, InterfaceError, OperationalError
+from django.http import Http404
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+
+
+def _flatten(detail: Any) -> Any:
+    if isinstance(detail, dict):
+        return {str(k): _flatten(v) for k, v in detail.items()}
+    if isinstance(detail, list):
+        flat: list[Any] = []
+        for item in detail:
+            value = _flatten(item)
+            flat.append(value)
+        return flat
+    return str(detail)
+
+
+def _first_message(detail: Any, path: str = "") -> str:
+    if isinstance(detail, dict) and detail:
+        key, value = next(iter(detail.items()))
+        sub = f"{path}.{key}" if path and key != "non_field_errors" else (path or str(key))
+        if key == "non_field_errors":
+            sub = path
+        return _first_message(value, sub)
+    if isinstance(detail, list) and detail:
+        return _first_message(detail[0], path)
+    return f"{path}: {detail}" if path else str(detail)
+
+
+def error_response(
+    status_code: int,
+    code: str,
+    message: str,
+    detail: Any = None,
+    headers: dict[str, str] | None = None,
+) -> Response:
+    body = {"error": {"code": code, "message": message, "detail": detail or {}}}
+    return Response(body, status=status_code, headers=headers)
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    code = getattr(exc, "code", None)
+    app_status = getattr(exc, "status", None)
+    if isinstance(code, str) and isinstance(app_status, int) and hasattr(exc, "message"):
+        return error_response(
+            app_status, code, str(getattr(exc, "message", "")), getattr(exc, "detail", None)
+        )
+    if isinstance(exc, Http404):
+        return error_response(404, "not_found", "not found")
+    if isinstance(exc, DjangoPermissionDenied):
+        exc = exceptions.PermissionDenied()
+    if isinstance(exc, (OperationalError, InterfaceError)):
+        # The database is down or restarting: tell the client to come back,
+        # never show a traceback.
+        return error_response(
+            503,
+            "unavailable",
+            "the database is unavailable; retry shortly",
+            headers={"Retry-After": "5"},
+        )
+    if isinstance(exc, DatabaseError):
+        return None
+    if not isinstance(exc, exceptions.APIException):
+        return None
+    headers: dict[str, str] = {}
+    if getattr(exc, "auth_header", None):
+        headers["WWW-Authenticate"] = exc.auth_header  # type: ignore[attr-defined]
+    wait = getattr(exc, "wait", None)
+    if isinstance(exc, exceptions.Throttled) and wait is not None:
+        headers["Retry-After"] = str(max(1, int(wait + 0.999)))
+    if isinstance(exc, exceptions.ValidationError):
+        detail = _flatten(exc.detail)
+        if isinstance(detail, list):
+            detail = {"non_field_errors": detail}
+        return error_response(
+            status.HTTP_400_BAD_REQUEST, "invalid", _first_message(detail), detail, headers
+        )
+    codes = {
+        exceptions.NotAuthenticated: "not_authenticated",
+        exceptions.AuthenticationFailed: "not_authenticated",
+        exceptions.PermissionDenied: "forbidden",
+        exceptions.NotFound: "not_found",
+        exceptions.MethodNotAllowed: "method_not_allowed",
+        exceptions.UnsupportedMediaType: "unsupported_media_type",
+        exceptions.ParseError: "malformed",
+        exceptions.Throttled: "throttled",
+        exceptions.NotAcceptable: "not_acceptable",
+    }
+    err_code = next((c for t, c in codes.items() if isinstance(exc, t)), "error")
+    message = str(exc.detail) if not isinstance(exc.detail, (dict, list)) else "request failed"
+    return error_response(exc.status_code, err_code, message, None, headers)

@@ -1,0 +1,26 @@
+"""Production settings: everything of config.settings, hardened.
+
+DJANGO_SETTINGS_MODULE=config.production; `manage.py check --deploy` is clean.
+"""
+
+from __future__ import annotations
+
+from django.core.exceptions import ImproperlyConfigured
+
+from config.env import get, get_bool, get_int
+from config.settings import *  # noqa: F403
+
+DEBUG = False
+if not get("SECRET_KEY"):
+    raise ImproperlyConfigured("SECRET_KEY (or SECRET_KEY_FILE) must be set in production")
+
+SECURE_SSL_REDIRECT = get_bool("SECURE_SSL_REDIRECT", True)
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SECURE_HSTS_SECONDS = get_int("SECURE_HSTS_SECONDS", 31536000)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+SECURE_HSTS_PRELOAD = True
+SESSION_COOKIE_SECURE = True
+CSRF_COOKIE_SECURE = True
+SESSION_COOKIE_SAMESITE = "Lax"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"

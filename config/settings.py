@@ -1,0 +1,212 @@
+"""Settings, all from the environment (see the README's configuration table).
+
+With no DATABASE_URL / CELERY_BROKER_URL the platform uses the embedded
+PostgreSQL and Redis of config/embedded.py — the same code paths, real servers.
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from config import embedded
+from config.env import get, get_bool, get_int, get_list
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+DATA_DIR = embedded.data_dir()
+
+
+def _dev_secret_key() -> str:
+    # A development key that survives restarts without being committed anywhere.
+    path = DATA_DIR / "secret_key"
+    if not path.exists():
+        DATA_DIR.mkdir(parents=True, exist_ok=True)
+        path.write_text(secrets.token_urlsafe(50))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+DEBUG = get_bool("DEBUG", False)
+SECRET_KEY = get("SECRET_KEY") or _dev_secret_key()
+ALLOWED_HOSTS = get_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
+CSRF_TRUSTED_ORIGINS = get_list("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "django_htmx",
+    "template_partials",
+    "tenants",
+    "dispatch",
+    "console",
+]
+
+MIDDLEWARE = [
+    "config.middleware.RequestIdMiddleware",
+    "config.middleware.ApiBodyGuardMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    }
+]
+
+DATABASE_URL = get("DATABASE_URL") or embedded.database_url()
+if not DATABASE_URL.startswith(("postgres://", "postgresql://")):
+    # PostgreSQL is the source of truth (SKIP LOCKED, LISTEN/NOTIFY); there is no other backend.
+    raise ImproperlyConfigured("DATABASE_URL must be a postgresql://user@host:port/dbname URL")
+DATABASES = {
+    "default": dj_database_url.parse(
+        DATABASE_URL, conn_max_age=get_int("DB_CONN_MAX_AGE", 60), conn_health_checks=True
+    )
+}
+DATABASES["default"].setdefault("OPTIONS", {})
+# A client that stalls inside a transaction must not hold row locks forever
+# (RELIABILITY.md: a paused claimer otherwise makes every other beat skip its rows).
+DATABASES["default"]["OPTIONS"].setdefault(
+    "options",
+    f"-c idle_in_transaction_session_timeout={get_int('DB_IDLE_IN_TX_TIMEOUT_MS', 60000)}",
+)
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+
+def _cache_url() -> str:
+    # The cache (throttles, rate limits) lives in Redis database 1, apart from a
+    # Redis broker's database 0: clearing the cache must never drop queued work.
+    broker = get("CELERY_BROKER_URL") or ""
+    if broker.startswith("redis+socket://"):
+        return "unix://" + broker.removeprefix("redis+socket://").split("?")[0] + "?db=1"
+    if broker.startswith(("redis://", "rediss://")):
+        scheme, rest = broker.split("://", 1)
+        return f"{scheme}://{rest.split('/')[0]}/1"
+    return embedded.redis_url() + "?db=1"
+
+
+REDIS_URL = get("REDIS_URL") or _cache_url()
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": get("CACHE_KEY_PREFIX", "sched") or "sched",
+    }
+}
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "/login/"
+LOGIN_REDIRECT_URL = "/"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "/static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = DATA_DIR / "staticfiles"
+
+# --- Security defaults (production.py tightens the rest) ---
+SESSION_COOKIE_HTTPONLY = True
+CSRF_COOKIE_HTTPONLY = False  # htmx reads the token from the page, not the cookie
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+
+# --- REST API ---
+# Requests per token (or per client address when unauthenticated): "N/s|min|hour|day".
+API_RATE_LIMIT = get("API_RATE_LIMIT", "1200/min")
+API_MAX_BODY_BYTES = get_int("API_MAX_BODY_BYTES", 64 * 1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = API_MAX_BODY_BYTES
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["tenants.api.authentication.ServiceTokenAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["tenants.api.permissions.HasTenantRole"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_THROTTLE_CLASSES": ["tenants.api.throttling.TokenRateThrottle"],
+    "EXCEPTION_HANDLER": "config.api_errors.exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "UNAUTHENTICATED_USER": None,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Scheduler platform API",
+    "DESCRIPTION": (
+        "Multi-tenant job scheduling. Delivery is at-least-once: every attempt carries "
+        "execution_id, scheduled_for, attempt and fencing_token so targets can deduplicate "
+        "and reject stale attempts. One execution record per occurrence "
+        "(UNIQUE(schedule_id, scheduled_for))."
+    ),
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+    # Swagger UI served from the package, not a CDN: works on closed networks.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
+
+# --- Celery ---
+CELERY_BROKER_URL = get("CELERY_BROKER_URL") or embedded.broker_url()
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = False  # the DB lease decides retries, not redelivery loops
+CELERY_WORKER_PREFETCH_MULTIPLIER = get_int("CELERY_PREFETCH_MULTIPLIER", 4)
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    # RabbitMQ: publisher confirms, so a published batch is really on the broker.
+    "confirm_publish": True,
+}
+CELERY_TASK_DEFAULT_QUEUE = "default.short"
+
+# --- Scheduling ---
+SCHEDULER_PARTITIONS = get_int("SCHEDULER_PARTITIONS", 16)
+DEFAULT_MISFIRE_GRACE_S = get_int("DEFAULT_MISFIRE_GRACE_S", 60)
+MAX_CATCH_UP = get_int("MAX_CATCH_UP", 100)
+PREVIEW_MAX_COUNT = get_int("PREVIEW_MAX_COUNT", 1000)
+# Hosts and networks that may never be a target, besides the built-in deny list
+# (comma-separated CIDRs or host names; the platform's own DB/broker/Vault hosts are added).
+TARGET_DENY_EXTRA = get_list("TARGET_DENY_EXTRA", [])
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": get("LOG_LEVEL", "INFO")},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}

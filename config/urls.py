@@ -1,0 +1,31 @@
+from django.contrib import admin
+from django.urls import URLPattern, URLResolver, include, path
+from drf_spectacular.views import SpectacularJSONAPIView, SpectacularSwaggerView
+from rest_framework.permissions import AllowAny
+
+from config import health
+
+api_v1: list[URLPattern | URLResolver] = [
+    path(
+        "openapi.json",
+        SpectacularJSONAPIView.as_view(permission_classes=[AllowAny], authentication_classes=[]),
+        name="openapi",
+    ),
+    path(
+        "docs",
+        SpectacularSwaggerView.as_view(
+            url_name="openapi", permission_classes=[AllowAny], authentication_classes=[]
+        ),
+        name="api-docs",
+    ),
+    path("", include("dispatch.api.urls")),
+    path("", include("tenants.api.urls")),
+]
+
+urlpatterns = [
+    path("v1/", include(api_v1)),
+    path("admin/", admin.site.urls),
+    path("healthz", health.healthz, name="healthz"),
+    path("readyz", health.readyz, name="readyz"),
+    path("", include("console.urls")),
+]

@@ -1,0 +1,11 @@
+from __future__ import annotations
+
+import os
+
+from django.core.wsgi import get_wsgi_application
+
+from config import embedded
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+embedded.ensure_started()
+application = get_wsgi_application()

@@ -1,0 +1,61 @@
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest
+
+from dispatch.models import Execution, ManagedCommand, Schedule, SchedulerPartition
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Writes go through services (audit, fencing); the admin only looks."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Schedule)
+class ScheduleAdmin(ReadOnlyAdmin):
+    list_display = (
+        "name",
+        "tenant",
+        "kind",
+        "cron",
+        "timezone",
+        "next_run_at",
+        "paused",
+        "partition",
+    )
+    list_filter = ("tenant", "kind", "paused")
+    search_fields = ("name", "id")
+
+
+@admin.register(Execution)
+class ExecutionAdmin(ReadOnlyAdmin):
+    list_display = (
+        "id",
+        "tenant",
+        "schedule",
+        "scheduled_for",
+        "state",
+        "attempt",
+        "fencing_token",
+    )
+    list_filter = ("state", "tenant")
+    search_fields = ("id",)
+
+
+@admin.register(SchedulerPartition)
+class PartitionAdmin(ReadOnlyAdmin):
+    list_display = ("number", "owner", "lease_expires_at", "epoch")
+
+
+@admin.register(ManagedCommand)
+class ManagedCommandAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    list_display = ("name", "timeout_s", "enabled")
+    filter_horizontal = ("tenants",)

@@ -1,0 +1,23 @@
+from django.urls import path, re_path
+
+from dispatch.api import views
+
+urlpatterns = [
+    path("schedules", views.ScheduleListView.as_view(), name="api-schedules"),
+    re_path(
+        r"^schedules/(?P<pk>[^/:]+):(?P<action>pause|resume|trigger)$",
+        views.ScheduleActionView.as_view(),
+        name="api-schedule-action",
+    ),
+    re_path(
+        r"^schedules/(?P<pk>[^/:]+)/preview$",
+        views.SchedulePreviewView.as_view(),
+        name="api-schedule-preview",
+    ),
+    re_path(r"^schedules/(?P<pk>[^/:]+)$", views.ScheduleDetailView.as_view(), name="api-schedule"),
+    path("jobs", views.JobCreateView.as_view(), name="api-jobs"),
+    path("executions", views.ExecutionListView.as_view(), name="api-executions"),
+    re_path(
+        r"^executions/(?P<pk>[^/]+)$", views.ExecutionDetailView.as_view(), name="api-execution"
+    ),
+]

@@ -1,0 +1,922 @@
+"""Cron expressions: parsing, Jenkins ``H`` hashing and DST-correct occurrences.
+
+This is the only module that imports croniter. Everything here is a pure
+function over aware UTC datetimes; nothing touches Django or the database.
+
+DST policy
+----------
+Schedules are evaluated in local wall-clock time of their IANA zone, and every
+result is an aware UTC instant. A wall-clock time that does not exist because
+the clocks spring forward runs once, at the first instant after the gap (in
+Europe/Amsterdam ``30 2 * * *`` runs at 03:00 CEST on the spring-forward day).
+A wall-clock time that occurs twice because the clocks fall back runs once, at
+its first occurrence, unless the hour field as written starts with ``*`` (``*``,
+``*/2``): such schedules are "every so many hours" and run in both real hours.
+A hashed hour (``H``) counts as a fixed hour. Occurrences that land on the same
+instant run once, so ``0 * * * *`` runs 23 times on a spring-forward day and 25
+times on a fall-back day. Zone rules are those in force on the date in
+question, so zones that abolished DST behave as they did at the time.
+
+Implementation note: croniter is only ever given *naive* wall-clock datetimes.
+With aware datetimes it fires a fixed ``30 2 * * *`` twice on a fall-back day;
+mapping wall-clock times to UTC is done here instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from bisect import bisect_left, bisect_right
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time, timedelta
+from functools import lru_cache
+from itertools import islice
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
+
+from cron_descriptor import get_description
+from croniter import (  # type: ignore[import-untyped]  # no stubs in the project
+    CroniterBadDateError,
+    croniter,
+)
+
+__all__ = [
+    "MISFIRE_POLICIES",
+    "PREVIEW_MAX",
+    "CronError",
+    "MisfirePlan",
+    "Occurrence",
+    "WouldRun",
+    "describe",
+    "get_zone",
+    "jitter_seconds",
+    "next_after",
+    "occurrences_between",
+    "plan_misfire",
+    "preview",
+    "resolve",
+    "validate",
+    "would_run_at",
+]
+
+PREVIEW_MAX = 1000
+MISFIRE_POLICIES = ("skip", "run_once", "catch_up")
+MAX_EXPRESSION_LENGTH = 1000
+PREVIOUS_LOOKBACK = timedelta(days=400)
+MIN_YEAR, MAX_YEAR = 1900, 9000
+
+_FIELD_NAMES = ("minute", "hour", "day of month", "month", "day of week")
+# (lowest, highest accepted, highest meant by "*"): day of week accepts 7 for Sunday.
+_BOUNDS = ((0, 59, 59), (0, 23, 23), (1, 31, 31), (1, 12, 12), (0, 7, 6))
+# H in day of month stays within 1-28 (as in Jenkins) so it exists in every month.
+_HASH_BOUNDS = ((0, 59), (0, 23), (1, 28), (1, 12), (0, 6))
+_MONTHS = ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC")
+_WEEKDAYS = ("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT")
+_MONTH_LONG = (
+    "January", "February", "March", "April", "May", "June", "July",
+    "August", "September", "October", "November", "December",
+)  # fmt: skip
+# Longest a day of month can be, leap years included: 29 February is valid.
+_MONTH_MAX_DAY = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
+_MACROS = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+
+_ATOM = r"(?:\d+|[A-Za-z]+)"
+_PLAIN_RE = re.compile(
+    rf"^(?:(?P<star>\*)|(?P<lo>{_ATOM})(?:-(?P<hi>{_ATOM}))?)(?:/(?P<step>\d+))?$", re.ASCII
+)
+_HASH_RE = re.compile(r"^[Hh](?:\((?P<lo>\d+)-(?P<hi>\d+)\))?(?:/(?P<step>\d+))?$", re.ASCII)
+_PRINTABLE_RE = re.compile(r"^[\x20-\x7e\t]*$", re.ASCII)
+
+_MINUTE = timedelta(minutes=1)
+_SECOND = timedelta(seconds=1)
+_TICK = timedelta(microseconds=1)
+_DAY = timedelta(days=1)
+
+
+class CronError(ValueError):
+    """Invalid schedule input; ``message`` is a sentence fit to show a user."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Occurrence:
+    scheduled_for: datetime  # nominal instant, aware UTC
+    local: datetime  # the same instant in the schedule's zone (fold set correctly)
+    due_at: datetime  # scheduled_for + jitter
+    note: str | None  # DST annotation, None on ordinary days
+
+
+@dataclass(frozen=True)
+class MisfirePlan:
+    fire: list[datetime]
+    skipped: list[datetime]
+    skipped_total: int
+    next_run_at: datetime | None
+
+
+@dataclass(frozen=True)
+class WouldRun:
+    at: datetime
+    is_occurrence: bool
+    scheduled_for: datetime | None
+    previous: datetime | None
+    next: datetime | None
+    note: str | None
+
+
+@dataclass(frozen=True)
+class _Schedule:
+    source: str
+    resolved: str
+    hashed: bool
+    minutes: frozenset[int]
+    hours: frozenset[int]
+    doms: frozenset[int]
+    months: frozenset[int]
+    dows: frozenset[int]
+    dom_any: bool
+    dow_any: bool
+    day_or: bool
+    hour_star: bool
+    croniter_expr: str
+    times_of_day: tuple[int, ...]
+
+
+# --------------------------------------------------------------------------- zones
+
+
+@lru_cache(maxsize=1)
+def _zone_names() -> frozenset[str]:
+    # "localtime" is the host's own setting, not an IANA name: a schedule must not
+    # change meaning when it moves to another machine.
+    return frozenset(available_timezones()) - {"localtime"}
+
+
+def get_zone(name: str) -> ZoneInfo:
+    """The IANA zone called ``name``; CronError if it is empty or unknown."""
+    if not isinstance(name, str) or not name.strip():
+        raise CronError("timezone is empty")
+    if name not in _zone_names():
+        raise CronError(f"unknown timezone {name!r}")
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        raise CronError(f"unknown timezone {name!r}") from None
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def _hash(seed: str, *parts: object) -> int:
+    # sha256 rather than hash(): the value must survive restarts and
+    # PYTHONHASHSEED, or every schedule would move on each deploy.
+    key = "\x00".join([seed, *map(str, parts)]).encode("utf-8", "surrogatepass")
+    return int.from_bytes(hashlib.sha256(key).digest()[:8], "big")
+
+
+_QUARTZ_RE = re.compile(r"^(?:\d*[LlWw]|[Ll][Ww]?|[Ll]-\d+)$|[#?]", re.ASCII)
+
+
+def _unsupported_hint(item: str) -> str:
+    # Quartz/croniter extensions are the likeliest reason a field fails to parse,
+    # and croniter itself would accept them, so say so instead of "cannot parse".
+    if _QUARTZ_RE.search(item):
+        return " (L, W, # and ? are not supported; use standard cron syntax or H)"
+    return ""
+
+
+def _number(index: int, token: str) -> int:
+    name = _FIELD_NAMES[index]
+    lo, hi, _ = _BOUNDS[index]
+    if token.isdigit():
+        # Cap the digits before int(): the value is out of range anyway and a huge
+        # string would hit the interpreter's int-conversion limit.
+        if len(token) > 4:
+            raise CronError(f"field '{name}': {token[:6]}... is out of range {lo}-{hi}")
+        value = int(token)
+    else:
+        names = _MONTHS if index == 3 else _WEEKDAYS if index == 4 else None
+        if names is None:
+            raise CronError(f"field '{name}': '{token}' is not a number{_unsupported_hint(token)}")
+        upper = token.upper()
+        if upper not in names:
+            kind = "month" if index == 3 else "weekday"
+            raise CronError(
+                f"field '{name}': unknown {kind} name '{token}'{_unsupported_hint(token)}"
+            )
+        value = names.index(upper) + (1 if index == 3 else 0)
+    if not lo <= value <= hi:
+        raise CronError(f"field '{name}': {value} is out of range {lo}-{hi}")
+    return value
+
+
+def _step(index: int, token: str, span: int) -> int:
+    name = _FIELD_NAMES[index]
+    step = int(token) if len(token) <= 4 else span + 1
+    if step < 1:
+        raise CronError(f"field '{name}': step must be at least 1")
+    if step > span:
+        # */90 in the minute field does not mean "every 90 minutes": steps never
+        # carry into the next hour, so refuse rather than silently run hourly.
+        raise CronError(
+            f"field '{name}': step {token} is larger than the field's range ({span} values)"
+        )
+    return step
+
+
+def _parse_item(index: int, item: str, seed: str) -> tuple[set[int], str, bool]:
+    """Values, resolved text and whether H was used, for one list item."""
+    name = _FIELD_NAMES[index]
+    lo_b, _, star_hi = _BOUNDS[index]
+    if not item:
+        raise CronError(f"field '{name}': empty item in a list")
+    m = _HASH_RE.match(item)
+    if m:
+        if m["lo"] is not None:
+            lo, hi = _number(index, m["lo"]), _number(index, m["hi"])
+            if lo > hi:
+                raise CronError(f"field '{name}': range in '{item}' runs backwards")
+        else:
+            lo, hi = _HASH_BOUNDS[index]
+        h = _hash(seed, index)
+        if m["step"] is None:
+            value = lo + h % (hi - lo + 1)
+            return {value}, str(value), True
+        step = _step(index, m["step"], hi - lo + 1)
+        start = lo + h % step
+        text = f"{start}-{hi}/{step}" if start + step <= hi else str(start)
+        return set(range(start, hi + 1, step)), text, True
+    if item[0] in "Hh":
+        raise CronError(
+            f"field '{name}': cannot parse '{item}' (hashed forms are H, H/n, H(a-b) and H(a-b)/n)"
+        )
+    m = _PLAIN_RE.match(item)
+    if not m:
+        raise CronError(f"field '{name}': cannot parse '{item}'{_unsupported_hint(item)}")
+    if m["star"]:
+        lo, hi = lo_b, star_hi
+    else:
+        lo = _number(index, m["lo"])
+        if m["hi"] is not None:
+            hi = _number(index, m["hi"])
+            if lo > hi:
+                raise CronError(
+                    f"field '{name}': range '{item}' runs backwards (start must not be after end)"
+                )
+        elif m["step"] is not None:
+            hi = max(star_hi, lo)  # "5/15" means 5-59/15, as in croniter and cronie
+        else:
+            hi = lo
+    step = 1 if m["step"] is None else _step(index, m["step"], star_hi - lo_b + 1)
+    return set(range(lo, hi + 1, step)), item, False
+
+
+def _join(words: list[str], conj: str) -> str:
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} {conj} {words[-1]}"
+
+
+def _field_text(values: frozenset[int], full: bool) -> str:
+    return "*" if full else ",".join(map(str, sorted(values)))
+
+
+@lru_cache(maxsize=4096)
+def _compile(expr: str, seed: str) -> _Schedule:
+    if not isinstance(expr, str):
+        raise CronError("expression must be text")
+    if not isinstance(seed, str):
+        raise CronError("seed must be text")
+    if "\x00" in expr:
+        raise CronError("expression contains a NUL byte")
+    # Only ASCII blanks are trimmed: a stray no-break space is reported, not hidden.
+    source = expr.strip(" \t\r\n")
+    if not source:
+        raise CronError("expression is empty")
+    if len(source) > MAX_EXPRESSION_LENGTH:
+        raise CronError(f"expression is too long (at most {MAX_EXPRESSION_LENGTH} characters)")
+    if not _PRINTABLE_RE.match(source):
+        bad = next(c for c in source if not ("\x20" <= c <= "\x7e" or c == "\t"))
+        raise CronError(f"expression contains an unsupported character {bad!r}")
+    fields = source.split()
+    if fields[0].startswith("@"):
+        macro = fields[0].lower()
+        if macro == "@reboot":
+            raise CronError(
+                "'@reboot' is not supported: schedules fire on time, not on process start"
+            )
+        if macro not in _MACROS:
+            raise CronError(f"unknown macro '{fields[0]}' (use one of {', '.join(_MACROS)})")
+        if len(fields) > 1:
+            raise CronError(f"'{fields[0]}' stands alone: it cannot be followed by other fields")
+        fields = _MACROS[macro].split()
+    if len(fields) != 5:
+        extra = {
+            6: "; a seconds field is not supported",
+            7: "; seconds and year fields are not supported",
+        }
+        raise CronError(
+            f"expected 5 fields (minute hour day-of-month month day-of-week), got {len(fields)}"
+            + extra.get(len(fields), "")
+        )
+
+    sets: list[frozenset[int]] = []
+    texts: list[str] = []
+    hashed = False
+    for index, text in enumerate(fields):
+        values: set[int] = set()
+        parts: list[str] = []
+        for item in text.split(","):
+            item_values, item_text, item_hashed = _parse_item(index, item, seed)
+            values |= item_values
+            parts.append(item_text)
+            hashed = hashed or item_hashed
+        if index == 4 and 7 in values:
+            values = (values - {7}) | {0}
+        sets.append(frozenset(values))
+        texts.append(",".join(parts))
+    minutes, hours, doms, months, dows = sets
+
+    dom_any = doms == frozenset(range(1, 32))
+    dow_any = dows == frozenset(range(7))
+    feasible = any(d <= _MONTH_MAX_DAY[m - 1] for m in months for d in doms)
+    if not feasible and dow_any:
+        days = [str(d) for d in sorted(doms)]
+        verb = "never occurs" if len(days) == 1 else "never occur"
+        names = [_MONTH_LONG[m - 1] for m in sorted(months)]
+        raise CronError(
+            f"field 'day of month': {_join(days, 'and')} {verb} in {_join(names, 'or')}"
+        )
+    day_or = not dom_any and not dow_any
+    if day_or and not feasible:
+        # Under OR semantics an impossible day of month adds nothing, but croniter
+        # would still search 50 years for it on every step; "*" is equivalent here.
+        dom_any, day_or = True, False
+
+    croniter_expr = " ".join(
+        [
+            _field_text(minutes, len(minutes) == 60),
+            _field_text(hours, len(hours) == 24),
+            _field_text(doms, dom_any),
+            _field_text(months, len(months) == 12),
+            _field_text(dows, dow_any),
+        ]
+    )
+    return _Schedule(
+        source=" ".join(source.split()),
+        resolved=" ".join(texts),
+        hashed=hashed,
+        minutes=minutes,
+        hours=hours,
+        doms=doms,
+        months=months,
+        dows=dows,
+        dom_any=dom_any,
+        dow_any=dow_any,
+        day_or=day_or,
+        # Decided on the text as written: "*" and "*/2" mean "every so many hours"
+        # and run in both copies of a repeated hour; H is a fixed (hashed) hour.
+        hour_star=fields[1].startswith("*"),
+        croniter_expr=croniter_expr,
+        times_of_day=tuple(sorted(h * 60 + m for h in hours for m in minutes)),
+    )
+
+
+def validate(expr: str, tz: str, *, seed: str) -> None:
+    """CronError unless ``expr`` is a supported expression that can match and ``tz`` a zone."""
+    _compile(expr, seed)
+    get_zone(tz)
+
+
+def resolve(expr: str, *, seed: str) -> str:
+    """The expression with macros expanded and H replaced by this schedule's values."""
+    return _compile(expr, seed).resolved
+
+
+def describe(expr: str, *, seed: str) -> str:
+    """A human description (via cron-descriptor) of the resolved expression."""
+    sched = _compile(expr, seed)
+    try:
+        text = str(get_description(sched.resolved))
+    except Exception:  # the description is cosmetic: never fail a valid schedule over it
+        text = f"cron {sched.resolved}"
+    if sched.hashed:
+        return f"{text} ({sched.source} resolves to {sched.resolved} for this schedule)"
+    return text
+
+
+# --------------------------------------------------------------------------- wall clock
+
+
+def _aware_utc(value: datetime, name: str) -> datetime:
+    if not isinstance(value, datetime):
+        raise TypeError(f"{name} must be a datetime")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(f"{name} must be timezone-aware, got naive {value.isoformat()}")
+    # Keeps the day arithmetic and 400-day lookbacks clear of datetime's limits.
+    if not MIN_YEAR <= value.year <= MAX_YEAR:
+        raise CronError(f"{name} must be between the years {MIN_YEAR} and {MAX_YEAR}")
+    return value.astimezone(UTC)
+
+
+def _offset(value: datetime) -> timedelta:
+    off = value.utcoffset()
+    if off is None:  # pragma: no cover - ZoneInfo always answers
+        raise ValueError("zone gave no UTC offset")
+    return off
+
+
+def _local_naive(instant: datetime, zone: ZoneInfo) -> datetime:
+    # fold=0: the wall-clock reading alone; which copy of a repeated hour is
+    # meant is decided by the callers, never inherited.
+    return instant.astimezone(zone).replace(tzinfo=None, fold=0)
+
+
+_NORMAL, _FOLD, _GAP = 0, 1, 2
+
+
+def _classify(local: datetime, zone: ZoneInfo) -> tuple[int, datetime, datetime]:
+    """Kind of wall-clock time and its UTC reading with fold=0 and fold=1."""
+    o0 = _offset(local.replace(tzinfo=zone, fold=0))
+    o1 = _offset(local.replace(tzinfo=zone, fold=1))
+    u0 = (local - o0).replace(tzinfo=UTC)
+    if o0 == o1:
+        return _NORMAL, u0, u0
+    u1 = (local - o1).replace(tzinfo=UTC)
+    # Both readings of a repeated time round-trip; neither reading of a skipped one does.
+    if _local_naive(u0, zone) == local:
+        return _FOLD, u0, u1
+    return _GAP, u0, u1
+
+
+@lru_cache(maxsize=4096)
+def _gap_end(local: datetime, zone: ZoneInfo) -> datetime:
+    """First instant after the spring-forward gap that swallowed ``local``."""
+    _, u0, u1 = _classify(local, zone)
+    # Before the transition every instant reads earlier than `local`, from it on
+    # later, so bisect on that; tz transitions fall on whole seconds.
+    lo, hi = u1, u0
+    while hi - lo > _SECOND:
+        mid = lo + timedelta(seconds=int((hi - lo).total_seconds()) // 2)
+        if _local_naive(mid, zone) > local:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def _matches(sched: _Schedule, local: datetime) -> bool:
+    return (
+        local.minute in sched.minutes
+        and local.hour in sched.hours
+        and _day_matches(sched, local.date())
+    )
+
+
+def _day_matches(sched: _Schedule, day: date) -> bool:
+    if day.month not in sched.months:
+        return False
+    dom_ok = sched.dom_any or day.day in sched.doms
+    dow_ok = sched.dow_any or (day.weekday() + 1) % 7 in sched.dows
+    # Vixie cron: with both day fields restricted a day matching either counts.
+    return (dom_ok or dow_ok) if sched.day_or else (dom_ok and dow_ok)
+
+
+def _wall_matches(sched: _Schedule, start: datetime) -> Iterator[datetime]:
+    """Matching naive wall-clock minutes at or after ``start``, ascending."""
+    first = start.replace(second=0, microsecond=0)
+    it = croniter(sched.croniter_expr, first - _MINUTE)
+    while True:
+        try:
+            value: datetime = it.get_next(datetime)
+        except (CroniterBadDateError, OverflowError):
+            return  # no further match before year 9999
+        yield value
+
+
+def _instants(sched: _Schedule, local: datetime, zone: ZoneInfo) -> tuple[datetime, ...]:
+    kind, u0, u1 = _classify(local, zone)
+    if kind == _GAP:
+        return (_gap_end(local, zone),)
+    if kind == _FOLD and sched.hour_star:
+        return (u0, u1)
+    return (u0,)
+
+
+def _iter_after(sched: _Schedule, zone: ZoneInfo, after: datetime) -> Iterator[datetime]:
+    """Occurrences strictly after ``after`` (aware UTC), strictly increasing.
+
+    Read with fold=0 (gaps moved to their end), wall-clock matches map to
+    non-decreasing instants. The second copies of a repeated hour form another
+    increasing run that belongs after all first copies and before the first
+    time past the fold, so they wait in ``pending`` and are merged in.
+    """
+    local = _local_naive(after, zone)
+    kind, u0, u1 = _classify(local, zone)
+    # Inside a repeated hour, second copies of earlier wall times can still be
+    # ahead of `after`: start the wall clock from the beginning of the fold.
+    start = local - (u1 - u0) if kind == _FOLD else local
+    pending: deque[datetime] = deque()
+    last = after
+    for wall in _wall_matches(sched, start):
+        kind, u0, u1 = _classify(wall, zone)
+        if kind == _GAP:
+            first = _gap_end(wall, zone)
+        else:
+            first = u0
+            if kind == _FOLD and sched.hour_star:
+                pending.append(u1)
+        while pending and pending[0] < first:
+            later = pending.popleft()
+            if later > last:
+                yield later
+                last = later
+        if first > last:  # equal instants (a gap's end and the next time) fire once
+            yield first
+            last = first
+    for later in pending:
+        if later > last:
+            yield later
+            last = later
+
+
+def _between(
+    sched: _Schedule, zone: ZoneInfo, start: datetime, end: datetime, limit: int | None = None
+) -> list[datetime]:
+    out: list[datetime] = []
+    if end <= start:
+        return out
+    for instant in _iter_after(sched, zone, start):
+        if instant > end or (limit is not None and len(out) >= limit):
+            break
+        out.append(instant)
+    return out
+
+
+# --------------------------------------------------------------------------- counting
+
+
+@lru_cache(maxsize=65536)
+def _steady_offset(zone: ZoneInfo, day: date) -> timedelta | None:
+    """The zone's offset if it is the same all through ``day``, else None."""
+    base = datetime.combine(day, time())
+    offset: timedelta | None = None
+    # Hourly probes of both folds catch any gap or fold: transitions that undo
+    # themselves within an hour do not occur in tzdata.
+    for hour in range(25):
+        wall = base + timedelta(hours=hour)
+        o0 = _offset(wall.replace(tzinfo=zone))
+        if o0 != _offset(wall.replace(tzinfo=zone, fold=1)) or offset not in (None, o0):
+            return None
+        offset = o0
+    return offset
+
+
+# Small on purpose: an entry can hold a whole day of per-minute instants, and
+# the cache only needs to serve the repeated counts of one misfire plan.
+@lru_cache(maxsize=256)
+def _day_instants(sched: _Schedule, zone: ZoneInfo, day: date) -> tuple[datetime, ...]:
+    """Every instant produced by wall times on ``day`` (which must match the day fields)."""
+    base = datetime.combine(day, time())
+    found: set[datetime] = set()
+    # The times of day are already expanded; walking them directly is much
+    # cheaper than asking croniter for each one.
+    for minute in sched.times_of_day:
+        found.update(_instants(sched, base + timedelta(minutes=minute), zone))
+    return tuple(sorted(found))
+
+
+def _count(sched: _Schedule, zone: ZoneInfo, start: datetime, end: datetime) -> int:
+    """Number of occurrences o with start < o <= end, without listing them.
+
+    Days with one steady offset are counted arithmetically from the times of
+    day. Days with a transition are listed (cached); a gap's end can land on the
+    next day's first matching time, so listed instants that a steady day has
+    already counted are taken off again.
+    """
+    if end <= start:
+        return 0
+    first = _local_naive(start, zone).date() - _DAY
+    last = _local_naive(end, zone).date() + _DAY
+    start_wall, end_wall = start.replace(tzinfo=None), end.replace(tzinfo=None)
+    listed: set[datetime] = set()
+    total = 0
+    day = first
+    while day <= last:
+        if _day_matches(sched, day):
+            offset = _steady_offset(zone, day)
+            if offset is None:
+                instants = _day_instants(sched, zone, day)
+                listed.update(instants[bisect_right(instants, start) : bisect_right(instants, end)])
+            else:
+                base = datetime.combine(day, time())
+                minute_us = 60_000_000
+                lo = (start_wall + offset - base) // _TICK // minute_us + 1
+                hi = (end_wall + offset - base) // _TICK // minute_us
+                tod = sched.times_of_day
+                if lo <= hi:
+                    total += bisect_right(tod, hi) - bisect_left(tod, lo)
+        day += _DAY
+    for instant in listed:
+        wall = _local_naive(instant, zone)
+        if _steady_offset(zone, wall.date()) is not None and _matches(sched, wall):
+            total -= 1
+    return total + len(listed)
+
+
+def _latest(
+    sched: _Schedule, zone: ZoneInfo, start: datetime, end: datetime, k: int
+) -> list[datetime]:
+    """The last ``k`` occurrences in (start, end], ascending, listing about k."""
+    if k <= 0 or end <= start:
+        return []
+    # Widen back from `end` until k occurrences are inside (cost follows the
+    # window actually needed, not the whole range), then bisect the lower bound
+    # down to a second so only about k get listed.
+    near, width = end, timedelta(hours=1)
+    while True:
+        far = max(start, end - width)
+        if _count(sched, zone, far, end) >= k:
+            break
+        if far == start:  # fewer than k in the whole range
+            return _between(sched, zone, start, end)
+        near, width = far, width * 2
+    while near - far > _SECOND:
+        mid = far + (near - far) // 2
+        if _count(sched, zone, mid, end) >= k:
+            far = mid
+        else:
+            near = mid
+    return _between(sched, zone, far, end)[-k:]
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def next_after(expr: str, tz: str, *, after: datetime, seed: str) -> datetime:
+    """First occurrence strictly after ``after``, aware UTC."""
+    sched, zone = _compile(expr, seed), get_zone(tz)
+    after = _aware_utc(after, "after")
+    found = next(_iter_after(sched, zone, after), None)
+    if found is None:
+        raise CronError(f"'{expr}' has no occurrence after {after.isoformat()}")
+    return found
+
+
+def occurrences_between(
+    expr: str,
+    tz: str,
+    *,
+    start: datetime,
+    end: datetime,
+    seed: str,
+    limit: int = 100_000,
+) -> list[datetime]:
+    """Occurrences o with start < o <= end, ascending; at most ``limit`` (the earliest)."""
+    sched, zone = _compile(expr, seed), get_zone(tz)
+    start, end = _aware_utc(start, "start"), _aware_utc(end, "end")
+    if limit < 0:
+        raise CronError("limit must be zero or more")
+    return _between(sched, zone, start, end, limit)
+
+
+def jitter_seconds(*, seed: str, scheduled_for: datetime, jitter_s: int) -> int:
+    """Deterministic delay in [0, jitter_s] for one occurrence of one schedule."""
+    instant = _aware_utc(scheduled_for, "scheduled_for")
+    if jitter_s < 0:
+        raise CronError("jitter must be zero or more seconds")
+    if jitter_s == 0:
+        return 0
+    # Keyed on the instant too, so one schedule's runs spread out rather than all
+    # sharing one offset; the same occurrence always gets the same delay, so a
+    # retried or re-planned run lands where it would have.
+    return _hash(seed, "jitter", instant.isoformat()) % (jitter_s + 1)
+
+
+def _clock(value: datetime) -> str:
+    return value.strftime("%H:%M:%S" if value.second else "%H:%M")
+
+
+def _zone_label(value: datetime) -> str:
+    name = value.tzname()
+    if name:
+        return name
+    return value.strftime("UTC%z")  # pragma: no cover - ZoneInfo always names
+
+
+def _fold_labels(local: datetime, zone: ZoneInfo) -> tuple[str, str]:
+    first = local.replace(tzinfo=zone, fold=0)
+    second = local.replace(tzinfo=zone, fold=1)
+    a, b = _zone_label(first), _zone_label(second)
+    if a == b:  # an offset change without a new abbreviation
+        a, b = first.strftime("UTC%z"), second.strftime("UTC%z")
+    return a, b
+
+
+def _gap_times(sched: _Schedule, zone: ZoneInfo, instant: datetime) -> list[datetime]:
+    """Wall times swallowed by a gap that ends at ``instant`` and match the schedule."""
+    before = _offset((instant - _SECOND).astimezone(zone))
+    after = _offset(instant.astimezone(zone))
+    if after <= before:
+        return []
+    wall = instant.replace(tzinfo=None)
+    gap_start, gap_end = wall + before, wall + after
+    found: list[datetime] = []
+    for candidate in _wall_matches(sched, gap_start):
+        if candidate >= gap_end:
+            break
+        if candidate >= gap_start:
+            found.append(candidate)
+    return found
+
+
+def _gap_length(zone: ZoneInfo, instant: datetime) -> timedelta:
+    return _offset(instant.astimezone(zone)) - _offset((instant - _SECOND).astimezone(zone))
+
+
+def _times_text(times: list[datetime]) -> str:
+    if len(times) <= 4:
+        return _join([_clock(t) for t in times], "and")
+    return f"{_clock(times[0])} to {_clock(times[-1])} ({len(times)} times)"
+
+
+def _gap_note(
+    sched: _Schedule, zone: ZoneInfo, instant: datetime, times: list[datetime], *, past: bool
+) -> str:
+    local = instant.astimezone(zone)
+    when = f"{_clock(local)} {_zone_label(local)}"
+    single = len(times) == 1
+    if past:
+        verb = "did not exist"
+        runs = f"it ran at {when}" if single else f"they ran once, at {when}"
+    else:
+        verb = "does not exist" if single else "do not exist"
+        runs = f"runs at {when}" if single else f"runs once, at {when}"
+    text = f"{_times_text(times)} {verb} on {times[0].date().isoformat()} in {zone.key}; {runs}"
+    if _matches(sched, local.replace(tzinfo=None)):
+        text += f", together with the regular {_clock(local)} run"
+    return text
+
+
+def _fold_note(sched: _Schedule, zone: ZoneInfo, local: datetime, *, past: bool) -> str:
+    first, second = _fold_labels(local, zone)
+    wall = f"{_clock(local)} {'occurred' if past else 'occurs'} twice on {local.date().isoformat()}"
+    prefix = "it ran" if past else "runs"
+    if sched.hour_star:
+        return f"{wall} in {zone.key}; {prefix} in both ({first} and {second})"
+    return f"{wall} in {zone.key}; {prefix} once, at the first ({first})"
+
+
+def _note(sched: _Schedule, zone: ZoneInfo, instant: datetime) -> str | None:
+    times = _gap_times(sched, zone, instant)
+    if times:
+        return _gap_note(sched, zone, instant, times, past=False)
+    wall = _local_naive(instant, zone)
+    if _classify(wall, zone)[0] == _FOLD:
+        return _fold_note(sched, zone, wall, past=False)
+    return None
+
+
+def preview(
+    expr: str,
+    tz: str,
+    *,
+    seed: str,
+    after: datetime,
+    count: int,
+    jitter_s: int = 0,
+) -> list[Occurrence]:
+    """The next ``count`` (at most PREVIEW_MAX) occurrences strictly after ``after``."""
+    sched, zone = _compile(expr, seed), get_zone(tz)
+    after = _aware_utc(after, "after")
+    if not 0 <= count <= PREVIEW_MAX:
+        raise CronError(f"count must be between 0 and {PREVIEW_MAX}")
+    if jitter_s < 0:
+        raise CronError("jitter must be zero or more seconds")
+    out: list[Occurrence] = []
+    for instant in islice(_iter_after(sched, zone, after), count):
+        delay = jitter_seconds(seed=seed, scheduled_for=instant, jitter_s=jitter_s)
+        out.append(
+            Occurrence(
+                scheduled_for=instant,
+                local=instant.astimezone(zone),
+                due_at=instant + timedelta(seconds=delay),
+                note=_note(sched, zone, instant),
+            )
+        )
+    return out
+
+
+def plan_misfire(
+    expr: str,
+    tz: str,
+    *,
+    seed: str,
+    next_run_at: datetime,
+    now: datetime,
+    until: datetime,
+    grace_s: int,
+    policy: str,
+    catch_up_limit: int,
+    max_listed: int = 1000,
+) -> MisfirePlan:
+    """Decide what to fire for occurrences from ``next_run_at`` up to ``until``.
+
+    Occurrences o with next_run_at <= o <= until are considered; o is late when
+    o < now - grace_s. On-time ones always fire. Late ones: "skip" fires none,
+    "run_once" the latest, "catch_up" the latest ``catch_up_limit``; the rest are
+    skipped. ``skipped`` holds the most recent ``max_listed`` of them, ascending.
+
+    ``skipped_total`` is exact and never materialised: days with one steady UTC
+    offset are counted arithmetically (matching times of day), only days with a
+    DST transition are listed, so the cost grows with the days of the outage
+    (60 days of ``* * * * *``: about 0.1 s), not with the occurrences. The listed
+    tail is found by bisecting on that count, so only about ``max_listed`` +
+    fired occurrences are ever built.
+
+    ``next_run_at`` of the plan is the first occurrence after ``until`` (and not
+    before the given next_run_at), or None if there is none.
+    """
+    sched, zone = _compile(expr, seed), get_zone(tz)
+    first = _aware_utc(next_run_at, "next_run_at")
+    now, until = _aware_utc(now, "now"), _aware_utc(until, "until")
+    if policy not in MISFIRE_POLICIES:
+        raise CronError(f"unknown misfire policy {policy!r} (use skip, run_once or catch_up)")
+    if grace_s < 0:
+        raise CronError("grace must be zero or more seconds")
+    if catch_up_limit < 0:
+        raise CronError("catch-up limit must be zero or more")
+    if max_listed < 0:
+        raise CronError("max_listed must be zero or more")
+
+    lower = first - _TICK  # next_run_at itself is due
+    cutoff = now - timedelta(seconds=grace_s)  # late means strictly before this
+    late_end = min(cutoff - _TICK, until)
+    late_total = _count(sched, zone, lower, late_end)
+    if policy == "skip":
+        fire_late = 0
+    elif policy == "run_once":
+        fire_late = min(1, late_total)
+    else:
+        fire_late = min(catch_up_limit, late_total)
+    recent = _latest(sched, zone, lower, late_end, min(late_total, fire_late + max_listed))
+    keep = len(recent) - fire_late
+    skipped = recent[max(0, keep - max_listed) : keep]
+    on_time = _between(sched, zone, max(lower, cutoff - _TICK), until)
+    following = next(_iter_after(sched, zone, max(until, lower)), None)
+    return MisfirePlan(
+        fire=recent[keep:] + on_time,
+        skipped=skipped,
+        skipped_total=late_total - fire_late,
+        next_run_at=following,
+    )
+
+
+def _previous(sched: _Schedule, zone: ZoneInfo, at: datetime) -> datetime | None:
+    found = _latest(sched, zone, at - PREVIOUS_LOOKBACK, at - _TICK, 1)
+    return found[0] if found else None
+
+
+def would_run_at(expr: str, tz: str, *, seed: str, at: datetime) -> WouldRun:
+    """Whether the schedule runs at ``at`` (floored to the minute), and its neighbours.
+
+    ``previous`` looks back at most 400 days. ``note`` explains DST cases: a
+    repeated wall-clock time, or an instant just after a gap whose swallowed
+    times were moved to the gap's end.
+    """
+    sched, zone = _compile(expr, seed), get_zone(tz)
+    at = _aware_utc(at, "at").replace(second=0, microsecond=0)
+    upcoming = _iter_after(sched, zone, at - _TICK)
+    candidate = next(upcoming, None)
+    is_occurrence = candidate == at
+    following = next(upcoming, None) if is_occurrence else candidate
+    previous = _previous(sched, zone, at)
+
+    note: str | None = None
+    wall = _local_naive(at, zone)
+    if _classify(wall, zone)[0] == _FOLD and _matches(sched, wall):
+        note = _fold_note(sched, zone, wall, past=True)
+    else:
+        anchor = at if is_occurrence else previous
+        if anchor is not None:
+            times = _gap_times(sched, zone, anchor)
+            if times and at - anchor < _gap_length(zone, anchor):
+                note = _gap_note(sched, zone, anchor, times, past=True)
+    return WouldRun(
+        at=at,
+        is_occurrence=is_occurrence,
+        scheduled_for=at if is_occurrence else None,
+        previous=previous,
+        next=following,
+        note=note,
+    )

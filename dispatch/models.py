@@ -1,0 +1,319 @@
+"""Schedules, executions (one per occurrence), their events, and scheduler partitions."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db import models
+from django.db.models import Q
+from django.db.models.functions import Now
+
+from tenants.models import Tenant
+
+
+class Kind(models.TextChoices):
+    CRON = "cron"
+    ONCE = "once"
+
+
+class Priority(models.TextChoices):
+    HIGH = "high"
+    DEFAULT = "default"
+    LOW = "low"
+
+
+class DurationClass(models.TextChoices):
+    SHORT = "short"
+    LONG = "long"
+
+
+class Overlap(models.TextChoices):
+    FORBID = "forbid"
+    ALLOW = "allow"
+    REPLACE = "replace"
+
+
+class Misfire(models.TextChoices):
+    SKIP = "skip"
+    RUN_ONCE = "run_once"
+    CATCH_UP = "catch_up"
+
+
+class Schedule(models.Model):
+    """A cron schedule or a one-off job of a tenant.
+
+    `next_run_at` and `partition` form the due index the beats scan;
+    `version` is bumped on every change (optimistic concurrency for PATCH).
+    Deleting is soft (`deleted_at`) so past executions keep their schedule.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="schedules")
+    name = models.CharField(max_length=200)
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+    cron = models.CharField(max_length=200, blank=True)
+    timezone = models.CharField(max_length=64, default="UTC")
+    run_at = models.DateTimeField(null=True, blank=True)
+    target = models.JSONField()
+    retry = models.JSONField(default=dict, blank=True)
+    timeout_s = models.PositiveIntegerField(default=300)
+    priority = models.CharField(max_length=8, choices=Priority.choices, default=Priority.DEFAULT)
+    duration_class = models.CharField(
+        max_length=8, choices=DurationClass.choices, default=DurationClass.SHORT
+    )
+    overlap = models.CharField(max_length=8, choices=Overlap.choices, default=Overlap.FORBID)
+    misfire = models.CharField(max_length=10, choices=Misfire.choices, default=Misfire.SKIP)
+    misfire_grace_s = models.PositiveIntegerField(default=60)
+    catch_up_limit = models.PositiveIntegerField(default=10)
+    jitter_s = models.PositiveIntegerField(default=0)
+    depends_on = models.ManyToManyField(
+        "self", symmetrical=False, related_name="dependents", blank=True
+    )
+    paused = models.BooleanField(default=False)
+    paused_at = models.DateTimeField(null=True, blank=True)
+    paused_until = models.DateTimeField(null=True, blank=True)
+    paused_reason = models.CharField(max_length=500, blank=True)
+    paused_by = models.CharField(max_length=200, blank=True)
+    version = models.PositiveIntegerField(default=1)
+    # NULL, not "", for jobs without a key: the partial unique index ignores NULLs.
+    idempotency_key = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001
+    request_digest = models.CharField(max_length=64, blank=True)
+    next_run_at = models.DateTimeField(null=True, blank=True)
+    partition = models.PositiveSmallIntegerField()
+    created_at = models.DateTimeField(db_default=Now())
+    updated_at = models.DateTimeField(db_default=Now())
+    created_by = models.CharField(max_length=200, blank=True)
+    deleted_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "name"],
+                condition=Q(deleted_at__isnull=True),
+                name="schedule_name_unique_live",
+            ),
+            models.UniqueConstraint(
+                fields=["tenant", "idempotency_key"],
+                condition=Q(idempotency_key__isnull=False),
+                name="schedule_idempotency_key_unique",
+            ),
+            models.CheckConstraint(
+                condition=(Q(kind="cron") & ~Q(cron=""))
+                | (Q(kind="once") & Q(run_at__isnull=False)),
+                name="schedule_kind_fields",
+            ),
+            models.CheckConstraint(condition=Q(timeout_s__gte=1), name="schedule_timeout_positive"),
+            models.CheckConstraint(
+                condition=Q(priority__in=Priority.values), name="schedule_priority_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(duration_class__in=DurationClass.values), name="schedule_duration_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(overlap__in=Overlap.values), name="schedule_overlap_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(misfire__in=Misfire.values), name="schedule_misfire_valid"
+            ),
+            models.CheckConstraint(condition=Q(version__gte=1), name="schedule_version_positive"),
+        ]
+        indexes = [
+            # The due index: each beat range-scans its partitions by time; only
+            # live, unpaused schedules with a next occurrence are in it, so idle
+            # and finished schedules cost the beat nothing.
+            models.Index(
+                fields=["partition", "next_run_at"],
+                condition=Q(paused=False, deleted_at__isnull=True, next_run_at__isnull=False),
+                name="schedule_due_index",
+            ),
+            models.Index(fields=["tenant", "-created_at", "-id"], name="schedule_tenant_created"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.id})"
+
+
+class ExecutionState(models.TextChoices):
+    SCHEDULED = "scheduled"
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    RETRY_SCHEDULED = "retry_scheduled"
+    TIMED_OUT = "timed_out"
+    DEAD = "dead"
+    SKIPPED = "skipped"
+    CANCELLED = "cancelled"
+
+
+ACTIVE_STATES = (
+    ExecutionState.SCHEDULED,
+    ExecutionState.QUEUED,
+    ExecutionState.RUNNING,
+    ExecutionState.RETRY_SCHEDULED,
+)
+FINAL_STATES = (
+    ExecutionState.SUCCEEDED,
+    ExecutionState.DEAD,
+    ExecutionState.SKIPPED,
+    ExecutionState.CANCELLED,
+)
+
+
+class Trigger(models.TextChoices):
+    CRON = "cron"
+    MANUAL = "manual"
+    RETRY = "retry"
+    CATCH_UP = "catch_up"
+    DEPENDENCY = "dependency"
+    API = "api"
+
+
+class Execution(models.Model):
+    """One occurrence of a schedule: UNIQUE(schedule, scheduled_for) makes firing idempotent.
+
+    `fencing_token` is bumped by every claim and cancellation; every worker
+    write is conditional on it, so a stale worker's write matches no row.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    schedule = models.ForeignKey(Schedule, on_delete=models.PROTECT, related_name="executions")
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="executions")
+    scheduled_for = models.DateTimeField()
+    due_at = models.DateTimeField()
+    trigger = models.CharField(max_length=12, choices=Trigger.choices, default=Trigger.CRON)
+    attempt = models.PositiveIntegerField(default=1)
+    state = models.CharField(
+        max_length=16, choices=ExecutionState.choices, default=ExecutionState.SCHEDULED
+    )
+    queue = models.CharField(max_length=32, blank=True)
+    lease_owner = models.CharField(max_length=200, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    fencing_token = models.BigIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(db_default=Now())
+    enqueued_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    status_code = models.IntegerField(null=True, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    log_excerpt = models.TextField(blank=True)
+    reason_code = models.CharField(max_length=40, blank=True)
+    reason = models.CharField(max_length=500, blank=True)
+
+    class Meta:
+        ordering = ["-scheduled_for", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["schedule", "scheduled_for"], name="execution_one_per_occurrence"
+            ),
+            models.CheckConstraint(
+                condition=Q(state__in=ExecutionState.values), name="execution_state_valid"
+            ),
+            models.CheckConstraint(condition=Q(attempt__gte=1), name="execution_attempt_positive"),
+            models.CheckConstraint(
+                condition=Q(due_at__gte=models.F("scheduled_for")),
+                name="execution_due_after_nominal",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["tenant", "-scheduled_for", "-id"], name="execution_tenant_sched"),
+            models.Index(fields=["schedule", "-scheduled_for"], name="execution_schedule_sched"),
+            # The sweeper's and the dispatcher's work lists: only non-final rows.
+            models.Index(
+                fields=["state", "due_at"],
+                condition=Q(state__in=["scheduled", "queued", "retry_scheduled"]),
+                name="execution_pending",
+            ),
+            models.Index(
+                fields=["lease_expires_at"],
+                condition=Q(state="running"),
+                name="execution_running_lease",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.id} {self.state}"
+
+
+class ExecutionEvent(models.Model):
+    """The timeline of an execution, and decisions not to run (reason code + sentence + data).
+
+    The explainer reads these; they are written by the service that made the decision.
+    """
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    schedule = models.ForeignKey(Schedule, on_delete=models.PROTECT, related_name="events")
+    execution = models.ForeignKey(
+        Execution, null=True, blank=True, on_delete=models.CASCADE, related_name="events"
+    )
+    at = models.DateTimeField(db_default=Now())
+    kind = models.CharField(max_length=40)
+    message = models.CharField(max_length=1000)
+    data = models.JSONField(default=dict, blank=True)
+    actor = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+        indexes = [
+            models.Index(fields=["execution", "id"], name="event_execution"),
+            models.Index(fields=["schedule", "at"], name="event_schedule_at"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.at} {self.kind}"
+
+
+class SchedulerPartition(models.Model):
+    """A partition of the due index, leased by one beat at a time.
+
+    `epoch` is the partition's fencing token: bumped on every takeover; a
+    beat's writes are conditional on the epoch it was granted.
+    """
+
+    number = models.PositiveSmallIntegerField(primary_key=True)
+    owner = models.CharField(max_length=200, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    epoch = models.BigIntegerField(default=0)
+
+    class Meta:
+        ordering = ["number"]
+
+    def __str__(self) -> str:
+        return f"partition {self.number} ({self.owner or 'free'}, epoch {self.epoch})"
+
+
+class ManagedCommand(models.Model):
+    """An operator-registered command a tenant's schedule may run.
+
+    `argv` is a list of strings; `{param}` placeholders are filled from the
+    schedule's args, each as exactly one argv element — there is no shell.
+    """
+
+    name = models.CharField(max_length=100, unique=True)
+    description = models.CharField(max_length=500, blank=True)
+    argv = models.JSONField(help_text='e.g. ["/usr/local/bin/export", "--day", "{day}"]')
+    tenants = models.ManyToManyField(Tenant, blank=True, help_text="empty = every tenant")
+    timeout_s = models.PositiveIntegerField(default=3600)
+    enabled = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def parameters(self) -> list[str]:
+        import string
+
+        names: list[str] = []
+        for part in self.argv:
+            for _, field, _, _ in string.Formatter().parse(str(part)):
+                if field and field not in names:
+                    names.append(field)
+        return names
+
+    def allowed_for(self, tenant: Tenant) -> bool:
+        return not self.tenants.exists() or self.tenants.filter(pk=tenant.pk).exists()

@@ -1,0 +1,212 @@
+"""Semantic validation of schedule definitions, shared by the API and the console.
+
+Shape and types are the caller's job (serializer or form); this checks meaning —
+cron and timezone, target, policies, dependencies — and raises InvalidSchedule
+naming the field.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from django.conf import settings
+
+from dispatch import cron
+from dispatch.exceptions import InvalidSchedule
+from dispatch.models import DurationClass, Misfire, Overlap, Priority, Schedule
+from dispatch.targets import clean_target
+from tenants.models import Tenant
+
+RETRY_KEYS = {"max_attempts", "backoff", "initial_s", "max_s"}
+MAX_ATTEMPTS = 100
+MAX_JITTER_S = 3600
+MAX_GRACE_S = 7 * 24 * 3600
+
+
+@dataclass
+class ScheduleSpec:
+    """A validated, normalised definition, ready to be stored."""
+
+    values: dict[str, Any] = field(default_factory=dict)
+    depends_on: list[Schedule] | None = None
+
+
+def partition_for(schedule_id: UUID) -> int:
+    # Partition by a hash of the id, not by time, so a top-of-hour burst is
+    # spread across every beat rather than landing on one.
+    return zlib.crc32(schedule_id.bytes) % settings.SCHEDULER_PARTITIONS
+
+
+def clean_retry(value: Any) -> dict[str, Any]:
+    if value is None:
+        value = {}
+    if not isinstance(value, dict):
+        raise InvalidSchedule.field("retry", "must be an object")
+    unknown = sorted(set(value) - RETRY_KEYS)
+    if unknown:
+        raise InvalidSchedule.field(f"retry.{unknown[0]}", "unknown field")
+    out: dict[str, Any] = {
+        "max_attempts": 3,
+        "backoff": "exponential",
+        "initial_s": 10,
+        "max_s": 3600,
+    }
+    for key in ("max_attempts", "initial_s", "max_s"):
+        if key in value:
+            v = value[key]
+            low = 1 if key == "max_attempts" else 0
+            high = MAX_ATTEMPTS if key == "max_attempts" else 24 * 3600
+            if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= high:
+                raise InvalidSchedule.field(
+                    f"retry.{key}", f"must be a whole number in {low}..{high}"
+                )
+            out[key] = v
+    if "backoff" in value:
+        if value["backoff"] not in ("exponential", "fixed"):
+            raise InvalidSchedule.field("retry.backoff", "must be 'exponential' or 'fixed'")
+        out["backoff"] = value["backoff"]
+    if out["max_s"] < out["initial_s"]:
+        raise InvalidSchedule.field("retry.max_s", "must be at least initial_s")
+    return out
+
+
+def _choice(data: dict[str, Any], key: str, choices: list[str], default: str) -> str:
+    value = data.get(key, default)
+    if value not in choices:
+        raise InvalidSchedule.field(key, f"must be one of {', '.join(choices)}")
+    return str(value)
+
+
+def _int(data: dict[str, Any], key: str, default: int, low: int, high: int) -> int:
+    value = data.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidSchedule.field(key, f"must be a whole number in {low}..{high}")
+    return int(value)
+
+
+def clean_schedule(
+    *, tenant: Tenant, data: dict[str, Any], schedule_id: UUID, existing: Schedule | None = None
+) -> ScheduleSpec:
+    """Validate a full definition (create) or a partial one merged over `existing` (update)."""
+    merged: dict[str, Any] = {}
+    if existing is not None:
+        merged = {
+            "name": existing.name,
+            "cron": existing.cron or None,
+            "run_at": existing.run_at,
+            "timezone": existing.timezone,
+            "target": existing.target,
+            "retry": existing.retry,
+            "priority": existing.priority,
+            "duration": existing.duration_class,
+            "concurrency": existing.overlap,
+            "misfire": existing.misfire,
+            "misfire_grace_s": existing.misfire_grace_s,
+            "catch_up_limit": existing.catch_up_limit,
+            "jitter_s": existing.jitter_s,
+        }
+    merged.update(data)
+    values: dict[str, Any] = {}
+
+    name = merged.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise InvalidSchedule.field("name", "is required")
+    if len(name) > 200 or any(ord(c) < 32 for c in name):
+        raise InvalidSchedule.field("name", "must be at most 200 printable characters")
+    values["name"] = name.strip()
+
+    tz = merged.get("timezone") or "UTC"
+    try:
+        cron.get_zone(tz)
+    except cron.CronError as exc:
+        raise InvalidSchedule.field("timezone", exc.message) from None
+    values["timezone"] = tz
+
+    expr, run_at = merged.get("cron"), merged.get("run_at")
+    if existing is not None and "cron" in data and data["cron"] is not None:
+        run_at = None
+    if existing is not None and "run_at" in data and data["run_at"] is not None:
+        expr = None
+    if bool(expr) == bool(run_at):
+        raise InvalidSchedule.field(
+            "cron", "give exactly one of 'cron' (recurring) or 'run_at' (one-off)"
+        )
+    if existing is not None and (bool(expr) != (existing.kind == "cron")):
+        raise InvalidSchedule.field(
+            "cron" if expr else "run_at", "a schedule cannot change between cron and one-off"
+        )
+    if expr:
+        try:
+            cron.validate(expr, tz, seed=str(schedule_id))
+        except cron.CronError as exc:
+            raise InvalidSchedule.field("cron", exc.message) from None
+        values.update(kind="cron", cron=expr.strip(), run_at=None)
+    else:
+        if not isinstance(run_at, datetime) or run_at.tzinfo is None:
+            raise InvalidSchedule.field(
+                "run_at", "must be an ISO 8601 instant with a zone, e.g. 2026-09-26T09:00:00Z"
+            )
+        values.update(kind="once", cron="", run_at=run_at)
+
+    target = clean_target(merged.get("target"), tenant=tenant)
+    values["target"] = target
+    values["timeout_s"] = target["timeout_s"]
+    values["retry"] = clean_retry(merged.get("retry"))
+    values["priority"] = _choice(merged, "priority", Priority.values, Priority.DEFAULT)
+    values["duration_class"] = _choice(
+        merged, "duration", DurationClass.values, DurationClass.SHORT
+    )
+    values["overlap"] = _choice(merged, "concurrency", Overlap.values, Overlap.FORBID)
+    values["misfire"] = _choice(merged, "misfire", Misfire.values, Misfire.SKIP)
+    values["misfire_grace_s"] = _int(
+        merged, "misfire_grace_s", settings.DEFAULT_MISFIRE_GRACE_S, 0, MAX_GRACE_S
+    )
+    values["catch_up_limit"] = _int(merged, "catch_up_limit", 10, 1, settings.MAX_CATCH_UP)
+    values["jitter_s"] = _int(merged, "jitter_s", 0, 0, MAX_JITTER_S)
+
+    spec = ScheduleSpec(values=values)
+    if "depends_on" in data:
+        spec.depends_on = clean_dependencies(
+            tenant=tenant, ids=data["depends_on"], schedule_id=schedule_id
+        )
+    return spec
+
+
+def clean_dependencies(*, tenant: Tenant, ids: Any, schedule_id: UUID) -> list[Schedule]:
+    if not isinstance(ids, list) or len(ids) > 20:
+        raise InvalidSchedule.field("depends_on", "must be a list of at most 20 schedule ids")
+    wanted: list[UUID] = []
+    for raw in ids:
+        try:
+            wanted.append(UUID(str(raw)))
+        except ValueError:
+            raise InvalidSchedule.field("depends_on", f"{raw!r} is not a schedule id") from None
+    if schedule_id in wanted:
+        raise InvalidSchedule.field("depends_on", "a schedule cannot depend on itself")
+    found = list(Schedule.objects.filter(tenant=tenant, deleted_at__isnull=True, id__in=wanted))
+    missing = set(wanted) - {s.id for s in found}
+    if missing:
+        raise InvalidSchedule.field(
+            "depends_on", f"no such schedule: {sorted(map(str, missing))[0]}"
+        )
+    # Refuse cycles: walk upstream from the new dependencies; reaching this
+    # schedule again would make each wait for the other forever.
+    frontier = {s.id for s in found}
+    seen: set[UUID] = set()
+    while frontier:
+        if schedule_id in frontier:
+            raise InvalidSchedule.field("depends_on", "would create a dependency cycle")
+        seen |= frontier
+        frontier = (
+            set(
+                Schedule.depends_on.through.objects.filter(
+                    from_schedule_id__in=frontier
+                ).values_list("to_schedule_id", flat=True)
+            )
+            - seen
+        )
+    return found

@@ -1,0 +1,460 @@
+"""Writes of the dispatch app: schedules and one-off jobs.
+
+Every function is one transaction with its audit row inside; the beat is woken
+with NOTIFY, which PostgreSQL delivers only when the transaction commits.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import IntegrityError, connection, transaction
+
+from dispatch import cron
+from dispatch.exceptions import (
+    IdempotencyConflict,
+    InvalidSchedule,
+    NotFound,
+    QuotaExceeded,
+    VersionConflict,
+)
+from dispatch.models import Execution, ExecutionEvent, ExecutionState, Kind, Schedule, Trigger
+from dispatch.schedule_fields import ScheduleSpec, clean_schedule, partition_for
+from dispatch.selectors import as_uuid
+from tenants.audit import audit_record
+from tenants.models import TenantQuota
+from tenants.roles import Principal
+
+WAKE_CHANNEL = "scheduler_wakeup"
+# One-offs and triggers due sooner than this wake the beat at once instead of
+# waiting for its next cycle.
+WAKE_HORIZON = timedelta(seconds=60)
+
+
+def db_now() -> datetime:
+    """The database clock (RELIABILITY.md C5): due-ness never depends on an app host's clock."""
+    with connection.cursor() as cur:
+        cur.execute("SELECT now()")
+        value: datetime = cur.fetchone()[0]
+    return value
+
+
+def _db_clock() -> datetime:
+    with connection.cursor() as cur:
+        cur.execute("SELECT clock_timestamp()")
+        value: datetime = cur.fetchone()[0]
+    return value
+
+
+def schedule_snapshot(schedule: Schedule) -> dict[str, Any]:
+    """A JSON-safe view of a definition for audit before/after (secret references only)."""
+    return {
+        "name": schedule.name,
+        "kind": schedule.kind,
+        "cron": schedule.cron or None,
+        "timezone": schedule.timezone,
+        "run_at": schedule.run_at.isoformat() if schedule.run_at else None,
+        "target": schedule.target,
+        "retry": schedule.retry,
+        "priority": schedule.priority,
+        "duration": schedule.duration_class,
+        "concurrency": schedule.overlap,
+        "misfire": schedule.misfire,
+        "misfire_grace_s": schedule.misfire_grace_s,
+        "catch_up_limit": schedule.catch_up_limit,
+        "jitter_s": schedule.jitter_s,
+        "paused": schedule.paused,
+        "version": schedule.version,
+    }
+
+
+def _first_run(schedule: Schedule, *, now: datetime) -> datetime | None:
+    if schedule.kind == Kind.ONCE:
+        return schedule.run_at
+    return cron.next_after(schedule.cron, schedule.timezone, after=now, seed=str(schedule.id))
+
+
+def _wake_beat(schedule: Schedule, *, now: datetime) -> None:
+    if schedule.next_run_at is not None and schedule.next_run_at <= now + WAKE_HORIZON:
+        with connection.cursor() as cur:
+            cur.execute("SELECT pg_notify(%s, %s)", [WAKE_CHANNEL, str(schedule.partition)])
+
+
+def _event(
+    schedule: Schedule,
+    kind: str,
+    message: str,
+    *,
+    actor: Principal | None,
+    execution: Execution | None = None,
+    data: dict[str, Any] | None = None,
+) -> None:
+    ExecutionEvent.objects.create(
+        tenant_id=schedule.tenant_id,
+        schedule=schedule,
+        execution=execution,
+        kind=kind,
+        message=message,
+        data=data or {},
+        actor=actor.label if actor else "system",
+    )
+
+
+def _live(actor: Principal, schedule_id: uuid.UUID | str, *, lock: bool = True) -> Schedule:
+    # Tenant first: another tenant's schedule is indistinguishable from a missing one.
+    pk = as_uuid(schedule_id)
+    if pk is None:
+        raise NotFound("schedule not found")
+    qs = Schedule.objects.filter(tenant=actor.tenant, deleted_at__isnull=True, pk=pk)
+    if lock:
+        qs = qs.select_for_update()
+    schedule = qs.first()
+    if schedule is None:
+        raise NotFound("schedule not found")
+    return schedule
+
+
+def _check_quota(actor: Principal) -> None:
+    # Lock the quota row so two concurrent creates cannot both take the last slot.
+    quota = TenantQuota.objects.select_for_update().filter(tenant=actor.tenant).first()
+    if quota is None:
+        return
+    live = Schedule.objects.filter(
+        tenant=actor.tenant, deleted_at__isnull=True, next_run_at__isnull=False
+    ).count()
+    if live >= quota.max_schedules:
+        raise QuotaExceeded(
+            f"tenant {actor.tenant.slug} has reached its limit of {quota.max_schedules} active schedules"
+        )
+
+
+def _store(schedule: Schedule, spec: ScheduleSpec) -> None:
+    for key, value in spec.values.items():
+        setattr(schedule, key, value)
+
+
+def _save_unique(schedule: Schedule, **kwargs: Any) -> None:
+    try:
+        with transaction.atomic():
+            schedule.save(**kwargs)
+    except IntegrityError as exc:
+        if "schedule_name_unique_live" in str(exc):
+            raise InvalidSchedule.field(
+                "name", "a schedule with this name already exists"
+            ) from None
+        raise
+
+
+@transaction.atomic
+def schedule_create(*, actor: Principal, data: dict[str, Any]) -> Schedule:
+    schedule_id = uuid.uuid4()
+    spec = clean_schedule(tenant=actor.tenant, data=data, schedule_id=schedule_id)
+    _check_quota(actor)
+    now = db_now()
+    schedule = Schedule(
+        id=schedule_id,
+        tenant=actor.tenant,
+        partition=partition_for(schedule_id),
+        created_by=actor.label,
+    )
+    _store(schedule, spec)
+    schedule.next_run_at = _first_run(schedule, now=now)
+    _save_unique(schedule, force_insert=True)
+    if spec.depends_on:
+        schedule.depends_on.set(spec.depends_on)
+    _event(schedule, "created", f"schedule created by {actor.label}", actor=actor)
+    audit_record(
+        actor=actor,
+        action="schedule.create",
+        object_type="schedule",
+        object_id=str(schedule.id),
+        after=schedule_snapshot(schedule),
+    )
+    _wake_beat(schedule, now=now)
+    return schedule
+
+
+@transaction.atomic
+def schedule_update(
+    *,
+    actor: Principal,
+    schedule_id: uuid.UUID | str,
+    data: dict[str, Any],
+    expected_version: int | None,
+) -> Schedule:
+    """Apply a partial update. With `expected_version`, a concurrent edit makes this a 409."""
+    schedule = _live(actor, schedule_id)
+    if expected_version is not None and expected_version != schedule.version:
+        raise VersionConflict(
+            f"schedule was changed concurrently: you sent version {expected_version}, "
+            f"it is now {schedule.version}; reload and retry",
+            detail={"version": [f"current version is {schedule.version}"]},
+        )
+    before = schedule_snapshot(schedule)
+    spec = clean_schedule(
+        tenant=actor.tenant, data=data, schedule_id=schedule.id, existing=schedule
+    )
+    timing_changed = any(
+        spec.values.get(k) != getattr(schedule, k) for k in ("cron", "timezone", "run_at")
+    )
+    _store(schedule, spec)
+    now = db_now()
+    if timing_changed and (schedule.kind == Kind.CRON or schedule.next_run_at is not None):
+        schedule.next_run_at = _first_run(schedule, now=now)
+    schedule.version += 1
+    schedule.updated_at = now
+    _save_unique(schedule)
+    if spec.depends_on is not None:
+        schedule.depends_on.set(spec.depends_on)
+    _event(
+        schedule,
+        "updated",
+        f"definition changed by {actor.label} (version {schedule.version})",
+        actor=actor,
+    )
+    audit_record(
+        actor=actor,
+        action="schedule.update",
+        object_type="schedule",
+        object_id=str(schedule.id),
+        before=before,
+        after=schedule_snapshot(schedule),
+    )
+    _wake_beat(schedule, now=now)
+    return schedule
+
+
+@transaction.atomic
+def schedule_delete(*, actor: Principal, schedule_id: uuid.UUID | str) -> None:
+    """Soft delete: history stays; pending occurrences are cancelled with a reason."""
+    schedule = _live(actor, schedule_id)
+    before = schedule_snapshot(schedule)
+    now = db_now()
+    schedule.deleted_at = now
+    schedule.next_run_at = None
+    schedule.version += 1
+    schedule.save(update_fields=["deleted_at", "next_run_at", "version"])
+    Execution.objects.filter(
+        schedule=schedule, state__in=[ExecutionState.SCHEDULED, ExecutionState.RETRY_SCHEDULED]
+    ).update(
+        state=ExecutionState.CANCELLED,
+        finished_at=now,
+        reason_code="schedule_deleted",
+        reason=f"schedule deleted by {actor.label}",
+    )
+    _event(schedule, "deleted", f"schedule deleted by {actor.label}", actor=actor)
+    audit_record(
+        actor=actor,
+        action="schedule.delete",
+        object_type="schedule",
+        object_id=str(schedule.id),
+        before=before,
+    )
+
+
+@transaction.atomic
+def schedule_pause(
+    *,
+    actor: Principal,
+    schedule_id: uuid.UUID | str,
+    reason: str = "",
+    until: datetime | None = None,
+) -> Schedule:
+    schedule = _live(actor, schedule_id)
+    now = db_now()
+    if until is not None and until <= now:
+        raise InvalidSchedule.field("until", "must be in the future")
+    before = schedule_snapshot(schedule)
+    schedule.paused = True
+    schedule.paused_at = now
+    schedule.paused_until = until
+    schedule.paused_reason = reason[:500]
+    schedule.paused_by = actor.label
+    schedule.version += 1
+    schedule.save(
+        update_fields=[
+            "paused",
+            "paused_at",
+            "paused_until",
+            "paused_reason",
+            "paused_by",
+            "version",
+        ]
+    )
+    msg = f"paused by {actor.label}" + (f' ("{reason}")' if reason else "")
+    if until:
+        msg += f" until {until.isoformat()}"
+    _event(
+        schedule,
+        "paused",
+        msg,
+        actor=actor,
+        data={"reason": reason, "until": until.isoformat() if until else None},
+    )
+    audit_record(
+        actor=actor,
+        action="schedule.pause",
+        object_type="schedule",
+        object_id=str(schedule.id),
+        before=before,
+        after=schedule_snapshot(schedule),
+    )
+    return schedule
+
+
+@transaction.atomic
+def schedule_resume(*, actor: Principal, schedule_id: uuid.UUID | str) -> Schedule:
+    """Resume; occurrences missed while paused are handled by the schedule's misfire policy."""
+    schedule = _live(actor, schedule_id)
+    before = schedule_snapshot(schedule)
+    now = db_now()
+    schedule.paused = False
+    schedule.paused_until = None
+    schedule.version += 1
+    schedule.save(update_fields=["paused", "paused_until", "version"])
+    _event(
+        schedule,
+        "resumed",
+        f"resumed by {actor.label}",
+        actor=actor,
+        data={"paused_at": schedule.paused_at.isoformat() if schedule.paused_at else None},
+    )
+    audit_record(
+        actor=actor,
+        action="schedule.resume",
+        object_type="schedule",
+        object_id=str(schedule.id),
+        before=before,
+        after=schedule_snapshot(schedule),
+    )
+    _wake_beat(schedule, now=now)
+    return schedule
+
+
+@transaction.atomic
+def schedule_trigger(*, actor: Principal, schedule_id: uuid.UUID | str) -> Execution:
+    """Run now: a manual occurrence at the database's current instant, fired by the beat."""
+    schedule = _live(actor, schedule_id)
+    # The occurrence key of a manual run is the moment it was asked for. Use the
+    # wall clock of the database (clock_timestamp), not the transaction start,
+    # so two triggers in one transaction are two occurrences; on the rare
+    # same-microsecond collision, take the next instant.
+    while True:
+        now = _db_clock()
+        try:
+            with transaction.atomic():
+                execution = Execution.objects.create(
+                    schedule=schedule,
+                    tenant=schedule.tenant,
+                    scheduled_for=now,
+                    due_at=now,
+                    trigger=Trigger.MANUAL,
+                    state=ExecutionState.SCHEDULED,
+                )
+            break
+        except IntegrityError as exc:
+            if "execution_one_per_occurrence" not in str(exc):
+                raise
+    _event(
+        schedule,
+        "triggered",
+        f"triggered manually by {actor.label}",
+        actor=actor,
+        execution=execution,
+    )
+    audit_record(
+        actor=actor,
+        action="schedule.trigger",
+        object_type="schedule",
+        object_id=str(schedule.id),
+        after={"execution_id": str(execution.id), "scheduled_for": now.isoformat()},
+    )
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_notify(%s, %s)", [WAKE_CHANNEL, str(schedule.partition)])
+    return execution
+
+
+def request_digest(data: dict[str, Any]) -> str:
+    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def job_create(*, actor: Principal, data: dict[str, Any]) -> tuple[Schedule, bool]:
+    """A one-off job (run now, or at `run_at`). Returns (job, created).
+
+    The same idempotency key with the same body returns the existing job;
+    with a different body it is a conflict — a retried request can never
+    create a second job, nor silently mean something else.
+    """
+    key = data.get("idempotency_key")
+    digest = request_digest(data)
+    if key:
+        existing = _job_by_key(actor, key)
+        if existing is not None:
+            return _same_job(existing, digest), False
+    try:
+        return _job_insert(actor=actor, data=data, digest=digest), True
+    except IntegrityError as exc:
+        # Lost a race with a concurrent request carrying the same key (its
+        # default name collides first, or the key itself does).
+        if key:
+            existing = _job_by_key(actor, key)
+            if existing is not None:
+                return _same_job(existing, digest), False
+        if "schedule_name_unique_live" in str(exc):
+            raise InvalidSchedule.field(
+                "name", "a schedule with this name already exists"
+            ) from None
+        raise
+
+
+def _job_by_key(actor: Principal, key: str) -> Schedule | None:
+    return Schedule.objects.filter(tenant=actor.tenant, idempotency_key=key).first()
+
+
+def _same_job(existing: Schedule, digest: str) -> Schedule:
+    if existing.request_digest != digest:
+        raise IdempotencyConflict(
+            "this idempotency_key was already used with a different request body",
+            detail={"idempotency_key": ["already used with a different request body"]},
+        )
+    return existing
+
+
+@transaction.atomic
+def _job_insert(*, actor: Principal, data: dict[str, Any], digest: str) -> Schedule:
+    schedule_id = uuid.uuid4()
+    now = db_now()
+    key = data.get("idempotency_key")
+    fields = {k: v for k, v in data.items() if k not in {"idempotency_key"}}
+    fields.setdefault("name", f"job-{key}" if key else f"job-{schedule_id.hex[:12]}")
+    if fields.get("run_at") is None:
+        fields["run_at"] = now
+    spec = clean_schedule(tenant=actor.tenant, data=fields, schedule_id=schedule_id)
+    _check_quota(actor)
+    schedule = Schedule(
+        id=schedule_id,
+        tenant=actor.tenant,
+        partition=partition_for(schedule_id),
+        created_by=actor.label,
+        idempotency_key=key,
+        request_digest=digest,
+    )
+    _store(schedule, spec)
+    schedule.next_run_at = schedule.run_at
+    # A unique-key race surfaces as IntegrityError to job_create, which re-reads.
+    schedule.save(force_insert=True)
+    _event(schedule, "created", f"one-off job created by {actor.label}", actor=actor)
+    audit_record(
+        actor=actor,
+        action="job.create",
+        object_type="schedule",
+        object_id=str(schedule.id),
+        after=schedule_snapshot(schedule) | {"idempotency_key": key},
+    )
+    _wake_beat(schedule, now=now)
+    return schedule

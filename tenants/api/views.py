@@ -1,0 +1,76 @@
+"""Token management over the API (admin role)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from dispatch.api.serializers import StrictSerializer, iso_z
+from tenants import selectors, services
+from tenants.models import ServiceToken
+from tenants.roles import Principal, Role
+
+
+class TokenInSerializer(StrictSerializer):
+    read_only_names = {"id", "prefix", "created_at", "last_used_at", "revoked_at", "token"}
+    name = serializers.CharField(max_length=100)
+    role = serializers.ChoiceField(choices=[r.label for r in Role])
+    expires_at = serializers.DateTimeField(required=False, allow_null=True)
+
+
+def token_out(t: ServiceToken) -> dict[str, Any]:
+    return {
+        "id": t.pk,
+        "name": t.name,
+        "role": t.role,
+        "prefix": t.prefix,
+        "created_at": iso_z(t.created_at),
+        "created_by": t.created_by,
+        "expires_at": iso_z(t.expires_at),
+        "last_used_at": iso_z(t.last_used_at),
+        "revoked_at": iso_z(t.revoked_at),
+    }
+
+
+def _principal(request: Request) -> Principal:
+    assert isinstance(request.user, Principal)  # noqa: S101
+    return request.user
+
+
+class TokenListView(APIView):
+    read_role = Role.ADMIN
+    write_role = Role.ADMIN
+
+    def get(self, request: Request) -> Response:
+        tokens = selectors.token_list(tenant=_principal(request).tenant)
+        return Response({"results": [token_out(t) for t in tokens]})
+
+    @extend_schema(request=TokenInSerializer)
+    def post(self, request: Request) -> Response:
+        ser = TokenInSerializer(data=request.data)
+        ser.is_valid(raise_exception=True)
+        actor = _principal(request)
+        token, raw = services.token_issue(
+            tenant=actor.tenant,
+            name=ser.validated_data["name"],
+            role=Role.parse(ser.validated_data["role"]),
+            expires_at=ser.validated_data.get("expires_at"),
+            actor=actor,
+        )
+        # The only time the secret is ever shown.
+        return Response(token_out(token) | {"token": raw}, status=status.HTTP_201_CREATED)
+
+
+class TokenDetailView(APIView):
+    read_role = Role.ADMIN
+    write_role = Role.ADMIN
+
+    def delete(self, request: Request, pk: int) -> Response:
+        actor = _principal(request)
+        services.token_revoke(tenant=actor.tenant, token_id=pk, actor=actor)
+        return Response(status=status.HTTP_204_NO_CONTENT)

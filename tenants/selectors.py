@@ -1,0 +1,76 @@
+"""Reads of the tenants app."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.contrib.auth.models import AnonymousUser, User
+from django.db.models import Q, QuerySet
+from django.utils import timezone
+
+from tenants import tokens
+from tenants.models import Membership, ServiceToken, Tenant
+from tenants.roles import Principal, Role
+
+LAST_USED_RESOLUTION = timedelta(seconds=60)
+
+
+def token_authenticate(*, raw: str) -> Principal | None:
+    """The principal for a raw bearer token, or None if unknown, revoked, expired or its tenant inactive."""
+    if not tokens.looks_like_token(raw):
+        return None
+    now = timezone.now()
+    token = (
+        ServiceToken.objects.select_related("tenant")
+        .filter(digest=tokens.digest(raw), revoked_at__isnull=True, tenant__active=True)
+        .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
+        .first()
+    )
+    if token is None:
+        return None
+    # Recording last use on every request would make each API call a write;
+    # once a minute is precise enough to spot unused tokens.
+    ServiceToken.objects.filter(pk=token.pk).filter(
+        Q(last_used_at__isnull=True) | Q(last_used_at__lt=now - LAST_USED_RESOLUTION)
+    ).update(last_used_at=now)
+    return Principal(
+        tenant=token.tenant,
+        role=Role.parse(token.role),
+        actor_kind="token",
+        actor_id=str(token.pk),
+        label=f"token:{token.prefix} ({token.name})",
+    )
+
+
+def user_principal(*, user: User | AnonymousUser, tenant_slug: str | None) -> Principal | None:
+    """The principal of a console user in a tenant (platform staff act as admin everywhere)."""
+    if not user.is_authenticated:
+        return None
+    tenants = tenants_for_user(user=user)
+    tenant = tenants.filter(slug=tenant_slug).first() if tenant_slug else tenants.first()
+    if tenant is None:
+        return None
+    if user.is_staff:
+        role = Role.ADMIN
+    else:
+        membership = Membership.objects.get(user=user, tenant=tenant)
+        role = Role.parse(membership.role)
+    return Principal(
+        tenant=tenant,
+        role=role,
+        actor_kind="user",
+        actor_id=str(user.pk),
+        label=f"user:{user.get_username()}",
+    )
+
+
+def tenants_for_user(*, user: User | AnonymousUser) -> QuerySet[Tenant]:
+    if not user.is_authenticated:
+        return Tenant.objects.none()
+    if user.is_staff:
+        return Tenant.objects.filter(active=True)
+    return Tenant.objects.filter(active=True, memberships__user=user).distinct()
+
+
+def token_list(*, tenant: Tenant) -> QuerySet[ServiceToken]:
+    return ServiceToken.objects.filter(tenant=tenant)

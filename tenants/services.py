@@ -1,0 +1,150 @@
+"""Writes of the tenants app. Each is one transaction with its audit row inside."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.contrib.auth.models import User
+from django.db import transaction
+from django.utils import timezone
+from django.utils.text import slugify
+
+from tenants import tokens
+from tenants.audit import audit_record
+from tenants.exceptions import InvalidInput, NotFound
+from tenants.models import Membership, ServiceToken, Tenant, TenantQuota
+from tenants.roles import Principal, Role
+
+
+def _token_view(token: ServiceToken) -> dict[str, object]:
+    return {
+        "name": token.name,
+        "role": token.role,
+        "prefix": token.prefix,
+        "expires_at": token.expires_at.isoformat() if token.expires_at else None,
+        "revoked": token.revoked_at is not None,
+    }
+
+
+@transaction.atomic
+def tenant_create(*, slug: str, name: str = "", actor: Principal | None = None) -> Tenant:
+    if slugify(slug) != slug or not slug:
+        raise InvalidInput(
+            f"slug {slug!r} must be lower-case letters, digits and hyphens",
+            detail={"slug": ["must be lower-case letters, digits and hyphens"]},
+        )
+    if Tenant.objects.filter(slug=slug).exists():
+        raise InvalidInput(f"tenant {slug!r} already exists", detail={"slug": ["already exists"]})
+    tenant = Tenant.objects.create(slug=slug, name=name or slug)
+    TenantQuota.objects.create(tenant=tenant)
+    audit_record(
+        actor=actor,
+        tenant=tenant,
+        action="tenant.create",
+        object_type="tenant",
+        object_id=str(tenant.pk),
+        after={"slug": slug, "name": tenant.name},
+    )
+    return tenant
+
+
+@transaction.atomic
+def token_issue(
+    *,
+    tenant: Tenant,
+    name: str,
+    role: Role,
+    expires_at: datetime | None = None,
+    actor: Principal | None = None,
+) -> tuple[ServiceToken, str]:
+    """Create a token; returns it and the raw secret, which is never retrievable again."""
+    name = name.strip()
+    if not name:
+        raise InvalidInput("token name is required", detail={"name": ["is required"]})
+    if expires_at is not None and expires_at <= timezone.now():
+        raise InvalidInput(
+            "expiry must be in the future", detail={"expires_at": ["must be in the future"]}
+        )
+    new = tokens.generate()
+    token = ServiceToken.objects.create(
+        tenant=tenant,
+        name=name[:100],
+        role=role.label,
+        prefix=new.prefix,
+        digest=new.digest,
+        expires_at=expires_at,
+        created_by=actor.label if actor else "system",
+    )
+    audit_record(
+        actor=actor,
+        tenant=tenant,
+        action="token.create",
+        object_type="token",
+        object_id=str(token.pk),
+        after=_token_view(token),
+    )
+    return token, new.raw
+
+
+@transaction.atomic
+def token_revoke(*, tenant: Tenant, token_id: int, actor: Principal | None) -> ServiceToken:
+    token = ServiceToken.objects.select_for_update().filter(tenant=tenant, pk=token_id).first()
+    if token is None:
+        raise NotFound("token not found")
+    before = _token_view(token)
+    if token.revoked_at is None:
+        token.revoked_at = timezone.now()
+        token.save(update_fields=["revoked_at"])
+    audit_record(
+        actor=actor,
+        tenant=tenant,
+        action="token.revoke",
+        object_type="token",
+        object_id=str(token.pk),
+        before=before,
+        after=_token_view(token),
+    )
+    return token
+
+
+@transaction.atomic
+def membership_set(
+    *, tenant: Tenant, user: User, role: Role | None, actor: Principal | None
+) -> Membership | None:
+    """Grant, change or (role=None) remove a user's role in a tenant."""
+    current = Membership.objects.select_for_update().filter(tenant=tenant, user=user).first()
+    before = {"user": user.get_username(), "role": current.role} if current else None
+    if role is None:
+        if current is not None:
+            current.delete()
+        result = None
+        action = "member.remove"
+    elif current is None:
+        result = Membership.objects.create(tenant=tenant, user=user, role=role.label)
+        action = "member.add"
+    else:
+        current.role = role.label
+        current.save(update_fields=["role"])
+        result = current
+        action = "member.role_change"
+    audit_record(
+        actor=actor,
+        tenant=tenant,
+        action=action,
+        object_type="membership",
+        object_id=str(user.pk),
+        before=before,
+        after={"user": user.get_username(), "role": role.label} if role else None,
+    )
+    return result
+
+
+@transaction.atomic
+def user_ensure(*, username: str, password: str, is_staff: bool = False) -> User:
+    user_model = User
+    user, _ = user_model.objects.get_or_create(username=username)
+    user.set_password(password)
+    user.is_staff = is_staff
+    user.is_superuser = is_staff
+    user.save()
+    return user

@@ -1,0 +1,98 @@
+"""The SSRF guard's address rules (no network: IP literals only)."""
+
+import ipaddress
+
+import pytest
+
+from dispatch import netguard
+
+NO_ALLOW = netguard.AllowList()
+
+
+@pytest.mark.parametrize(
+    "literal",
+    [
+        "127.0.0.1",
+        "127.1",
+        "0x7f.1",
+        "2130706433",
+        "0177.0.0.1",
+        "0.0.0.0",
+        "169.254.169.254",
+        "100.100.100.200",
+        "::1",
+        "::",
+        "fe80::1",
+        "::ffff:127.0.0.1",
+        "::ffff:169.254.169.254",
+        "64:ff9b::7f00:1",
+        "64:ff9b::a9fe:a9fe",
+        "2002:7f00:1::",
+        "fd00:ec2::254",
+        "224.0.0.1",
+        "255.255.255.255",
+        "198.18.0.1",
+        "192.0.2.1",
+        "2001:db8::1",
+        "::127.0.0.1",
+        "240.0.0.1",
+    ],
+)
+def test_always_denied_addresses_are_refused_even_with_a_wide_allow_list(literal: str) -> None:
+    allow_all = netguard.AllowList.parse(["0.0.0.0/0", "::/0", "*"])
+    with pytest.raises(netguard.Denied):
+        netguard.check_host_at_save(literal, allow=allow_all)
+
+
+@pytest.mark.parametrize(
+    "literal",
+    [
+        "10.1.2.3",
+        "172.16.0.1",
+        "192.168.1.1",
+        "100.64.0.1",
+        "fd12::1",
+        "::ffff:10.0.0.1",
+        "64:ff9b::a00:1",
+    ],
+)
+def test_private_addresses_need_the_tenant_allow_list(literal: str) -> None:
+    with pytest.raises(netguard.Denied) as denied:
+        netguard.check_host_at_save(literal, allow=NO_ALLOW)
+    assert "allow-list" in denied.value.reason
+    allow = netguard.AllowList.parse(
+        ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7"]
+    )
+    netguard.check_host_at_save(literal, allow=allow)
+
+
+@pytest.mark.parametrize("literal", ["8.8.8.8", "2606:4700::1111", "93.184.216.34"])
+def test_public_addresses_are_allowed(literal: str) -> None:
+    netguard.check_host_at_save(literal, allow=NO_ALLOW)
+
+
+def test_names_are_judged_at_call_time_except_loopback_and_metadata_names() -> None:
+    netguard.check_host_at_save("billing.internal", allow=NO_ALLOW)
+    netguard.check_host_at_save("does-not-resolve.example", allow=NO_ALLOW)
+    for name in ["localhost", "api.localhost", "metadata.google.internal"]:
+        with pytest.raises(netguard.Denied):
+            netguard.check_host_at_save(name, allow=NO_ALLOW)
+
+
+def test_unwrap_reaches_the_embedded_ipv4_address() -> None:
+    cases = {
+        "::ffff:1.2.3.4": "1.2.3.4",
+        "64:ff9b::102:304": "1.2.3.4",
+        "2002:102:304::1": "1.2.3.4",
+        "1.2.3.4": "1.2.3.4",
+    }
+    for wrapped, plain in cases.items():
+        assert netguard.unwrap(ipaddress.ip_address(wrapped)) == ipaddress.ip_address(plain)
+
+
+def test_host_patterns_in_allow_list_match_names() -> None:
+    allow = netguard.AllowList.parse(["*.billing.internal", "10.20.0.0/16"])
+    assert allow.allows_host("api.billing.internal")
+    assert not allow.allows_host("billing.internal.evil.com")
+    assert allow.allows_ip(ipaddress.ip_address("10.20.3.4"))
+    assert not allow.allows_ip(ipaddress.ip_address("10.21.3.4"))
