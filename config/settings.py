@@ -201,6 +201,9 @@ PREVIEW_MAX_COUNT = get_int("PREVIEW_MAX_COUNT", 1000)
 # Hosts and networks that may never be a target, besides the built-in deny list
 # (comma-separated CIDRs or host names; the platform's own DB/broker/Vault hosts are added).
 TARGET_DENY_EXTRA = get_list("TARGET_DENY_EXTRA", [])
+# Test-only escape hatch: exact "ip:port" loopback receivers targets may reach.
+# Empty in production; the always-denied ranges stay denied for everything else.
+TARGET_TEST_ALLOW = get_list("TARGET_TEST_ALLOW", [])
 
 LOGGING = {
     "version": 1,

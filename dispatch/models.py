@@ -180,6 +180,8 @@ class Execution(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     schedule = models.ForeignKey(Schedule, on_delete=models.PROTECT, related_name="executions")
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="executions")
+    # Copied from the schedule so each beat scans only its own partitions' rows.
+    partition = models.PositiveSmallIntegerField(db_default=0)
     scheduled_for = models.DateTimeField()
     due_at = models.DateTimeField()
     trigger = models.CharField(max_length=12, choices=Trigger.choices, default=Trigger.CRON)
@@ -202,6 +204,10 @@ class Execution(models.Model):
     log_excerpt = models.TextField(blank=True)
     reason_code = models.CharField(max_length=40, blank=True)
     reason = models.CharField(max_length=500, blank=True)
+    # Which beat created the row, under which partition epoch: the evidence that
+    # a fenced-out beat wrote nothing after losing its lease.
+    fired_by = models.CharField(max_length=200, blank=True, db_default="")
+    fired_epoch = models.BigIntegerField(null=True, blank=True)
 
     class Meta:
         ordering = ["-scheduled_for", "-id"]
@@ -223,9 +229,20 @@ class Execution(models.Model):
             models.Index(fields=["schedule", "-scheduled_for"], name="execution_schedule_sched"),
             # The sweeper's and the dispatcher's work lists: only non-final rows.
             models.Index(
-                fields=["state", "due_at"],
+                fields=["partition", "state", "due_at"],
                 condition=Q(state__in=["scheduled", "queued", "retry_scheduled"]),
                 name="execution_pending",
+            ),
+            # Overlap and concurrency checks: the active rows of a schedule / tenant.
+            models.Index(
+                fields=["schedule"],
+                condition=Q(state__in=["scheduled", "queued", "running", "retry_scheduled"]),
+                name="execution_active_schedule",
+            ),
+            models.Index(
+                fields=["tenant", "state"],
+                condition=Q(state__in=["queued", "running"]),
+                name="execution_inflight_tenant",
             ),
             models.Index(
                 fields=["lease_expires_at"],
@@ -317,3 +334,24 @@ class ManagedCommand(models.Model):
 
     def allowed_for(self, tenant: Tenant) -> bool:
         return not self.tenants.exists() or self.tenants.filter(pk=tenant.pk).exists()
+
+
+class BeatNode(models.Model):
+    """A running beat process: liveness for operators, counters for fencing evidence."""
+
+    name = models.CharField(max_length=200, primary_key=True)
+    hostname = models.CharField(max_length=200, blank=True)
+    pid = models.IntegerField(default=0)
+    started_at = models.DateTimeField(db_default=Now())
+    heartbeat_at = models.DateTimeField(db_default=Now())
+    partitions = models.JSONField(default=list, blank=True)
+    stale_writes_rejected = models.BigIntegerField(default=0)
+    fired_total = models.BigIntegerField(default=0)
+    published_total = models.BigIntegerField(default=0)
+    stopped_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name

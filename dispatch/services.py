@@ -350,6 +350,7 @@ def schedule_trigger(*, actor: Principal, schedule_id: uuid.UUID | str) -> Execu
                 execution = Execution.objects.create(
                     schedule=schedule,
                     tenant=schedule.tenant,
+                    partition=schedule.partition,
                     scheduled_for=now,
                     due_at=now,
                     trigger=Trigger.MANUAL,
