@@ -198,6 +198,17 @@ SCHEDULER_PARTITIONS = get_int("SCHEDULER_PARTITIONS", 16)
 DEFAULT_MISFIRE_GRACE_S = get_int("DEFAULT_MISFIRE_GRACE_S", 60)
 MAX_CATCH_UP = get_int("MAX_CATCH_UP", 100)
 PREVIEW_MAX_COUNT = get_int("PREVIEW_MAX_COUNT", 1000)
+
+# --- Beat (scheduler shards) ---
+BEAT_LEASE_TTL_S = float(get("BEAT_LEASE_TTL_S", "10") or 10)
+BEAT_CYCLE_S = float(get("BEAT_CYCLE_S", "1") or 1)
+BEAT_LOOKAHEAD_S = float(get("BEAT_LOOKAHEAD_S", "10") or 10)
+BEAT_BATCH = get_int("BEAT_BATCH", 1000)
+# Queued but unclaimed this long: the broker lost the message; publish it again.
+QUEUED_REPUBLISH_S = float(get("QUEUED_REPUBLISH_S", "60") or 60)
+SWEEP_INTERVAL_S = float(get("SWEEP_INTERVAL_S", "2") or 2)
+# Global cap on queued+running executions (0 = none); beyond it, fair share decides who waits.
+DISPATCH_MAX_INFLIGHT = get_int("DISPATCH_MAX_INFLIGHT", 0)
 # Hosts and networks that may never be a target, besides the built-in deny list
 # (comma-separated CIDRs or host names; the platform's own DB/broker/Vault hosts are added).
 TARGET_DENY_EXTRA = get_list("TARGET_DENY_EXTRA", [])
@@ -213,3 +224,47 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": get("LOG_LEVEL", "INFO")},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
+
+# --- Execution (workers) ---
+# Leases and fencing: a worker holds an execution for EXECUTION_LEASE_S and
+# heartbeats every third of it; the sweeper re-runs executions whose lease
+# lapsed. The backstop grace is added to a schedule's timeout before the
+# sweeper treats a still-heartbeating run as hung.
+EXECUTION_LEASE_S = get_int("EXECUTION_LEASE_S", 30)
+EXECUTION_BACKSTOP_GRACE_S = get_int("EXECUTION_BACKSTOP_GRACE_S", 60)
+# Names the worker in lease_owner and events; the pool process id is appended
+# at run time (prefork children share the parent's settings). Default: hostname.
+WORKER_ID = get("WORKER_ID", "") or ""
+# Stored response / output excerpts are cut to this many bytes.
+RESPONSE_EXCERPT_BYTES = get_int("RESPONSE_EXCERPT_BYTES", 4096)
+# Secret references are resolved at run time by these backends ("env", "vault";
+# comma-separated). `env:NAME` reads SCHED_SECRET_<TENANT>_<NAME> from the
+# worker's environment (the embedded default); `vault:` reads Vault KV v2.
+VAULT_ADDR = get("VAULT_ADDR", "") or ""
+VAULT_TOKEN = get("VAULT_TOKEN", "") or ""  # VAULT_TOKEN_FILE works too (config/env.py)
+VAULT_MOUNT = get("VAULT_MOUNT", "kv") or "kv"
+VAULT_TIMEOUT_S = get_int("VAULT_TIMEOUT_S", 5)
+SECRETS_BACKEND = get_list("SECRETS_BACKEND", ["vault"] if VAULT_ADDR else ["env"])
+# Token bucket per target host, shared by every worker through Redis: "N/s|min|hour".
+TARGET_RATE_PER_HOST = get("TARGET_RATE_PER_HOST", "50/s") or "50/s"
+
+
+def _target_brokers() -> dict[str, str]:
+    # "name=url,name=url"; "default" is the platform's own broker unless overridden.
+    brokers = {"default": CELERY_BROKER_URL}
+    for item in get_list("TARGET_BROKERS", []):
+        name, sep, url = item.partition("=")
+        if not sep or not name.strip() or not url.strip():
+            raise ImproperlyConfigured(f"TARGET_BROKERS entry {item!r} is not name=url")
+        brokers[name.strip()] = url.strip()
+    return brokers
+
+
+TARGET_BROKERS = _target_brokers()
+# Dead-execution notices to the owning tenant (webhook and/or email).
+ALERT_WEBHOOK_TIMEOUT_S = get_int("ALERT_WEBHOOK_TIMEOUT_S", 5)
+ALERT_EMAIL_FROM = get("ALERT_EMAIL_FROM", "scheduler@localhost") or "scheduler@localhost"
+EMAIL_BACKEND = (
+    get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+    or "django.core.mail.backends.console.EmailBackend"
+)

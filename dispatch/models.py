@@ -195,7 +195,10 @@ class Execution(models.Model):
     fencing_token = models.BigIntegerField(default=0)
     next_attempt_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(db_default=Now())
-    enqueued_at = models.DateTimeField(null=True, blank=True)
+    enqueued_at = models.DateTimeField(null=True, blank=True)  # first published
+    # Last time the sweeper published it again (the broker had lost it); keeps
+    # enqueued_at honest for fire-lag figures.
+    republished_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     status_code = models.IntegerField(null=True, blank=True)

@@ -1,0 +1,793 @@
+"""The beat: a scheduler shard.
+
+A beat leases a fair share of the due index's partitions, and each cycle
+  1. fires: claims due schedules of its partitions (FOR UPDATE SKIP LOCKED),
+     creates their executions (INSERT … ON CONFLICT DO NOTHING) and advances
+     next_run_at, in one transaction fenced by its partition epochs;
+  2. loads executions due within the lookahead into an in-memory heap;
+  3. publishes each at its due time (database clock) to the Celery queue
+     `{priority}.{duration}`, then marks the rows queued;
+  4. sweeps: re-publishes queued rows nobody claimed, rescues expired worker
+     leases, resumes schedules whose pause ended.
+Any number of beats run side by side; they coordinate only through PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import math
+import os
+import select
+import signal
+import socket
+import time
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+from django.conf import settings
+from django.db import connection, transaction
+
+from dispatch import cron
+from dispatch.models import ExecutionEvent
+from dispatch.services import WAKE_CHANNEL
+from dispatch.sql import queries
+
+log = logging.getLogger("dispatch.beat")
+
+TASK_NAME = "dispatch.run_execution"
+# Fault injection for the crash-boundary tests: the process dies (as kill -9
+# would) at the named point. Unset in production.
+FAULT_POINT = os.environ.get("SCHED_FAULT_POINT", "")
+
+
+def _fault(point: str) -> None:
+    if point == FAULT_POINT:
+        log.warning("fault point %s reached: exiting abruptly", point)
+        os._exit(137)
+
+
+@dataclass(order=True)
+class Pending:
+    due: float  # epoch seconds, database clock
+    id: str = field(compare=False)
+    attempt: int = field(compare=False)
+    queue: str = field(compare=False)
+    tenant_id: int = field(compare=False)
+    partition: int = field(compare=False)
+
+
+@dataclass
+class Counters:
+    fired: int = 0
+    skipped: int = 0
+    published: int = 0
+    republished: int = 0
+    stale_writes_rejected: int = 0
+
+
+@dataclass
+class BeatConfig:
+    name: str
+    partitions: int = 16
+    lease_ttl_s: float = 10.0
+    cycle_s: float = 1.0
+    lookahead_s: float = 10.0
+    batch: int = 1000
+    queued_republish_s: float = 60.0
+    sweep_interval_s: float = 2.0
+    max_inflight: int = 0  # 0: no global cap
+
+    @classmethod
+    def from_settings(cls, **overrides: Any) -> BeatConfig:
+        values: dict[str, Any] = {
+            "name": f"beat-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}",
+            "partitions": settings.SCHEDULER_PARTITIONS,
+            "lease_ttl_s": settings.BEAT_LEASE_TTL_S,
+            "cycle_s": settings.BEAT_CYCLE_S,
+            "lookahead_s": settings.BEAT_LOOKAHEAD_S,
+            "batch": settings.BEAT_BATCH,
+            "queued_republish_s": settings.QUEUED_REPUBLISH_S,
+            "sweep_interval_s": settings.SWEEP_INTERVAL_S,
+            "max_inflight": settings.DISPATCH_MAX_INFLIGHT,
+        }
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+
+def _rows(sql_name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    with connection.cursor() as cur:
+        cur.execute(queries[sql_name], params)
+        return list(cur.fetchall()) if cur.description else []
+
+
+def _db_clock() -> datetime:
+    with connection.cursor() as cur:
+        cur.execute("SELECT clock_timestamp()")
+        value: datetime = cur.fetchone()[0]
+    return value
+
+
+class Beat:
+    def __init__(self, config: BeatConfig) -> None:
+        self.cfg = config
+        self.owned: dict[int, int] = {}  # partition -> epoch granted to us
+        self.heap: list[Pending] = []
+        self.in_heap: set[str] = set()
+        self.counters = Counters()
+        self._reported = Counters()
+        self.stopping = False
+        self.clock_offset = 0.0  # database clock minus local clock, seconds
+        self._last_sweep = 0.0
+        self._live_beats = 1
+        self._listen: psycopg.Connection[Any] | None = None
+        self._held_reason: dict[str, str] = {}
+
+    # --- lifecycle -----------------------------------------------------------------
+
+    def start(self) -> None:
+        self._configure_session()
+        _rows("partitions_ensure", {"count": self.cfg.partitions})
+        _rows(
+            "beat_register",
+            {"name": self.cfg.name, "hostname": socket.gethostname(), "pid": os.getpid()},
+        )
+        self._open_listener()
+        log.info(
+            "beat %s started (%d partitions, lease %.1fs)",
+            self.cfg.name,
+            self.cfg.partitions,
+            self.cfg.lease_ttl_s,
+        )
+
+    def run(self) -> None:
+        signal.signal(signal.SIGTERM, self._stop)
+        signal.signal(signal.SIGINT, self._stop)
+        self.start()
+        try:
+            while not self.stopping:
+                self.cycle()
+                self._wait()
+        finally:
+            self.shutdown()
+
+    def _stop(self, *_: Any) -> None:
+        self.stopping = True
+
+    def shutdown(self) -> None:
+        """Give partitions up so another beat takes them at once instead of after lease expiry."""
+        try:
+            if self.owned:
+                numbers, epochs = self._owned_arrays()
+                _rows(
+                    "partitions_release",
+                    {"numbers": numbers, "epochs": epochs, "owner": self.cfg.name},
+                )
+                log.info("beat %s released partitions %s", self.cfg.name, numbers)
+            self.owned.clear()
+            self._report()
+            _rows("beat_stopped", {"name": self.cfg.name})
+        except Exception:
+            log.exception("beat %s: error during shutdown", self.cfg.name)
+        if self._listen is not None:
+            self._listen.close()
+
+    def _configure_session(self) -> None:
+        # A beat paused inside a transaction must not keep schedule rows locked:
+        # every other beat would silently skip them (RELIABILITY.md). The server
+        # ends such a session well before the lease could be taken over.
+        idle_ms = max(1000, int(self.cfg.lease_ttl_s * 1000 / 2))
+        with connection.cursor() as cur:
+            cur.execute(f"SET idle_in_transaction_session_timeout = {idle_ms}")
+            cur.execute("SET statement_timeout = '30s'")
+
+    def _open_listener(self) -> None:
+        params = connection.get_connection_params()
+        params.pop("cursor_factory", None)
+        params.pop("context", None)
+        try:
+            self._listen = psycopg.connect(**params, autocommit=True)
+            self._listen.execute(f"LISTEN {WAKE_CHANNEL}")
+        except psycopg.Error:
+            log.warning("beat %s: LISTEN unavailable; polling every cycle", self.cfg.name)
+            self._listen = None
+
+    # --- one cycle ---------------------------------------------------------------------
+
+    def cycle(self) -> None:
+        """One pass: leases, firing, loading, publishing, sweeping. Safe to call repeatedly."""
+        try:
+            self._sync_clock()
+            self.maintain_leases()
+            if self.owned:
+                while self.fire_due() >= self.cfg.batch:
+                    pass
+                self.load_pending()
+                self.publish_due()
+                if time.monotonic() - self._last_sweep >= self.cfg.sweep_interval_s:
+                    self.sweep()
+                    self._last_sweep = time.monotonic()
+            self._report()
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            log.warning("beat %s: database unavailable (%s); retrying", self.cfg.name, exc)
+            self._reset_connection()
+        except Exception as exc:
+            # Django wraps driver errors; the same reconnect applies to them.
+            if exc.__class__.__module__.startswith("django.db"):
+                log.warning("beat %s: database error (%s); retrying", self.cfg.name, exc)
+                self._reset_connection()
+            else:
+                raise
+
+    def _reset_connection(self) -> None:
+        connection.close()
+        time.sleep(min(2.0, self.cfg.cycle_s))
+        try:
+            self._configure_session()
+        except Exception:
+            return
+        if self._listen is None or self._listen.closed:
+            self._open_listener()
+
+    def _sync_clock(self) -> None:
+        # Due-ness is judged on the database clock (RELIABILITY.md C5); the local
+        # clock only measures intervals, so a skewed host neither fires early nor late.
+        before = time.time()
+        db_now = _db_clock().timestamp()
+        after = time.time()
+        self.clock_offset = db_now - (before + after) / 2
+
+    def db_time(self) -> float:
+        return time.time() + self.clock_offset
+
+    def _owned_arrays(self) -> tuple[list[int], list[int]]:
+        numbers = sorted(self.owned)
+        return numbers, [self.owned[n] for n in numbers]
+
+    # --- partition leases ------------------------------------------------------------------
+
+    def maintain_leases(self) -> None:
+        if self.owned:
+            numbers, epochs = self._owned_arrays()
+            renewed = {
+                r[0]
+                for r in _rows(
+                    "partitions_renew",
+                    {
+                        "numbers": numbers,
+                        "epochs": epochs,
+                        "owner": self.cfg.name,
+                        "ttl": self.cfg.lease_ttl_s,
+                    },
+                )
+            }
+            lost = set(numbers) - renewed
+            if lost:
+                # The renewal is the first write a beat makes after a pause; it being
+                # refused is the fence working, and is counted as such.
+                self.counters.stale_writes_rejected += 1
+                self._lose(lost, why="lease could not be renewed (expired or taken over)")
+        live = _rows("beat_heartbeat", self._heartbeat_params())[0][0]
+        self._live_beats = max(1, int(live))
+        share = math.ceil(self.cfg.partitions / self._live_beats)
+        if len(self.owned) > share:
+            # Rebalance: a beat joined; hand over what exceeds our fair share.
+            extra = sorted(self.owned)[share:]
+            _rows(
+                "partitions_release",
+                {
+                    "numbers": extra,
+                    "epochs": [self.owned[n] for n in extra],
+                    "owner": self.cfg.name,
+                },
+            )
+            for n in extra:
+                self._drop(n)
+            log.info(
+                "beat %s released %s to rebalance (%d live beats)",
+                self.cfg.name,
+                extra,
+                self._live_beats,
+            )
+        elif len(self.owned) < share:
+            got = _rows(
+                "partitions_acquire",
+                {
+                    "count": self.cfg.partitions,
+                    "want": share - len(self.owned),
+                    "owner": self.cfg.name,
+                    "ttl": self.cfg.lease_ttl_s,
+                },
+            )
+            for number, epoch in got:
+                self.owned[number] = epoch
+            if got:
+                log.info(
+                    "beat %s acquired partitions %s", self.cfg.name, sorted((n, e) for n, e in got)
+                )
+
+    def _heartbeat_params(self) -> dict[str, Any]:
+        import json
+
+        delta = Counters(
+            fired=self.counters.fired - self._reported.fired,
+            published=self.counters.published - self._reported.published,
+            stale_writes_rejected=self.counters.stale_writes_rejected
+            - self._reported.stale_writes_rejected,
+        )
+        self._reported.fired = self.counters.fired
+        self._reported.published = self.counters.published
+        self._reported.stale_writes_rejected = self.counters.stale_writes_rejected
+        return {
+            "name": self.cfg.name,
+            "partitions": json.dumps(sorted(self.owned)),
+            "rejected": delta.stale_writes_rejected,
+            "fired": delta.fired,
+            "published": delta.published,
+            "ttl": self.cfg.lease_ttl_s,
+        }
+
+    def _report(self) -> None:
+        if (self.counters.fired, self.counters.published, self.counters.stale_writes_rejected) != (
+            self._reported.fired,
+            self._reported.published,
+            self._reported.stale_writes_rejected,
+        ):
+            _rows("beat_heartbeat", self._heartbeat_params())
+
+    def _drop(self, number: int) -> None:
+        self.owned.pop(number, None)
+        kept = [p for p in self.heap if p.partition != number]
+        if len(kept) != len(self.heap):
+            self.heap = kept
+            heapq.heapify(self.heap)
+            self.in_heap = {p.id for p in self.heap}
+
+    def _lose(self, numbers: set[int], *, why: str) -> None:
+        for number in sorted(numbers):
+            log.warning(
+                "beat %s: fencing — partition %d (epoch %d) lost: %s; its writes are rejected",
+                self.cfg.name,
+                number,
+                self.owned.get(number, -1),
+                why,
+            )
+            self._drop(number)
+
+    def _fence(self) -> list[int]:
+        """Inside a transaction: share-lock our partitions at our epochs; drop any we lost."""
+        numbers, epochs = self._owned_arrays()
+        held = {
+            r[0]
+            for r in _rows(
+                "fence_partitions", {"numbers": numbers, "epochs": epochs, "owner": self.cfg.name}
+            )
+        }
+        lost = set(numbers) - held
+        if lost:
+            self.counters.stale_writes_rejected += 1
+            self._lose(lost, why="epoch moved on or lease expired")
+        return sorted(held)
+
+    # --- firing --------------------------------------------------------------------------
+
+    def fire_due(self) -> int:
+        """Create executions for due schedules of our partitions; returns schedules claimed."""
+        with transaction.atomic():
+            numbers = self._fence()
+            if not numbers:
+                return 0
+            now = _db_clock()
+            due = _rows(
+                "due_schedules",
+                {"numbers": numbers, "lookahead": self.cfg.lookahead_s, "batch": self.cfg.batch},
+            )
+            if not due:
+                return 0
+            until = now + timedelta(seconds=self.cfg.lookahead_s)
+            plan = _FirePlan(beat=self.cfg.name, epochs=self.owned)
+            overlap_ids = [row[0] for row in due if row[12] in ("forbid", "replace")]
+            active: dict[uuid.UUID, list[tuple[uuid.UUID, str]]] = defaultdict(list)
+            if overlap_ids:
+                for sid, eid, state in _rows("active_executions", {"ids": overlap_ids}):
+                    active[sid].append((eid, state))
+            for row in due:
+                plan.add_schedule(row, now=now, until=until, active=active)
+            if plan.replace_ids:
+                cancelled = _rows("cancel_for_replace", {"ids": plan.replace_ids})
+                _events(
+                    [
+                        (
+                            sid,
+                            tid,
+                            eid,
+                            "cancelled",
+                            "cancelled: replaced by a newer occurrence (overlap replace)",
+                        )
+                        for eid, sid, tid in cancelled
+                    ]
+                )
+            inserted = _rows("insert_executions", plan.insert_params()) if plan.ids else []
+            _rows("advance_schedules", {"ids": plan.advance_ids, "next_run_ats": plan.advance_to})
+            if plan.events:
+                _events(plan.events)
+        _fault("after_fire_commit")
+        self.counters.fired += len(inserted)
+        if inserted:
+            log.debug("beat %s fired %d executions", self.cfg.name, len(inserted))
+        return len(due)
+
+    # --- publishing --------------------------------------------------------------------------
+
+    def load_pending(self) -> None:
+        numbers = sorted(self.owned)
+        rows = _rows(
+            "pending_executions",
+            {"numbers": numbers, "lookahead": self.cfg.lookahead_s, "limit": self.cfg.batch * 10},
+        )
+        for eid, attempt, due, priority, duration, tenant_id, partition in rows:
+            key = str(eid)
+            if key in self.in_heap:
+                continue
+            self.in_heap.add(key)
+            heapq.heappush(
+                self.heap,
+                Pending(
+                    due.timestamp(), key, attempt, f"{priority}.{duration}", tenant_id, partition
+                ),
+            )
+
+    def publish_due(self) -> int:
+        now = self.db_time()
+        ready: list[Pending] = []
+        while self.heap and self.heap[0].due <= now:
+            item = heapq.heappop(self.heap)
+            self.in_heap.discard(item.id)
+            if item.partition in self.owned:
+                ready.append(item)
+        if not ready:
+            return 0
+        to_send, held = self._apply_limits(ready)
+        published = self._publish(to_send) if to_send else []
+        if published:
+            _fault("after_publish")
+        with transaction.atomic():
+            numbers = self._fence()
+            if published:
+                _rows(
+                    "mark_queued",
+                    {
+                        "ids": [p.id for p in published],
+                        "attempts": [p.attempt for p in published],
+                        "queues": [p.queue for p in published],
+                        "numbers": numbers,
+                    },
+                )
+            for reason, items in held.items():
+                code = "held_concurrency" if "concurrency" in reason else "held_capacity"
+                rows = _rows(
+                    "mark_held", {"ids": [p.id for p in items], "code": code, "reason": reason}
+                )
+                _events([(sid, tid, eid, code, reason) for eid, sid, tid in rows])
+        self.counters.published += len(published)
+        return len(published)
+
+    def _apply_limits(self, ready: list[Pending]) -> tuple[list[Pending], dict[str, list[Pending]]]:
+        """Per-tenant concurrency caps and weighted fair share across tenants.
+
+        Within a tenant, higher priority goes first; across tenants, publishing is
+        interleaved in proportion to quota weights, so when capacity is short a
+        flooding tenant cannot starve a small one.
+        """
+        tenant_ids = sorted({p.tenant_id for p in ready})
+        info = {r[0]: r for r in _rows("tenant_inflight", {"tenant_ids": tenant_ids})}
+        by_tenant: dict[int, list[Pending]] = defaultdict(list)
+        prio = {"high": 0, "default": 1, "low": 2}
+        for p in sorted(ready, key=lambda p: (prio.get(p.queue.split(".")[0], 1), p.due)):
+            by_tenant[p.tenant_id].append(p)
+        held: dict[str, list[Pending]] = defaultdict(list)
+        room: dict[int, int] = {}
+        for tid, items in by_tenant.items():
+            _, slug, cap, _weight, inflight = info.get(tid, (tid, str(tid), 0, 1, 0))
+            room[tid] = max(0, cap - inflight) if cap else len(items)
+            if room[tid] < len(items):
+                reason = f"waiting: tenant {slug} at its concurrency limit {cap}"
+                held[reason].extend(items[room[tid] :])
+                by_tenant[tid] = items[: room[tid]]
+        # Weighted round robin: each round a tenant sends `weight` items.
+        order: list[Pending] = []
+        queues = {tid: list(items) for tid, items in by_tenant.items() if items}
+        while queues:
+            for tid in list(queues):
+                weight = max(1, int(info.get(tid, (0, "", 0, 1, 0))[3]))
+                take, queues[tid] = queues[tid][:weight], queues[tid][weight:]
+                order.extend(take)
+                if not queues[tid]:
+                    del queues[tid]
+        if self.cfg.max_inflight:
+            total_inflight = sum(int(r[4]) for r in info.values())
+            budget = max(0, self.cfg.max_inflight - total_inflight)
+            if budget < len(order):
+                held["waiting: platform at its dispatch capacity"].extend(order[budget:])
+                order = order[:budget]
+        return order, held
+
+    def _publish(self, items: list[Pending]) -> list[Pending]:
+        from config.celery_app import app
+
+        sent: list[Pending] = []
+        try:
+            with app.producer_or_acquire() as producer:
+                for p in items:
+                    app.send_task(
+                        TASK_NAME,
+                        args=[p.id, p.attempt],
+                        queue=p.queue,
+                        producer=producer,
+                        ignore_result=True,
+                    )
+                    sent.append(p)
+        except Exception:
+            log.exception(
+                "beat %s: publish failed after %d of %d; the rest retry next cycle",
+                self.cfg.name,
+                len(sent),
+                len(items),
+            )
+        return sent
+
+    # --- sweeping ------------------------------------------------------------------------------
+
+    def sweep(self) -> None:
+        numbers = sorted(self.owned)
+        with transaction.atomic():
+            numbers = self._fence()
+            if not numbers:
+                return
+            stale = _rows(
+                "stale_queued",
+                {
+                    "numbers": numbers,
+                    "timeout": self.cfg.queued_republish_s,
+                    "limit": self.cfg.batch,
+                },
+            )
+            resumed = _rows("auto_resume", {"numbers": numbers})
+            if resumed:
+                _events(
+                    [
+                        (
+                            sid,
+                            tid,
+                            None,
+                            "resumed",
+                            "resumed automatically: the pause's end time passed",
+                        )
+                        for sid, tid in resumed
+                    ]
+                )
+        if stale:
+            again = [
+                Pending(0, str(eid), attempt, queue or "default.short", 0, -1)
+                for eid, attempt, queue in stale
+            ]
+            self.counters.republished += len(self._publish(again))
+            log.info(
+                "beat %s re-published %d queued executions nobody claimed",
+                self.cfg.name,
+                len(stale),
+            )
+        try:
+            from dispatch import sweeper
+        except ImportError:
+            return
+        sweeper.sweep_expired_leases(partitions=numbers)
+
+    # --- waiting ---------------------------------------------------------------------------------
+
+    def _wait(self) -> None:
+        timeout = self.cfg.cycle_s
+        if self.heap:
+            timeout = max(0.0, min(timeout, self.heap[0].due - self.db_time()))
+        if timeout <= 0:
+            return
+        if self._listen is None:
+            time.sleep(timeout)
+            return
+        try:
+            ready, _, _ = select.select([self._listen.fileno()], [], [], timeout)
+            if ready:
+                # Drain notifications: any wake-up means "look now".
+                for _ in self._listen.notifies(timeout=0):
+                    pass
+        except (psycopg.Error, OSError, ValueError):
+            self._listen = None
+
+
+def _events(items: list[tuple[Any, Any, Any, str, str]]) -> None:
+    ExecutionEvent.objects.bulk_create(
+        [
+            ExecutionEvent(
+                schedule_id=sid,
+                tenant_id=tid,
+                execution_id=eid,
+                kind=kind,
+                message=msg[:1000],
+                actor="beat",
+            )
+            for sid, tid, eid, kind, msg in items
+        ]
+    )
+
+
+class _FirePlan:
+    """The rows one firing transaction writes, computed from the due schedules."""
+
+    def __init__(self, *, beat: str, epochs: dict[int, int]) -> None:
+        self.beat = beat
+        self.epochs = epochs
+        self.ids: list[uuid.UUID] = []
+        self.schedule_ids: list[uuid.UUID] = []
+        self.tenant_ids: list[int] = []
+        self.partitions: list[int] = []
+        self.scheduled_fors: list[datetime] = []
+        self.due_ats: list[datetime] = []
+        self.triggers: list[str] = []
+        self.states: list[str] = []
+        self.reason_codes: list[str] = []
+        self.reasons: list[str] = []
+        self.row_epochs: list[int] = []
+        self.advance_ids: list[uuid.UUID] = []
+        self.advance_to: list[datetime | None] = []
+        self.replace_ids: list[uuid.UUID] = []
+        self.events: list[tuple[Any, Any, Any, str, str]] = []
+
+    def _row(
+        self,
+        sched: tuple[Any, ...],
+        *,
+        scheduled_for: datetime,
+        due_at: datetime,
+        trigger: str,
+        state: str = "scheduled",
+        code: str = "",
+        reason: str = "",
+    ) -> None:
+        sid, tid, partition = sched[0], sched[1], sched[2]
+        self.ids.append(uuid.uuid4())
+        self.schedule_ids.append(sid)
+        self.tenant_ids.append(tid)
+        self.partitions.append(partition)
+        self.scheduled_fors.append(scheduled_for)
+        self.due_ats.append(due_at)
+        self.triggers.append(trigger)
+        self.states.append(state)
+        self.reason_codes.append(code)
+        self.reasons.append(reason[:500])
+        self.row_epochs.append(self.epochs[partition])
+
+    def add_schedule(
+        self,
+        sched: tuple[Any, ...],
+        *,
+        now: datetime,
+        until: datetime,
+        active: dict[uuid.UUID, list[tuple[uuid.UUID, str]]],
+    ) -> None:
+        (
+            sid,
+            _tid,
+            _part,
+            kind,
+            expr,
+            tz,
+            run_at,
+            next_run_at,
+            misfire,
+            grace,
+            catch_up,
+            jitter,
+            overlap,
+        ) = sched
+        seed = str(sid)
+        self.advance_ids.append(sid)
+        if kind == "once":
+            # A one-off runs even when late: the misfire policy is for recurring schedules.
+            fire, skipped, total, nxt = [run_at], [], 0, None
+        else:
+            plan = cron.plan_misfire(
+                expr,
+                tz,
+                seed=seed,
+                next_run_at=next_run_at,
+                now=now,
+                until=until,
+                grace_s=grace,
+                policy=misfire,
+                catch_up_limit=catch_up,
+            )
+            fire, skipped, total, nxt = (
+                plan.fire,
+                plan.skipped,
+                plan.skipped_total,
+                plan.next_run_at,
+            )
+        self.advance_to.append(nxt)
+        late_cutoff = now - timedelta(seconds=grace)
+        for occ in skipped:
+            self._row(
+                sched,
+                scheduled_for=occ,
+                due_at=occ,
+                trigger="cron",
+                state="skipped",
+                code="misfire",
+                reason=f"skipped by misfire policy ({misfire}): the occurrence was found "
+                f"{_ago(now - occ)} late, beyond the {grace}s grace period",
+            )
+        if total > len(skipped):
+            self.events.append(
+                (
+                    sid,
+                    sched[1],
+                    None,
+                    "misfire_skipped",
+                    f"{total - len(skipped)} older missed occurrences were skipped "
+                    f"by the misfire policy ({misfire}) without individual records",
+                )
+            )
+        running = active.get(sid, [])
+        for occ in fire:
+            if kind == "once":
+                due = occ
+                trigger = "api"
+            else:
+                due = occ + timedelta(
+                    seconds=cron.jitter_seconds(seed=seed, scheduled_for=occ, jitter_s=jitter)
+                )
+                trigger = "catch_up" if occ < late_cutoff else "cron"
+            if running and overlap == "forbid":
+                eid, state = running[0]
+                self._row(
+                    sched,
+                    scheduled_for=occ,
+                    due_at=due,
+                    trigger=trigger,
+                    state="skipped",
+                    code="overlap_forbid",
+                    reason=f"skipped: previous run {eid} still {state} (overlap forbid)",
+                )
+                continue
+            if running and overlap == "replace":
+                self.replace_ids.extend(eid for eid, _ in running)
+                running = []
+            self._row(sched, scheduled_for=occ, due_at=due, trigger=trigger)
+
+    def insert_params(self) -> dict[str, Any]:
+        return {
+            "ids": self.ids,
+            "schedule_ids": self.schedule_ids,
+            "tenant_ids": self.tenant_ids,
+            "partitions": self.partitions,
+            "scheduled_fors": self.scheduled_fors,
+            "due_ats": self.due_ats,
+            "triggers": self.triggers,
+            "states": self.states,
+            "reason_codes": self.reason_codes,
+            "reasons": self.reasons,
+            "epochs": self.row_epochs,
+            "fired_by": self.beat,
+        }
+
+
+def _ago(delta: timedelta) -> str:
+    seconds = int(delta.total_seconds())
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{(seconds % 3600) // 60:02d}m"
+    if seconds >= 60:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds}s"

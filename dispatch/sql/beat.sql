@@ -1,0 +1,188 @@
+-- Statements of the beat (scheduler shard). Every write a beat makes happens in
+-- a transaction that first ran fence_partitions, which share-locks the
+-- partition rows it still owns at the epoch it was granted; a takeover (which
+-- bumps the epoch) cannot commit in between, and a beat whose epoch moved on
+-- gets fewer rows back and drops those partitions before writing anything.
+
+-- name: beat_register
+-- Register or refresh this beat (liveness for operators, fair-share arithmetic).
+INSERT INTO dispatch_beatnode (name, hostname, pid, started_at, heartbeat_at, partitions,
+                               stale_writes_rejected, fired_total, published_total, stopped_at)
+VALUES (%(name)s, %(hostname)s, %(pid)s, clock_timestamp(), clock_timestamp(), '[]'::jsonb, 0, 0, 0, NULL)
+ON CONFLICT (name) DO UPDATE
+SET hostname = EXCLUDED.hostname, pid = EXCLUDED.pid, started_at = EXCLUDED.started_at,
+    heartbeat_at = EXCLUDED.heartbeat_at, stopped_at = NULL
+
+-- name: beat_heartbeat
+-- Heartbeat with counters; returns the number of live beats (for the fair share).
+WITH me AS (
+    UPDATE dispatch_beatnode
+    SET heartbeat_at = clock_timestamp(), partitions = %(partitions)s::jsonb,
+        stale_writes_rejected = stale_writes_rejected + %(rejected)s,
+        fired_total = fired_total + %(fired)s, published_total = published_total + %(published)s
+    WHERE name = %(name)s
+    RETURNING name
+)
+SELECT count(*) FROM dispatch_beatnode
+WHERE stopped_at IS NULL AND heartbeat_at > clock_timestamp() - make_interval(secs => %(ttl)s)
+
+-- name: beat_stopped
+-- Graceful shutdown: no longer counted in anyone's fair share.
+UPDATE dispatch_beatnode SET stopped_at = clock_timestamp(), partitions = '[]'::jsonb WHERE name = %(name)s
+
+-- name: partitions_ensure
+-- Create partition rows 0..P-1 (idempotent).
+INSERT INTO dispatch_schedulerpartition (number, owner, lease_expires_at, epoch)
+SELECT n, '', NULL, 0 FROM generate_series(0, %(count)s - 1) AS n
+ON CONFLICT (number) DO NOTHING
+
+-- name: partitions_acquire
+-- Take up to `want` free or expired partitions; each takeover bumps the epoch (the fencing token).
+WITH candidates AS (
+    SELECT number FROM dispatch_schedulerpartition
+    WHERE number < %(count)s
+      AND (owner = '' OR lease_expires_at IS NULL OR lease_expires_at < clock_timestamp())
+    ORDER BY number
+    LIMIT %(want)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE dispatch_schedulerpartition p
+SET owner = %(owner)s, lease_expires_at = clock_timestamp() + make_interval(secs => %(ttl)s),
+    epoch = p.epoch + 1
+FROM candidates c
+WHERE p.number = c.number
+RETURNING p.number, p.epoch
+
+-- name: partitions_renew
+-- Extend leases still held at their epoch; a lease that already expired is not renewed (it must be re-acquired with a new epoch).
+UPDATE dispatch_schedulerpartition p
+SET lease_expires_at = clock_timestamp() + make_interval(secs => %(ttl)s)
+FROM unnest(%(numbers)s::int[], %(epochs)s::bigint[]) AS mine(number, epoch)
+WHERE p.number = mine.number AND p.epoch = mine.epoch AND p.owner = %(owner)s
+  AND p.lease_expires_at > clock_timestamp()
+RETURNING p.number
+
+-- name: partitions_release
+-- Give partitions up (graceful shutdown or rebalancing) so another beat takes them at once.
+UPDATE dispatch_schedulerpartition p
+SET owner = '', lease_expires_at = NULL
+FROM unnest(%(numbers)s::int[], %(epochs)s::bigint[]) AS mine(number, epoch)
+WHERE p.number = mine.number AND p.epoch = mine.epoch AND p.owner = %(owner)s
+RETURNING p.number
+
+-- name: fence_partitions
+-- The fence: share-lock the partitions still ours at our epoch, with an unexpired lease.
+SELECT p.number FROM dispatch_schedulerpartition p
+JOIN unnest(%(numbers)s::int[], %(epochs)s::bigint[]) AS mine(number, epoch)
+  ON p.number = mine.number AND p.epoch = mine.epoch
+WHERE p.owner = %(owner)s AND p.lease_expires_at > clock_timestamp()
+FOR SHARE OF p
+
+-- name: due_schedules
+-- Due schedules of our partitions, claimed with SKIP LOCKED so racing beats never block or double-fire.
+SELECT s.id, s.tenant_id, s.partition, s.kind, s.cron, s.timezone, s.run_at, s.next_run_at,
+       s.misfire, s.misfire_grace_s, s.catch_up_limit, s.jitter_s, s.overlap
+FROM dispatch_schedule s
+WHERE s.partition = ANY(%(numbers)s::int[])
+  AND s.next_run_at <= clock_timestamp() + make_interval(secs => %(lookahead)s)
+  AND NOT s.paused AND s.deleted_at IS NULL
+ORDER BY s.next_run_at
+LIMIT %(batch)s
+FOR UPDATE OF s SKIP LOCKED
+
+-- name: active_executions
+-- Executions still in flight for the given schedules (overlap policy at fire time).
+SELECT e.schedule_id, e.id, e.state FROM dispatch_execution e
+WHERE e.schedule_id = ANY(%(ids)s::uuid[])
+  AND e.state IN ('scheduled', 'queued', 'running', 'retry_scheduled')
+
+-- name: cancel_for_replace
+-- Overlap `replace`: cancel the active runs; bumping the token makes the running worker's heartbeat and completion fail.
+UPDATE dispatch_execution
+SET state = 'cancelled', fencing_token = fencing_token + 1, finished_at = clock_timestamp(),
+    reason_code = 'replaced', reason = 'cancelled: replaced by a newer occurrence (overlap replace)'
+WHERE id = ANY(%(ids)s::uuid[]) AND state IN ('scheduled', 'queued', 'running', 'retry_scheduled')
+RETURNING id, schedule_id, tenant_id
+
+-- name: insert_executions
+-- One row per occurrence; a racing beat's duplicate is silently dropped by the unique key.
+INSERT INTO dispatch_execution
+    (id, schedule_id, tenant_id, partition, scheduled_for, due_at, trigger, attempt, state, queue,
+     lease_owner, fencing_token, error, log_excerpt, reason_code, reason, created_at, fired_by, fired_epoch)
+SELECT v.id, v.schedule_id, v.tenant_id, v.partition, v.scheduled_for, v.due_at, v.trigger, 1, v.state, '',
+       '', 0, '', '', v.reason_code, v.reason, clock_timestamp(), %(fired_by)s, v.epoch
+FROM unnest(%(ids)s::uuid[], %(schedule_ids)s::uuid[], %(tenant_ids)s::bigint[], %(partitions)s::int[],
+            %(scheduled_fors)s::timestamptz[], %(due_ats)s::timestamptz[], %(triggers)s::text[],
+            %(states)s::text[], %(reason_codes)s::text[], %(reasons)s::text[], %(epochs)s::bigint[])
+     AS v(id, schedule_id, tenant_id, partition, scheduled_for, due_at, trigger, state, reason_code, reason, epoch)
+ON CONFLICT (schedule_id, scheduled_for) DO NOTHING
+RETURNING id
+
+-- name: advance_schedules
+-- Move each fired schedule's next_run_at past what was just fired (NULL: nothing left, e.g. a one-off).
+UPDATE dispatch_schedule s
+SET next_run_at = v.next_run_at
+FROM unnest(%(ids)s::uuid[], %(next_run_ats)s::timestamptz[]) AS v(id, next_run_at)
+WHERE s.id = v.id
+
+-- name: pending_executions
+-- Executions of our partitions due within the lookahead, waiting to be published (new, retries, or left behind by a crashed beat).
+SELECT e.id, e.attempt, COALESCE(e.next_attempt_at, e.due_at) AS due, s.priority, s.duration_class,
+       e.tenant_id, e.partition
+FROM dispatch_execution e
+JOIN dispatch_schedule s ON s.id = e.schedule_id
+WHERE e.partition = ANY(%(numbers)s::int[])
+  AND e.state IN ('scheduled', 'retry_scheduled')
+  AND COALESCE(e.next_attempt_at, e.due_at) <= clock_timestamp() + make_interval(secs => %(lookahead)s)
+ORDER BY due
+LIMIT %(limit)s
+
+-- name: tenant_inflight
+-- Queued + running executions per tenant, with each tenant's concurrency cap and fair-share weight.
+SELECT t.id, t.slug, q.max_concurrent, q.weight,
+       (SELECT count(*) FROM dispatch_execution e
+         WHERE e.tenant_id = t.id AND e.state IN ('queued', 'running')) AS inflight
+FROM tenants_tenant t
+JOIN tenants_tenantquota q ON q.tenant_id = t.id
+WHERE t.id = ANY(%(tenant_ids)s::bigint[])
+
+-- name: mark_queued
+-- After publishing: the rows become queued (only if nobody moved them on, e.g. a worker that already claimed).
+UPDATE dispatch_execution e
+SET state = 'queued', enqueued_at = clock_timestamp(), queue = v.queue,
+    reason_code = CASE WHEN e.reason_code LIKE 'held_%%' THEN '' ELSE e.reason_code END,
+    reason = CASE WHEN e.reason_code LIKE 'held_%%' THEN '' ELSE e.reason END
+FROM unnest(%(ids)s::uuid[], %(attempts)s::int[], %(queues)s::text[]) AS v(id, attempt, queue)
+WHERE e.id = v.id AND e.attempt = v.attempt AND e.state IN ('scheduled', 'retry_scheduled')
+  AND e.partition = ANY(%(numbers)s::int[])
+RETURNING e.id
+
+-- name: mark_held
+-- A held-back execution stays visible with its reason (written once per reason, not every cycle).
+UPDATE dispatch_execution
+SET reason_code = %(code)s, reason = %(reason)s
+WHERE id = ANY(%(ids)s::uuid[]) AND state IN ('scheduled', 'retry_scheduled') AND reason_code <> %(code)s
+RETURNING id, schedule_id, tenant_id
+
+-- name: stale_queued
+-- Queued but unclaimed for too long (the broker lost the message): take them for re-publishing.
+UPDATE dispatch_execution e
+SET republished_at = clock_timestamp()
+FROM (
+    SELECT x.id FROM dispatch_execution x
+    WHERE x.partition = ANY(%(numbers)s::int[]) AND x.state = 'queued'
+      AND COALESCE(x.republished_at, x.enqueued_at) < clock_timestamp() - make_interval(secs => %(timeout)s)
+    ORDER BY x.enqueued_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+) AS stale
+WHERE e.id = stale.id
+RETURNING e.id, e.attempt, e.queue
+
+-- name: auto_resume
+-- Schedules whose pause had an end time that has passed resume by themselves.
+UPDATE dispatch_schedule
+SET paused = false, paused_until = NULL, version = version + 1
+WHERE partition = ANY(%(numbers)s::int[]) AND paused AND paused_until <= clock_timestamp()
+  AND deleted_at IS NULL
+RETURNING id, tenant_id

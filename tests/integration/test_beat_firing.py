@@ -1,0 +1,282 @@
+"""The beat's firing cycle, in-process against the real PostgreSQL and broker:
+misfire and overlap policies, tenant limits, pauses, fencing, preview == fired."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+import redis
+from django.conf import settings
+from django.db import connection
+from kombu import Queue
+
+from dispatch import cron, services
+from dispatch.beat import Beat, BeatConfig
+from dispatch.models import Execution, ExecutionEvent, Schedule, SchedulerPartition
+from tenants.models import Tenant
+from tenants.roles import Principal
+
+pytestmark = pytest.mark.django_db(transaction=True)
+TARGET = {"type": "http", "url": "https://billing.internal/hook"}
+
+
+def db_now() -> datetime:
+    with connection.cursor() as cur:
+        cur.execute("SELECT clock_timestamp()")
+        return cur.fetchone()[0]
+
+
+def queue_len(name: str) -> int:
+    if not settings.CELERY_BROKER_URL.startswith("redis"):
+        return -1
+    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    return int(client.llen(name))
+
+
+@pytest.fixture(autouse=True)
+def _empty_queues() -> Iterator[None]:
+    from config.celery_app import app
+
+    def purge() -> None:
+        # Declared exactly as Celery declares them, or RabbitMQ refuses the redeclaration.
+        with app.connection_for_write() as conn:
+            for name in ("high.short", "default.short", "low.short", "default.long"):
+                Queue(name, durable=True, auto_delete=False)(conn.default_channel).declare()
+                conn.default_channel.queue_purge(name)
+
+    purge()
+    yield
+    purge()
+
+
+@pytest.fixture
+def beat(db: Any) -> Iterator[Beat]:
+    b = Beat(
+        BeatConfig(
+            name="test-beat",
+            partitions=settings.SCHEDULER_PARTITIONS,
+            lease_ttl_s=30,
+            lookahead_s=5,
+            cycle_s=0.2,
+        )
+    )
+    b.start()
+    yield b
+    b.shutdown()
+
+
+def make(principal: Principal, **data: Any) -> Schedule:
+    body = {"name": data.pop("name", "s"), "target": TARGET} | data
+    return services.schedule_create(actor=principal, data=body)
+
+
+def due_from(schedule: Schedule, at: datetime) -> None:
+    """Pretend the beat last fired this schedule long ago: next occurrence is the first after `at`."""
+    nxt = cron.next_after(schedule.cron, schedule.timezone, after=at, seed=str(schedule.id))
+    Schedule.objects.filter(pk=schedule.pk).update(next_run_at=nxt)
+
+
+def test_due_cron_schedule_fires_one_execution_and_is_published(
+    beat: Beat, admin_principal: Principal
+) -> None:
+    s = make(admin_principal, cron="* * * * *", jitter_s=0)
+    due_from(s, db_now() - timedelta(seconds=61))
+    beat.cycle()
+    ex = Execution.objects.get(schedule=s)
+    assert ex.trigger == "cron" and ex.fired_by == "test-beat" and ex.fired_epoch == 1
+    assert ex.state == "queued" and ex.queue == "default.short" and ex.enqueued_at is not None
+    assert queue_len("default.short") in (1, -1)
+    s.refresh_from_db()
+    assert s.next_run_at > ex.scheduled_for
+    beat.cycle()
+    assert Execution.objects.filter(schedule=s).count() == 1
+
+
+@pytest.mark.parametrize(
+    ("policy", "limit", "fired"), [("skip", 1, 0), ("run_once", 1, 1), ("catch_up", 3, 3)]
+)
+def test_three_hour_outage_follows_each_misfire_policy_exactly(
+    beat: Beat, admin_principal: Principal, policy: str, limit: int, fired: int
+) -> None:
+    s = make(admin_principal, cron="*/15 * * * *", misfire=policy, catch_up_limit=limit)
+    now = db_now()
+    start = now.replace(minute=(now.minute // 15) * 15, second=0, microsecond=0) - timedelta(
+        hours=3
+    )
+    Schedule.objects.filter(pk=s.pk).update(next_run_at=start)
+    beat.cycle()
+    rows = list(Execution.objects.filter(schedule=s).order_by("scheduled_for"))
+    cutoff = now - timedelta(seconds=s.misfire_grace_s)
+    expected_late = [
+        start + timedelta(minutes=15 * i)
+        for i in range(13)
+        if start + timedelta(minutes=15 * i) < cutoff
+    ]
+    late = [r for r in rows if r.scheduled_for < cutoff]
+    assert [r.scheduled_for for r in late] == expected_late  # every missed occurrence has a record
+    late_fired = [r for r in late if r.state != "skipped"]
+    assert [r.scheduled_for for r in late_fired] == expected_late[len(expected_late) - fired :]
+    assert all(r.trigger == "catch_up" for r in late_fired)
+    late_skipped = [r for r in late if r.state == "skipped"]
+    assert len(late_skipped) == len(expected_late) - fired
+    assert all(r.reason_code == "misfire" and policy in r.reason for r in late_skipped)
+    s.refresh_from_db()
+    assert s.next_run_at > now
+
+
+def test_fired_occurrences_equal_the_preview(beat: Beat, admin_principal: Principal) -> None:
+    s = make(
+        admin_principal,
+        cron="*/7 * * * *",
+        timezone="America/New_York",
+        misfire="catch_up",
+        catch_up_limit=100,
+        jitter_s=30,
+    )
+    now = db_now()
+    start = now - timedelta(hours=2)
+    due_from(s, start)
+    first = Schedule.objects.get(pk=s.pk).next_run_at
+    beat.cycle()
+    fired = list(
+        Execution.objects.filter(schedule=s)
+        .order_by("scheduled_for")
+        .values_list("scheduled_for", "due_at")
+    )
+    preview = cron.preview(
+        s.cron,
+        s.timezone,
+        seed=str(s.id),
+        after=first - timedelta(microseconds=1),
+        count=len(fired),
+        jitter_s=30,
+    )
+    assert fired == [(o.scheduled_for, o.due_at) for o in preview]
+    assert fired[-1][0] <= now + timedelta(seconds=5)
+
+
+def test_overlap_forbid_skips_with_reason_and_replace_cancels_the_active_run(
+    beat: Beat, admin_principal: Principal
+) -> None:
+    forbid = make(admin_principal, name="f", cron="* * * * *", concurrency="forbid")
+    replace = make(admin_principal, name="r", cron="* * * * *", concurrency="replace")
+    old = {}
+    for s in (forbid, replace):
+        old[s.name] = Execution.objects.create(
+            schedule=s,
+            tenant=s.tenant,
+            partition=s.partition,
+            scheduled_for=db_now() - timedelta(minutes=5),
+            due_at=db_now() - timedelta(minutes=5),
+            state="running",
+            fencing_token=4,
+        )
+        due_from(s, db_now() - timedelta(seconds=61))
+    beat.cycle()
+    new_f = Execution.objects.exclude(pk=old["f"].pk).get(schedule=forbid)
+    assert new_f.state == "skipped" and new_f.reason_code == "overlap_forbid"
+    assert str(old["f"].pk) in new_f.reason and "still running" in new_f.reason
+    old["r"].refresh_from_db()
+    assert old["r"].state == "cancelled" and old["r"].fencing_token == 5
+    new_r = Execution.objects.exclude(pk=old["r"].pk).get(schedule=replace)
+    assert new_r.state == "queued"
+    assert ExecutionEvent.objects.filter(execution=old["r"], kind="cancelled").exists()
+
+
+def test_tenant_at_its_concurrency_limit_is_held_with_a_visible_reason(
+    beat: Beat, admin_principal: Principal, tenant: Tenant
+) -> None:
+    tenant.quota.max_concurrent = 1
+    tenant.quota.save()
+    jobs = [
+        services.job_create(actor=admin_principal, data={"target": TARGET, "name": f"j{i}"})[0]
+        for i in range(3)
+    ]
+    beat.cycle()
+    states = sorted(Execution.objects.filter(schedule__in=jobs).values_list("state", flat=True))
+    assert states == ["queued", "scheduled", "scheduled"]
+    held = Execution.objects.filter(schedule__in=jobs, state="scheduled")
+    assert all(h.reason == "waiting: tenant billing at its concurrency limit 1" for h in held)
+    assert ExecutionEvent.objects.filter(kind="held_concurrency").count() == 2
+    beat.cycle()  # still held; the reason is not written again
+    assert ExecutionEvent.objects.filter(kind="held_concurrency").count() == 2
+    Execution.objects.filter(schedule__in=jobs, state="queued").update(state="succeeded")
+    beat.cycle()
+    assert Execution.objects.filter(schedule__in=jobs, state="queued").count() == 1
+
+
+def test_small_tenant_is_not_starved_when_capacity_is_short(
+    beat: Beat, admin_principal: Principal, other_tenant: Tenant
+) -> None:
+    from tests.conftest import make_principal
+
+    beat.cfg.max_inflight = 10
+    small = make_principal(other_tenant)
+    admin_principal.tenant.quota.max_concurrent = 1000
+    admin_principal.tenant.quota.max_schedules = 1000
+    admin_principal.tenant.quota.save()
+    for i in range(40):
+        services.job_create(actor=admin_principal, data={"target": TARGET, "name": f"big{i}"})
+    for i in range(3):
+        services.job_create(actor=small, data={"target": TARGET, "name": f"small{i}"})
+    beat.cycle()
+    queued = Execution.objects.filter(state="queued")
+    assert queued.count() == 10
+    assert queued.filter(tenant=other_tenant).count() == 3
+    waiting = Execution.objects.filter(state="scheduled")
+    assert all(w.reason == "waiting: platform at its dispatch capacity" for w in waiting)
+
+
+def test_paused_schedule_is_not_fired_and_auto_resumes(
+    beat: Beat, admin_principal: Principal
+) -> None:
+    s = make(admin_principal, cron="* * * * *")
+    services.schedule_pause(
+        actor=admin_principal,
+        schedule_id=s.id,
+        reason="freeze",
+        until=db_now() + timedelta(seconds=1),
+    )
+    due_from(s, db_now() - timedelta(seconds=61))
+    beat.cycle()
+    assert not Execution.objects.filter(schedule=s).exists()
+    import time
+
+    time.sleep(1.2)
+    beat._last_sweep = 0
+    beat.cycle()
+    s.refresh_from_db()
+    assert not s.paused
+    assert ExecutionEvent.objects.filter(schedule=s, kind="resumed", actor="beat").exists()
+    beat.cycle()
+    assert Execution.objects.filter(schedule=s).count() >= 1
+
+
+def test_a_fenced_out_beat_writes_nothing(beat: Beat, admin_principal: Principal) -> None:
+    beat.cycle()
+    assert len(beat.owned) == settings.SCHEDULER_PARTITIONS
+    s = make(admin_principal, cron="* * * * *")
+    due_from(s, db_now() - timedelta(seconds=61))
+    # Another beat takes every partition over (as after our lease expired): epochs move on.
+    SchedulerPartition.objects.update(owner="usurper", epoch=models_F("epoch") + 1)
+    beat.fire_due()
+    assert not Execution.objects.filter(schedule=s).exists()
+    assert beat.owned == {}
+    assert beat.counters.stale_writes_rejected == 1
+
+
+def models_F(name: str) -> Any:
+    from django.db.models import F
+
+    return F(name)
+
+
+def test_manual_trigger_is_published_at_once(beat: Beat, admin_principal: Principal) -> None:
+    s = make(admin_principal, cron="0 0 1 1 *")
+    ex = services.schedule_trigger(actor=admin_principal, schedule_id=s.id)
+    beat.cycle()
+    ex.refresh_from_db()
+    assert ex.state == "queued" and ex.trigger == "manual"
