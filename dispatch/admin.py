@@ -3,7 +3,7 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
-from dispatch.models import Execution, ManagedCommand, Schedule, SchedulerPartition
+from dispatch.models import BeatNode, Execution, ManagedCommand, Schedule, SchedulerPartition
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
@@ -59,3 +59,18 @@ class PartitionAdmin(ReadOnlyAdmin):
 class ManagedCommandAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = ("name", "timeout_s", "enabled")
     filter_horizontal = ("tenants",)
+
+
+@admin.register(BeatNode)
+class BeatNodeAdmin(ReadOnlyAdmin):
+    list_display = (
+        "name",
+        "hostname",
+        "pid",
+        "heartbeat_at",
+        "partitions",
+        "stale_writes_rejected",
+        "fired_total",
+        "published_total",
+        "stopped_at",
+    )

@@ -263,3 +263,36 @@ def test_graceful_shutdown_releases_partitions_at_once(start: Callable[..., Proc
     a.proc.wait(15)
     assert owners() == {}
     assert BeatNode.objects.get(name="beat-a").stopped_at is not None
+
+
+def test_notify_wakes_the_beat_for_run_now_jobs(
+    start: Callable[..., Proc], admin_principal: Principal, tenant: Tenant
+) -> None:
+    broker = settings.CELERY_BROKER_URL
+    purge(broker)
+    # A long cycle: without LISTEN/NOTIFY the job would wait up to 5 s.
+    start(
+        "beat-slow",
+        beat_cmd("--name", "beat-slow", "--cycle", "5", "--lease-ttl", "20"),
+        CELERY_BROKER_URL=broker,
+    )
+    wait_for(
+        lambda: owners() == {"beat-slow": settings.SCHEDULER_PARTITIONS},
+        timeout=20,
+        what="beat owning all",
+    )
+    time.sleep(1)
+    lags = []
+    for i in range(3):
+        job, _ = services.job_create(
+            actor=admin_principal, data={"target": TARGET, "name": f"now{i}"}
+        )
+        ex = wait_for(
+            lambda job=job: Execution.objects.filter(schedule=job, state="queued").first(),
+            timeout=10,
+            interval=0.02,
+            what="the run-now job queued",
+        )
+        lags.append((ex.enqueued_at - job.created_at).total_seconds())
+        time.sleep(0.5)
+    assert max(lags) < 1.0, lags
