@@ -1,0 +1,211 @@
+"""`python manage.py bench burst --n 10000 --beats 2`: fire-lag figures on this machine.
+
+Run it on a database and broker of its own (`make bench` uses a separate embedded
+data folder when no URLs are set): it creates a throwaway tenant, and purges the
+bench queue when done.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+import zlib
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandParser
+from django.db import connection, transaction
+
+from dispatch.models import Execution, ExecutionEvent, Schedule
+from tenants.models import Tenant, TenantQuota
+
+BENCH_QUEUE = "low.long"  # nothing else is routed here while the bench runs on its own environment
+
+
+def percentile(values: list[float], p: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    k = (len(ordered) - 1) * p
+    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+class Command(BaseCommand):
+    help = "Benchmarks: `burst` (N one-offs due at the same second, real beats and broker)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        sub = parser.add_subparsers(dest="which", required=True)
+        burst = sub.add_parser("burst")
+        burst.add_argument("--n", type=int, default=10_000)
+        burst.add_argument("--beats", type=int, default=2)
+        burst.add_argument(
+            "--lead", type=float, default=0, help="seconds between creation and due time"
+        )
+        burst.add_argument("--json", default="bench-results.json")
+
+    def handle(self, *args: Any, **opts: Any) -> None:
+        result = self.burst(opts["n"], opts["beats"], opts["lead"])
+        self.stdout.write(self.table([result]))
+        path = Path(opts["json"])
+        data = json.loads(path.read_text()) if path.exists() else {}
+        data[f"burst_{opts['n']}"] = result
+        path.write_text(json.dumps(data, indent=2))
+        self.stdout.write(f"wrote {path}")
+
+    def table(self, rows: list[dict[str, Any]]) -> str:
+        keys = [
+            "name",
+            "n",
+            "create_s",
+            "lag_p50_s",
+            "lag_p95_s",
+            "lag_p99_s",
+            "lag_max_s",
+            "dispatch_per_s",
+            "lost",
+            "duplicated",
+        ]
+        lines = [" | ".join(keys), " | ".join("---" for _ in keys)]
+        for row in rows:
+            lines.append(
+                " | ".join(
+                    f"{row[k]:.3f}" if isinstance(row[k], float) else str(row[k]) for k in keys
+                )
+            )
+        return "\n".join(lines)
+
+    def burst(self, n: int, beats: int, lead: float) -> dict[str, Any]:
+        slug = f"bench-{uuid.uuid4().hex[:8]}"
+        tenant = Tenant.objects.create(slug=slug, name="bench")
+        TenantQuota.objects.create(
+            tenant=tenant, max_concurrent=n * 2, max_schedules=n * 2, max_executions_per_day=n * 10
+        )
+        t0 = time.perf_counter()
+        placeholder = timedelta(days=3650)
+        with connection.cursor() as cur:
+            cur.execute("SELECT clock_timestamp()")
+            far = cur.fetchone()[0] + placeholder
+        rows = []
+        for i in range(n):
+            sid = uuid.uuid4()
+            # Not in the due index yet (next_run_at NULL): made due all at once below.
+            rows.append(
+                Schedule(
+                    id=sid,
+                    tenant=tenant,
+                    name=f"b{i}",
+                    kind="once",
+                    run_at=far,
+                    next_run_at=None,
+                    target={"type": "http", "url": "https://bench.internal/", "timeout_s": 30},
+                    retry={},
+                    priority="low",
+                    duration_class="long",
+                    partition=zlib.crc32(sid.bytes) % settings.SCHEDULER_PARTITIONS,
+                )
+            )
+        with transaction.atomic():
+            Schedule.objects.bulk_create(rows, batch_size=5000)
+        create_s = time.perf_counter() - t0
+        env = dict(os.environ)
+        env.update(
+            {
+                "DATABASE_URL": settings.DATABASE_URL,
+                "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
+                "REDIS_URL": settings.REDIS_URL,
+            }
+        )
+        argv = [sys.executable, "manage.py", "beat", "--batch", "5000", "--name"]
+        procs = [
+            subprocess.Popen(
+                [*argv, f"bench-beat-{i}"],
+                env=env,
+                stdout=subprocess.DEVNULL,  # noqa: S603
+                stderr=subprocess.DEVNULL,
+            )
+            for i in range(beats)
+        ]
+        self._wait_for_beats(beats)
+        with connection.cursor() as cur:
+            # Every one due at the same whole second, a little ahead so the beats can pre-load them.
+            cur.execute(
+                "UPDATE dispatch_schedule SET run_at = date_trunc('second', clock_timestamp()) + %s * interval '1 second',"
+                " next_run_at = date_trunc('second', clock_timestamp()) + %s * interval '1 second'"
+                " WHERE tenant_id = %s RETURNING run_at",
+                [lead or 3, lead or 3, tenant.pk],
+            )
+            due = cur.fetchone()[0]
+        try:
+            deadline = time.monotonic() + max(60.0, n / 500)
+            qs = Execution.objects.filter(tenant=tenant)
+            while time.monotonic() < deadline:
+                if qs.filter(state="queued").count() >= n:
+                    break
+                time.sleep(0.5)
+        finally:
+            for p in procs:
+                p.terminate()
+            for p in procs:
+                p.wait(30)
+        lags = [
+            (e - d).total_seconds()
+            for e, d in qs.exclude(enqueued_at=None).values_list("enqueued_at", "due_at")
+        ]
+        executions = qs.count()
+        distinct = qs.values("schedule_id").distinct().count()
+        first_due = min((d for d in qs.values_list("due_at", flat=True)), default=due)
+        last_pub = max(
+            (e for e in qs.exclude(enqueued_at=None).values_list("enqueued_at", flat=True)),
+            default=due,
+        )
+        span = max(1e-6, (last_pub - first_due).total_seconds())
+        result = {
+            "name": f"burst {n}",
+            "n": n,
+            "beats": beats,
+            "create_s": create_s,
+            "lag_p50_s": percentile(lags, 0.50),
+            "lag_p95_s": percentile(lags, 0.95),
+            "lag_p99_s": percentile(lags, 0.99),
+            "lag_max_s": max(lags, default=float("nan")),
+            "lag_mean_s": statistics.fmean(lags) if lags else float("nan"),
+            "dispatch_per_s": len(lags) / span,
+            "lost": n - distinct,
+            "duplicated": executions - distinct,
+            "broker": settings.CELERY_BROKER_URL.split(":")[0],
+        }
+        self._cleanup(tenant)
+        return result
+
+    def _wait_for_beats(self, beats: int) -> None:
+        from dispatch.models import SchedulerPartition
+
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            owners = set(
+                SchedulerPartition.objects.exclude(owner="").values_list("owner", flat=True)
+            )
+            taken = SchedulerPartition.objects.exclude(owner="").count()
+            if len(owners) >= beats and taken >= settings.SCHEDULER_PARTITIONS:
+                return
+            time.sleep(0.2)
+
+    def _cleanup(self, tenant: Tenant) -> None:
+        from config.celery_app import app
+
+        with transaction.atomic():
+            ExecutionEvent.objects.filter(tenant=tenant).delete()
+            Execution.objects.filter(tenant=tenant).delete()
+            Schedule.objects.filter(tenant=tenant).delete()
+            TenantQuota.objects.filter(tenant=tenant).delete()
+            tenant.delete()
+        with app.connection_for_write() as conn:
+            conn.default_channel.queue_purge(BENCH_QUEUE)
