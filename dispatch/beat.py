@@ -32,7 +32,7 @@ import psycopg
 from django.conf import settings
 from django.db import connection, transaction
 
-from dispatch import cron
+from dispatch import cron, dependencies
 from dispatch.models import ExecutionEvent
 from dispatch.services import WAKE_CHANNEL
 from dispatch.sql import queries
@@ -416,6 +416,10 @@ class Beat:
                     ]
                 )
             inserted = _rows("insert_executions", plan.insert_params()) if plan.ids else []
+            skipped = [eid for eid, state in inserted if state == "skipped"]
+            if skipped:
+                # A skipped occurrence skips its dependents too, naming the upstream.
+                dependencies.propagate(execution_ids=skipped)
             _rows("advance_schedules", {"ids": plan.advance_ids, "next_run_ats": plan.advance_to})
             if plan.events:
                 _events(plan.events)

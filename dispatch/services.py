@@ -162,7 +162,8 @@ def schedule_create(*, actor: Principal, data: dict[str, Any]) -> Schedule:
         created_by=actor.label,
     )
     _store(schedule, spec)
-    schedule.next_run_at = _first_run(schedule, now=now)
+    # A schedule with upstreams is fired by them (dispatch/dependencies.py), not by its own timing.
+    schedule.next_run_at = None if spec.depends_on else _first_run(schedule, now=now)
     _save_unique(schedule, force_insert=True)
     if spec.depends_on:
         schedule.depends_on.set(spec.depends_on)
@@ -210,6 +211,11 @@ def schedule_update(
     _save_unique(schedule)
     if spec.depends_on is not None:
         schedule.depends_on.set(spec.depends_on)
+        if spec.depends_on:
+            schedule.next_run_at = None
+        elif schedule.next_run_at is None and schedule.kind == Kind.CRON:
+            schedule.next_run_at = _first_run(schedule, now=now)
+        schedule.save(update_fields=["next_run_at"])
     _event(
         schedule,
         "updated",

@@ -116,7 +116,7 @@ FROM unnest(%(ids)s::uuid[], %(schedule_ids)s::uuid[], %(tenant_ids)s::bigint[],
             %(states)s::text[], %(reason_codes)s::text[], %(reasons)s::text[], %(epochs)s::bigint[])
      AS v(id, schedule_id, tenant_id, partition, scheduled_for, due_at, trigger, state, reason_code, reason, epoch)
 ON CONFLICT (schedule_id, scheduled_for) DO NOTHING
-RETURNING id
+RETURNING id, state
 
 -- name: advance_schedules
 -- Move each fired schedule's next_run_at past what was just fired (NULL: nothing left, e.g. a one-off).
