@@ -23,6 +23,16 @@ class TokenInSerializer(StrictSerializer):
     expires_at = serializers.DateTimeField(required=False, allow_null=True)
 
 
+class TokenOutDoc(serializers.Serializer[Any]):
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    role = serializers.CharField()
+    prefix = serializers.CharField()
+    expires_at = serializers.DateTimeField(allow_null=True)
+    last_used_at = serializers.DateTimeField(allow_null=True)
+    token = serializers.CharField(required=False, help_text="only in the creation response")
+
+
 def token_out(t: ServiceToken) -> dict[str, Any]:
     return {
         "id": t.pk,
@@ -46,11 +56,12 @@ class TokenListView(APIView):
     read_role = Role.ADMIN
     write_role = Role.ADMIN
 
+    @extend_schema(responses={200: TokenOutDoc(many=True)})
     def get(self, request: Request) -> Response:
         tokens = selectors.token_list(tenant=_principal(request).tenant)
         return Response({"results": [token_out(t) for t in tokens]})
 
-    @extend_schema(request=TokenInSerializer)
+    @extend_schema(request=TokenInSerializer, responses={201: TokenOutDoc})
     def post(self, request: Request) -> Response:
         ser = TokenInSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
@@ -70,6 +81,7 @@ class TokenDetailView(APIView):
     read_role = Role.ADMIN
     write_role = Role.ADMIN
 
+    @extend_schema(responses={204: None})
     def delete(self, request: Request, pk: int) -> Response:
         actor = _principal(request)
         services.token_revoke(tenant=actor.tenant, token_id=pk, actor=actor)

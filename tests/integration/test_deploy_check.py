@@ -1,0 +1,54 @@
+"""Production settings pass Django's deployment checks, warnings included."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_check_deploy_is_clean_with_production_settings() -> None:
+    env = dict(
+        os.environ, DJANGO_SETTINGS_MODULE="config.production", SECRET_KEY=secrets.token_urlsafe(50)
+    )
+    res = subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "no issues" in res.stdout
+
+
+def test_production_settings_refuse_to_start_without_a_secret_key() -> None:
+    env = {k: v for k, v in os.environ.items() if k not in {"SECRET_KEY", "SECRET_KEY_FILE"}}
+    env["DJANGO_SETTINGS_MODULE"] = "config.production"
+    res = subprocess.run(
+        [sys.executable, "manage.py", "check"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode != 0 and "SECRET_KEY" in res.stderr
+
+
+def test_secret_key_can_come_from_a_file(tmp_path: Path) -> None:
+    key_file = tmp_path / "key"
+    key_file.write_text(secrets.token_urlsafe(50))
+    env = {k: v for k, v in os.environ.items() if k != "SECRET_KEY"}
+    env.update(DJANGO_SETTINGS_MODULE="config.production", SECRET_KEY_FILE=str(key_file))
+    code = "import django; django.setup(); from django.conf import settings; print(settings.SECRET_KEY)"
+    res = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == key_file.read_text()
