@@ -216,11 +216,16 @@ TARGET_DENY_EXTRA = get_list("TARGET_DENY_EXTRA", [])
 # Empty in production; the always-denied ranges stay denied for everything else.
 TARGET_TEST_ALLOW = get_list("TARGET_TEST_ALLOW", [])
 
+# "json" for structured logs (one object per line, with execution/schedule/tenant/trace ids).
+LOG_FORMAT = get("LOG_FORMAT", "plain") or "plain"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "json": {"()": "config.logs.JsonFormatter"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},
     "root": {"handlers": ["console"], "level": get("LOG_LEVEL", "INFO")},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }

@@ -3,7 +3,7 @@ from django.urls import URLPattern, URLResolver, include, path
 from drf_spectacular.views import SpectacularJSONAPIView, SpectacularSwaggerView
 from rest_framework.permissions import AllowAny
 
-from config import health
+from config import health, metrics
 
 api_v1: list[URLPattern | URLResolver] = [
     path(
@@ -27,5 +27,6 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
+    path("metrics", metrics.metrics_view, name="metrics"),
     path("", include("console.urls")),
 ]

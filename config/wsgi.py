@@ -9,3 +9,7 @@ from config import embedded
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 embedded.ensure_started()
 application = get_wsgi_application()
+
+from config import telemetry  # noqa: E402 - after Django is set up
+
+telemetry.setup("web")

@@ -32,6 +32,7 @@ import psycopg
 from django.conf import settings
 from django.db import connection, transaction
 
+from config import telemetry
 from dispatch import cron, dependencies
 from dispatch.models import ExecutionEvent
 from dispatch.services import WAKE_CHANNEL
@@ -127,6 +128,7 @@ class Beat:
         self._listen: psycopg.Connection[Any] | None = None
         self._template: tuple[dict[str, Any], dict[str, Any], Any] | None = None
         self._declared: set[str] = set()
+        self._trace_headers: dict[str, Any] = {}
 
     # --- lifecycle -----------------------------------------------------------------
 
@@ -204,6 +206,11 @@ class Beat:
 
     def cycle(self) -> None:
         """One pass: leases, firing, loading, publishing, sweeping. Safe to call repeatedly."""
+        with telemetry.tracer.start_as_current_span("beat.cycle") as span:
+            span.set_attribute("scheduler.beat", self.cfg.name)
+            self._cycle()
+
+    def _cycle(self) -> None:
         try:
             self._sync_clock()
             self.maintain_leases()
@@ -381,6 +388,12 @@ class Beat:
 
     def fire_due(self) -> int:
         """Create executions for due schedules of our partitions; returns schedules claimed."""
+        with telemetry.tracer.start_as_current_span("beat.claim_batch") as span:
+            claimed = self._fire_due()
+            span.set_attribute("scheduler.claimed", claimed)
+            return claimed
+
+    def _fire_due(self) -> int:
         with transaction.atomic():
             numbers = self._fence()
             if not numbers:
@@ -538,7 +551,14 @@ class Beat:
         sent: list[Pending] = []
         chunk_size = 1000
         try:
-            with app.producer_or_acquire() as producer:
+            with (
+                telemetry.tracer.start_as_current_span("beat.publish") as span,
+                app.producer_or_acquire() as producer,
+            ):
+                span.set_attribute("scheduler.messages", len(items))
+                # Every message of the batch carries this span's context, so each
+                # execution's worker and target spans join the firing's trace.
+                self._trace_headers = telemetry.inject({})
                 for start in range(0, len(items), chunk_size):
                     chunk = items[start : start + chunk_size]
                     # The batch flushes on a clean exit; on an error nothing of the
@@ -575,6 +595,7 @@ class Beat:
             routing_key=p.queue,
             serializer="json",
             headers=headers
+            | self._trace_headers
             | {"id": task_id, "root_id": task_id, "argsrepr": repr([p.id, p.attempt])},
             correlation_id=task_id,
             reply_to=properties.get("reply_to") or "",

@@ -1,0 +1,3 @@
+#!/bin/sh
+set -e
+exec python manage.py beat
