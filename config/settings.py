@@ -230,6 +230,13 @@ LOGGING = {
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
 
+# --- History retention ---
+RETENTION_DAYS = get_int("RETENTION_DAYS", 30)
+# Occurrence keys younger than this are never deleted, whatever the retention.
+RETENTION_MISFIRE_HORIZON_S = get_int("RETENTION_MISFIRE_HORIZON_S", 7 * 24 * 3600)
+RETENTION_ARCHIVE_DIR = get("RETENTION_ARCHIVE_DIR", "") or ""
+RETENTION_INTERVAL_S = get_int("RETENTION_INTERVAL_S", 3600)
+
 # --- Execution (workers) ---
 # Leases and fencing: a worker holds an execution for EXECUTION_LEASE_S and
 # heartbeats every third of it; the sweeper re-runs executions whose lease

@@ -53,7 +53,7 @@ def _instrument(service: str) -> None:
     if service == "worker":
         from opentelemetry.instrumentation.celery import CeleryInstrumentor
 
-        CeleryInstrumentor().instrument()
+        CeleryInstrumentor().instrument()  # type: ignore[no-untyped-call]
 
 
 def inject(headers: dict[str, Any]) -> dict[str, Any]:

@@ -26,6 +26,7 @@ import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -33,7 +34,7 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from config import telemetry
-from dispatch import cron, dependencies
+from dispatch import cron, dependencies, retention
 from dispatch.models import ExecutionEvent
 from dispatch.services import WAKE_CHANNEL
 from dispatch.sql import queries
@@ -124,6 +125,7 @@ class Beat:
         self.stopping = False
         self.clock_offset = 0.0  # database clock minus local clock, seconds
         self._last_sweep = 0.0
+        self._last_retention = 0.0
         self._live_beats = 1
         self._listen: psycopg.Connection[Any] | None = None
         self._template: tuple[dict[str, Any], dict[str, Any], Any] | None = None
@@ -222,6 +224,7 @@ class Beat:
                 if time.monotonic() - self._last_sweep >= self.cfg.sweep_interval_s:
                     self.sweep()
                     self._last_sweep = time.monotonic()
+                    self.maybe_retention()
             self._report()
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             log.warning("beat %s: database unavailable (%s); retrying", self.cfg.name, exc)
@@ -651,6 +654,17 @@ class Beat:
         except ImportError:
             return
         sweeper.sweep_expired_leases(partitions=numbers)
+
+    def maybe_retention(self) -> None:
+        """One beat (the owner of partition 0) purges expired history now and then."""
+        if (
+            0 not in self.owned
+            or time.monotonic() - self._last_retention < settings.RETENTION_INTERVAL_S
+        ):
+            return
+        self._last_retention = time.monotonic()
+        archive = Path(settings.RETENTION_ARCHIVE_DIR) if settings.RETENTION_ARCHIVE_DIR else None
+        retention.purge(now=_db_clock(), archive_dir=archive)
 
     # --- waiting ---------------------------------------------------------------------------------
 
