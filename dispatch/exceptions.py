@@ -40,3 +40,12 @@ class IdempotencyConflict(DispatchError):
 class QuotaExceeded(DispatchError):
     code = "quota_exceeded"
     status = 422
+
+
+class TriggerLimited(DispatchError):
+    code = "throttled"
+    status = 429
+
+    def __init__(self, message: str, *, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after

@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
+from django.db.models import F
 
 from dispatch import cron
 from dispatch.exceptions import (
@@ -20,6 +21,7 @@ from dispatch.exceptions import (
     InvalidSchedule,
     NotFound,
     QuotaExceeded,
+    TriggerLimited,
     VersionConflict,
 )
 from dispatch.models import Execution, ExecutionEvent, ExecutionState, Kind, Schedule, Trigger
@@ -33,6 +35,7 @@ WAKE_CHANNEL = "scheduler_wakeup"
 # One-offs and triggers due sooner than this wake the beat at once instead of
 # waiting for its next cycle.
 WAKE_HORIZON = timedelta(seconds=60)
+TRIGGER_RETRY_AFTER_S = 5
 
 
 def db_now() -> datetime:
@@ -341,10 +344,65 @@ def schedule_resume(*, actor: Principal, schedule_id: uuid.UUID | str) -> Schedu
     return schedule
 
 
-@transaction.atomic
 def schedule_trigger(*, actor: Principal, schedule_id: uuid.UUID | str) -> Execution:
-    """Run now: a manual occurrence at the database's current instant, fired by the beat."""
+    """Run now: a manual occurrence at the database's current instant, fired by the beat.
+
+    Manual runs count against the tenant's concurrency limit: past it the
+    trigger is refused with 429 (and the refusal audited), so a burst of
+    clicks or a retrying client cannot pile up work. The schedule's overlap
+    policy applies to accepted triggers as it does to timed ones.
+    """
+    execution, limit = _trigger(actor=actor, schedule_id=schedule_id)
+    if execution is None:
+        with transaction.atomic():
+            audit_record(
+                actor=actor,
+                action="schedule.trigger",
+                object_type="schedule",
+                object_id=str(schedule_id),
+                outcome="denied",
+                after={"reason": f"tenant at its concurrency limit {limit}"},
+            )
+        raise TriggerLimited(
+            f"tenant {actor.tenant.slug} is at its concurrency limit {limit}; retry later",
+            retry_after=TRIGGER_RETRY_AFTER_S,
+        )
+    return execution
+
+
+@transaction.atomic
+def _trigger(*, actor: Principal, schedule_id: uuid.UUID | str) -> tuple[Execution | None, int]:
     schedule = _live(actor, schedule_id)
+    # Serialise triggers of one tenant on its quota row: the count and the insert
+    # must not interleave, or 200 concurrent clicks would all see room for one more.
+    quota = TenantQuota.objects.select_for_update().filter(tenant=actor.tenant).first()
+    active_states = [
+        ExecutionState.SCHEDULED,
+        ExecutionState.QUEUED,
+        ExecutionState.RUNNING,
+        ExecutionState.RETRY_SCHEDULED,
+    ]
+    if quota is not None:
+        active = Execution.objects.filter(tenant=actor.tenant, state__in=active_states).count()
+        if active >= quota.max_concurrent:
+            return None, quota.max_concurrent
+    running = list(
+        Execution.objects.filter(schedule=schedule, state__in=active_states).values_list(
+            "id", "state"
+        )
+    )
+    state, code, reason = ExecutionState.SCHEDULED, "", ""
+    if running and schedule.overlap == "forbid":
+        state, code = ExecutionState.SKIPPED, "overlap_forbid"
+        reason = f"skipped: previous run {running[0][0]} still {running[0][1]} (overlap forbid)"
+    elif running and schedule.overlap == "replace":
+        Execution.objects.filter(id__in=[r[0] for r in running], state__in=active_states).update(
+            state=ExecutionState.CANCELLED,
+            fencing_token=F("fencing_token") + 1,
+            finished_at=_db_clock(),
+            reason_code="replaced",
+            reason="cancelled: replaced by a manual run (overlap replace)",
+        )
     # The occurrence key of a manual run is the moment it was asked for. Use the
     # wall clock of the database (clock_timestamp), not the transaction start,
     # so two triggers in one transaction are two occurrences; on the rare
@@ -360,7 +418,9 @@ def schedule_trigger(*, actor: Principal, schedule_id: uuid.UUID | str) -> Execu
                     scheduled_for=now,
                     due_at=now,
                     trigger=Trigger.MANUAL,
-                    state=ExecutionState.SCHEDULED,
+                    state=state,
+                    reason_code=code,
+                    reason=reason,
                 )
             break
         except IntegrityError as exc:
@@ -369,7 +429,7 @@ def schedule_trigger(*, actor: Principal, schedule_id: uuid.UUID | str) -> Execu
     _event(
         schedule,
         "triggered",
-        f"triggered manually by {actor.label}",
+        f"triggered manually by {actor.label}" + (f"; {reason}" if reason else ""),
         actor=actor,
         execution=execution,
     )
@@ -378,11 +438,12 @@ def schedule_trigger(*, actor: Principal, schedule_id: uuid.UUID | str) -> Execu
         action="schedule.trigger",
         object_type="schedule",
         object_id=str(schedule.id),
-        after={"execution_id": str(execution.id), "scheduled_for": now.isoformat()},
+        after={"execution_id": str(execution.id), "scheduled_for": now.isoformat(), "state": state},
     )
-    with connection.cursor() as cur:
-        cur.execute("SELECT pg_notify(%s, %s)", [WAKE_CHANNEL, str(schedule.partition)])
-    return execution
+    if state == ExecutionState.SCHEDULED:
+        with connection.cursor() as cur:
+            cur.execute("SELECT pg_notify(%s, %s)", [WAKE_CHANNEL, str(schedule.partition)])
+    return execution, 0
 
 
 def request_digest(data: dict[str, Any]) -> str:
