@@ -51,9 +51,13 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     app_status = getattr(exc, "status", None)
     if isinstance(code, str) and isinstance(app_status, int) and hasattr(exc, "message"):
         retry_after = getattr(exc, "retry_after", None)
-        headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
+        retry_headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
         return error_response(
-            app_status, code, str(getattr(exc, "message", "")), getattr(exc, "detail", None), headers
+            app_status,
+            code,
+            str(getattr(exc, "message", "")),
+            getattr(exc, "detail", None),
+            retry_headers,
         )
     if isinstance(exc, Http404):
         return error_response(404, "not_found", "not found")
