@@ -62,5 +62,12 @@ worker-long: $(STAMP)
 beat: $(STAMP)
 	$(EMBED) $(BIN)/python manage.py beat
 
+## Benchmarks on a data folder of their own (embedded servers unless URLs are set).
+BENCH_N ?= 10000
+bench: $(STAMP)
+	DATA_DIR=$${DATA_DIR:-.data-bench} $(EMBED) sh -c '$(BIN)/python manage.py migrate -v0 && \
+		$(BIN)/python manage.py bench limits --n 20000 && \
+		$(BIN)/python manage.py bench burst --n $(BENCH_N) --beats 2'
+
 clean-data:
 	test -x $(BIN)/python && $(BIN)/python -m config.embedded wipe || rm -rf .data

@@ -98,7 +98,7 @@ class DatabaseCollector(Collector):
         broker: str = settings.CELERY_BROKER_URL
         if not broker.startswith(("redis://", "rediss://", "redis+socket://")):
             return
-        import redis  # noqa: PLC0415
+        import redis
 
         url = broker.replace("redis+socket://", "unix://")
         depth = GaugeMetricFamily("scheduler_queue_depth", "Messages waiting per Celery queue", labels=["queue"])

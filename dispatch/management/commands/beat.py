@@ -23,7 +23,7 @@ class Command(BaseCommand):
         config = BeatConfig.from_settings(
             **{k: opts.get(k) for k in ("name", "lease_ttl_s", "cycle_s", "lookahead_s", "batch")}
         )
-        from config import telemetry  # noqa: PLC0415
+        from config import telemetry
 
         telemetry.setup("beat")
         Beat(config).run()

@@ -43,22 +43,86 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(dest="which", required=True)
-        burst = sub.add_parser("burst")
+        burst = sub.add_parser(
+            "burst", help="N one-offs due at the same second, real beats and broker"
+        )
         burst.add_argument("--n", type=int, default=10_000)
         burst.add_argument("--beats", type=int, default=2)
         burst.add_argument(
-            "--lead", type=float, default=0, help="seconds between creation and due time"
+            "--lead", type=float, default=0, help="seconds between making them due and due time"
         )
         burst.add_argument("--json", default="bench-results.json")
+        limits = sub.add_parser(
+            "limits", help="raw ceilings: batched claim+insert+advance, pipelined publish"
+        )
+        limits.add_argument("--n", type=int, default=20_000)
+        limits.add_argument("--json", default="bench-results.json")
 
     def handle(self, *args: Any, **opts: Any) -> None:
-        result = self.burst(opts["n"], opts["beats"], opts["lead"])
-        self.stdout.write(self.table([result]))
+        if opts["which"] == "limits":
+            result = self.limits(opts["n"])
+            key = "limits"
+            self.stdout.write(
+                " | ".join(
+                    f"{k}={v:.0f}" if isinstance(v, float) else f"{k}={v}"
+                    for k, v in result.items()
+                )
+            )
+        else:
+            result = self.burst(opts["n"], opts["beats"], opts["lead"])
+            key = f"burst_{opts['n']}"
         path = Path(opts["json"])
         data = json.loads(path.read_text()) if path.exists() else {}
-        data[f"burst_{opts['n']}"] = result
+        data[key] = result
+        if opts["which"] == "burst" and "limits" in data:
+            ceiling = min(
+                data["limits"]["pg_claim_rows_per_s"], data["limits"]["broker_publish_per_s"]
+            )
+            result["ratio_to_ceiling"] = result["dispatch_per_s"] / ceiling
+        if opts["which"] == "burst":
+            self.stdout.write(self.table([result]))
         path.write_text(json.dumps(data, indent=2))
         self.stdout.write(f"wrote {path}")
+
+    def limits(self, n: int) -> dict[str, Any]:
+        """The two ceilings a beat's dispatch is bounded by, measured with the beat's own code."""
+        from dispatch.beat import Beat, BeatConfig, Pending  # noqa: PLC0415
+
+        tenant = self._tenant(n)
+        self._schedules(tenant, n, due_in_s=-1.0)
+        beat = Beat(
+            BeatConfig(
+                name=f"bench-limits-{uuid.uuid4().hex[:6]}",
+                partitions=settings.SCHEDULER_PARTITIONS,
+                batch=5000,
+                lookahead_s=0,
+            )
+        )
+        beat.start()
+        try:
+            beat.maintain_leases()
+            t0 = time.perf_counter()
+            fired = 0
+            while True:
+                claimed = beat.fire_due()
+                fired += claimed
+                if claimed == 0:
+                    break
+            pg_s = time.perf_counter() - t0
+            items = [Pending(0, str(uuid.uuid4()), 1, BENCH_QUEUE, tenant.pk, 0) for _ in range(n)]
+            t0 = time.perf_counter()
+            sent = beat._publish(items)
+            pub_s = time.perf_counter() - t0
+        finally:
+            beat.shutdown()
+        result = {
+            "n": n,
+            "pg_claim_rows_per_s": fired / pg_s,
+            "broker_publish_per_s": len(sent) / pub_s,
+            "broker": settings.CELERY_BROKER_URL.split(":")[0],
+        }
+        self._cleanup(tenant)
+        return result
 
     def table(self, rows: list[dict[str, Any]]) -> str:
         keys = [
@@ -82,29 +146,30 @@ class Command(BaseCommand):
             )
         return "\n".join(lines)
 
-    def burst(self, n: int, beats: int, lead: float) -> dict[str, Any]:
-        slug = f"bench-{uuid.uuid4().hex[:8]}"
-        tenant = Tenant.objects.create(slug=slug, name="bench")
+    def _tenant(self, n: int) -> Tenant:
+        tenant = Tenant.objects.create(slug=f"bench-{uuid.uuid4().hex[:8]}", name="bench")
         TenantQuota.objects.create(
             tenant=tenant, max_concurrent=n * 2, max_schedules=n * 2, max_executions_per_day=n * 10
         )
-        t0 = time.perf_counter()
-        placeholder = timedelta(days=3650)
+        return tenant
+
+    def _schedules(self, tenant: Tenant, n: int, *, due_in_s: float | None) -> None:
+        """N one-off schedules; due `due_in_s` from now, or kept out of the due index (None)."""
         with connection.cursor() as cur:
             cur.execute("SELECT clock_timestamp()")
-            far = cur.fetchone()[0] + placeholder
+            now = cur.fetchone()[0]
+        run_at = now + timedelta(seconds=due_in_s if due_in_s is not None else 10 * 365 * 86400)
         rows = []
         for i in range(n):
             sid = uuid.uuid4()
-            # Not in the due index yet (next_run_at NULL): made due all at once below.
             rows.append(
                 Schedule(
                     id=sid,
                     tenant=tenant,
                     name=f"b{i}",
                     kind="once",
-                    run_at=far,
-                    next_run_at=None,
+                    run_at=run_at,
+                    next_run_at=run_at if due_in_s is not None else None,
                     target={"type": "http", "url": "https://bench.internal/", "timeout_s": 30},
                     retry={},
                     priority="low",
@@ -114,6 +179,12 @@ class Command(BaseCommand):
             )
         with transaction.atomic():
             Schedule.objects.bulk_create(rows, batch_size=5000)
+
+    def burst(self, n: int, beats: int, lead: float) -> dict[str, Any]:
+        tenant = self._tenant(n)
+        t0 = time.perf_counter()
+        # Kept out of the due index (next_run_at NULL) until the beats are up; then made due all at once.
+        self._schedules(tenant, n, due_in_s=None)
         create_s = time.perf_counter() - t0
         env = dict(os.environ)
         env.update(
