@@ -86,7 +86,7 @@ class Command(BaseCommand):
 
     def limits(self, n: int) -> dict[str, Any]:
         """The two ceilings a beat's dispatch is bounded by, measured with the beat's own code."""
-        from dispatch.beat import Beat, BeatConfig, Pending  # noqa: PLC0415
+        from dispatch.beat import Beat, BeatConfig, Pending
 
         tenant = self._tenant(n)
         self._schedules(tenant, n, due_in_s=-1.0)
