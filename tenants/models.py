@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
 from django.conf import settings
@@ -12,8 +13,18 @@ from django.db.models.functions import Now
 from tenants.roles import ROLE_CHOICES, Role
 
 
+def new_signing_key() -> str:
+    """A fresh HMAC key for signing the tenant's outgoing HTTP callbacks."""
+    return secrets.token_hex(32)
+
+
 class Tenant(models.Model):
-    """A team using the platform. Tenants are deactivated, never deleted (the audit keeps them)."""
+    """A team using the platform. Tenants are deactivated, never deleted (the audit keeps them).
+
+    `signing_key` signs every HTTP callback (X-Signature) so the tenant's services
+    can tell the platform's calls from forgeries; `alert_webhook_url` /
+    `alert_email` receive the notice when an execution ends `dead`.
+    """
 
     slug = models.SlugField(max_length=63, unique=True)
     name = models.CharField(max_length=200)
@@ -22,6 +33,9 @@ class Tenant(models.Model):
     # and host patterns ("*.billing.internal"). Private ranges are reachable only
     # through it; the always-denied ranges never are (see dispatch/netguard.py).
     egress_allow = models.JSONField(default=list, blank=True)
+    signing_key = models.CharField(max_length=64, default=new_signing_key)
+    alert_webhook_url = models.URLField(max_length=2048, blank=True)
+    alert_email = models.EmailField(blank=True)
     created_at = models.DateTimeField(db_default=Now())
 
     class Meta:

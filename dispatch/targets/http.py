@@ -2,17 +2,34 @@
 
 Definition: {"type": "http", "url", "method", "headers", "body", "timeout_s"}.
 Header values are strings, or secret references for anything credential-like.
+
+At run time (`run`) every request carries X-Execution-Id, X-Scheduled-For,
+X-Attempt, X-Fencing-Token and an HMAC signature, goes only to addresses
+resolved once and checked by the SSRF guard, follows no redirect, and is
+bounded by one total deadline (connect + send + headers + body).
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import hmac
+import http.client
+import ipaddress
+import json
 import re
+import socket
+import ssl
+import threading
+import time
+from datetime import UTC
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from dispatch import netguard
+from dispatch import netguard, retry
 from dispatch.exceptions import InvalidSchedule
 from dispatch.targets.common import clean_secret_ref, clean_str, clean_timeout, require_keys
+from dispatch.targets.runtime import Aborted, Outcome, RunContext
 from tenants.models import Tenant
 
 KEYS = {"type", "url", "method", "headers", "body", "timeout_s"}
@@ -134,3 +151,279 @@ def clean(config: dict[str, Any], *, tenant: Tenant) -> dict[str, Any]:
     if body is not None:
         cleaned["body"] = body
     return cleaned
+
+
+# --- Execution (workers) ---------------------------------------------------
+
+STREAM_CHUNK = 64 * 1024
+USER_AGENT = "scheduler-platform/1 (+at-least-once; dedupe on X-Execution-Id)"
+RETRYABLE_STATUS = {408, 425, 429}
+
+
+def sign(key: str, timestamp: int, execution_id: str, body: bytes) -> str:
+    """X-Signature: HMAC-SHA256 over `timestamp.execution_id.body` with the tenant's key.
+
+    The timestamp is inside the MAC so a captured request cannot be replayed
+    later with a fresh timestamp; receivers should also reject old timestamps.
+    """
+    message = f"{timestamp}.{execution_id}.".encode() + body
+    return "sha256=" + hmac.new(key.encode(), message, hashlib.sha256).hexdigest()
+
+
+def rate_key(config: dict[str, Any]) -> str | None:
+    parts = urlsplit(config["url"])
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return f"http:{(parts.hostname or '').lower()}:{port}"
+
+
+def encode_body(body: Any) -> tuple[bytes, str | None]:
+    if body is None:
+        return b"", None
+    if isinstance(body, str):
+        return body.encode(), "text/plain; charset=utf-8"
+    return json.dumps(body, separators=(",", ":")).encode(), "application/json"
+
+
+def resolve_checked(
+    host: str, port: int, *, allow: netguard.AllowList, timeout: float
+) -> list[tuple[socket.AddressFamily, str]]:
+    """Resolve `host` once and check EVERY address; the caller connects only to these.
+
+    Checking one address and letting the HTTP library resolve again would let
+    a DNS answer that changes between the two (rebinding) reach loopback.
+    Raises netguard.Denied, or OSError when the name does not resolve in time.
+    """
+    literal = netguard.parse_ip_literal(host)
+    if literal is not None:
+        ips: list[netguard.IPAddress] = [literal]
+    else:
+        name = host.lower().rstrip(".")
+        if name == "localhost" or name.endswith(".localhost"):
+            raise netguard.Denied(f"{host} is a loopback name")
+        infra_hosts, _ = netguard.infrastructure()
+        if name in infra_hosts:
+            raise netguard.Denied(f"{host} is the platform's own infrastructure")
+        ips = []
+        for info in _getaddrinfo(host, port, timeout=timeout):
+            ip = ipaddress.ip_address(str(info[4][0]).split("%")[0])
+            if ip not in ips:
+                ips.append(ip)
+        if not ips:
+            raise OSError(f"{host} has no addresses")
+        if allow.allows_host(host):
+            # The operator allowed this name: its private addresses are fine,
+            # the always-denied ranges still are not (check_ip decides those first).
+            nets = tuple(ipaddress.ip_network(ip) for ip in ips)
+            allow = netguard.AllowList(allow.networks + nets, allow.host_patterns)
+    for ip in ips:
+        netguard.check_ip(ip, allow=allow, port=port)
+    return [(socket.AF_INET6 if ip.version == 6 else socket.AF_INET, str(ip)) for ip in ips]
+
+
+def _getaddrinfo(host: str, port: int, *, timeout: float) -> list[Any]:
+    # getaddrinfo has no timeout of its own; run it aside so a slow resolver
+    # cannot outlive the attempt's deadline.
+    result: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            result["infos"] = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except OSError as exc:
+            result["error"] = exc
+
+    thread = threading.Thread(target=work, name="resolve", daemon=True)
+    thread.start()
+    thread.join(max(0.0, timeout))
+    if thread.is_alive():
+        raise TimeoutError(f"resolving {host} took longer than the deadline")
+    if "error" in result:
+        raise result["error"]
+    infos: list[Any] = result["infos"]
+    return infos
+
+
+class PinnedConnection(http.client.HTTPConnection):
+    """An HTTP(S) connection to addresses already resolved and checked (never re-resolved).
+
+    The Host header and TLS SNI / certificate check use the URL's name; the
+    TCP connection goes to the pinned address.
+    """
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        addresses: list[tuple[socket.AddressFamily, str]],
+        tls: bool,
+        timeout: float,
+    ) -> None:
+        super().__init__(host, port, timeout=timeout)
+        self.addresses = addresses
+        self.tls = tls
+        self.default_port = 443 if tls else 80
+        self.connected_ip = ""
+
+    def connect(self) -> None:
+        last: OSError | None = None
+        for family, ip in self.addresses:
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            sock.settimeout(self.timeout)
+            try:
+                sock.connect((ip, self.port))
+            except OSError as exc:
+                sock.close()
+                last = exc
+                continue
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self.tls:
+                context = ssl.create_default_context()
+                sock = context.wrap_socket(sock, server_hostname=self.host)
+            self.sock = sock
+            self.connected_ip = ip
+            return
+        raise last or OSError("no address to connect to")
+
+    def abort(self) -> None:
+        sock = self.sock
+        if sock is not None:
+            # Shut down the raw socket (not SSLSocket.shutdown, which unwraps):
+            # a read blocked in another thread returns at once.
+            with contextlib.suppress(OSError):
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
+def classify(status: int) -> tuple[bool, bool]:
+    """(ok, retryable) for an HTTP status."""
+    if 200 <= status < 300:
+        return True, False
+    if status >= 500 or status in RETRYABLE_STATUS:
+        return False, True
+    return False, False
+
+
+def run(ctx: RunContext) -> Outcome:
+    """Call the tenant's URL once: signed, pinned to checked addresses, bounded by the deadline."""
+    cfg = ctx.target
+    parts = urlsplit(cfg["url"])
+    tls = parts.scheme == "https"
+    host = parts.hostname or ""
+    port = parts.port or (443 if tls else 80)
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    method = str(cfg.get("method") or "POST")
+    body, content_type = encode_body(cfg.get("body"))
+
+    headers: dict[str, str] = {}
+    for name, value in (cfg.get("headers") or {}).items():
+        resolved = ctx.secret(value["secret"]) if isinstance(value, dict) else str(value)
+        if any(c in resolved for c in "\r\n\x00"):
+            return Outcome.failure(
+                f"the value of header {name} contains a line break or NUL",
+                retryable=False,
+                reason_code="bad_header",
+            )
+        headers[name] = resolved
+    timestamp = int(time.time())
+    if content_type and not any(k.lower() == "content-type" for k in headers):
+        headers["Content-Type"] = content_type
+    headers.setdefault("User-Agent", USER_AGENT)
+    headers.update(
+        {
+            "X-Execution-Id": ctx.execution_id,
+            "X-Scheduled-For": ctx.scheduled_for.astimezone(UTC).isoformat().replace("+00:00", "Z"),
+            "X-Attempt": str(ctx.attempt),
+            "X-Fencing-Token": str(ctx.fencing_token),
+            "X-Signature-Timestamp": str(timestamp),
+            "X-Signature": sign(ctx.signing_key, timestamp, ctx.execution_id, body),
+        }
+    )
+
+    try:
+        addresses = resolve_checked(
+            host, port, allow=netguard.AllowList.parse(ctx.egress_allow), timeout=ctx.remaining()
+        )
+    except netguard.Denied as denied:
+        return Outcome.failure(
+            f"not called: {denied.reason}", retryable=False, reason_code="ssrf_denied"
+        )
+    except OSError as exc:
+        return Outcome.failure(
+            f"cannot resolve {host}: {exc}",
+            retryable=True,
+            reason_code="dns",
+            latency_ms=ctx.elapsed_ms(),
+        )
+
+    conn = PinnedConnection(
+        host, port, addresses=addresses, tls=tls, timeout=max(0.001, ctx.remaining())
+    )
+    ctx.on_abort(conn.abort)
+    status: int | None = None
+    capture = ctx.capture()
+    try:
+        if ctx.aborted:
+            raise Aborted(ctx.abort_reason)
+        conn.request(method, path, body=body or None, headers=headers)
+        response = conn.getresponse()
+        status = response.status
+        retry_after = response.getheader("Retry-After")
+        location = response.getheader("Location") or ""
+        # Stream and discard: only the excerpt is kept, whatever the body's size.
+        while True:
+            chunk = response.read(STREAM_CHUNK)
+            if not chunk:
+                break
+            capture.feed(chunk)
+        if ctx.aborted:
+            raise Aborted(ctx.abort_reason)
+    except (OSError, http.client.HTTPException, Aborted) as exc:
+        excerpt = capture.text(ctx.redact_bytes)
+        if ctx.aborted and ctx.abort_reason == "deadline":
+            return Outcome.failure(
+                f"no complete response within the {ctx.timeout_s:g} s deadline"
+                + (f" (status {status}, {capture.total} body bytes so far)" if status else ""),
+                retryable=True,
+                reason_code="timeout",
+                status_code=status,
+                excerpt=excerpt,
+                latency_ms=ctx.elapsed_ms(),
+            )
+        if ctx.aborted:
+            raise Aborted(ctx.abort_reason) from None
+        what = "connection refused" if isinstance(exc, ConnectionRefusedError) else str(exc)
+        return Outcome.failure(
+            ctx.redact(f"{type(exc).__name__}: {what}"),
+            retryable=True,
+            reason_code="timeout" if isinstance(exc, TimeoutError) else "connection",
+            status_code=status,
+            excerpt=excerpt,
+            latency_ms=ctx.elapsed_ms(),
+        )
+    finally:
+        conn.close()
+
+    excerpt = capture.text(ctx.redact_bytes)
+    data = {"connected_ip": conn.connected_ip, "body_bytes": capture.total}
+    ok, retryable = classify(status)
+    if ok:
+        return Outcome.success(
+            status_code=status, excerpt=excerpt, latency_ms=ctx.elapsed_ms(), data=data
+        )
+    if 300 <= status < 400:
+        error = f"HTTP {status}: redirects are not followed" + (
+            f" (to {location})" if location else ""
+        )
+        reason_code = "redirect"
+    else:
+        error = f"HTTP {status}"
+        reason_code = f"http_{status}"
+    return Outcome.failure(
+        ctx.redact(error),
+        retryable=retryable,
+        reason_code=reason_code,
+        status_code=status,
+        excerpt=excerpt,
+        retry_after_s=retry.parse_retry_after(retry_after) if status in (429, 503) else None,
+        latency_ms=ctx.elapsed_ms(),
+        data=data,
+    )

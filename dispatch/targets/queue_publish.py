@@ -7,12 +7,14 @@ Definition: {"type": "queue", "broker": "default", "exchange": "<tenant>.x", "ro
 from __future__ import annotations
 
 import re
+from datetime import UTC
 from typing import Any
 
 from django.conf import settings
 
 from dispatch.exceptions import InvalidSchedule
 from dispatch.targets.common import clean_str, clean_timeout, require_keys
+from dispatch.targets.runtime import Aborted, Outcome, RunContext
 from tenants.models import Tenant
 
 KEYS = {"type", "broker", "exchange", "routing_key", "body", "timeout_s"}
@@ -57,3 +59,93 @@ def clean(config: dict[str, Any], *, tenant: Tenant) -> dict[str, Any]:
         "body": body,
         "timeout_s": clean_timeout(config, default=30),
     }
+
+
+# --- Execution (workers) ---------------------------------------------------
+
+
+def rate_key(config: dict[str, Any]) -> str | None:
+    return f"queue:{config.get('broker') or 'default'}"
+
+
+def message_for(ctx: RunContext) -> dict[str, Any]:
+    """The published message: the attempt's ids (for deduplication) and the tenant's body."""
+    return {
+        "execution_id": ctx.execution_id,
+        "scheduled_for": ctx.scheduled_for.astimezone(UTC).isoformat().replace("+00:00", "Z"),
+        "attempt": ctx.attempt,
+        "fencing_token": ctx.fencing_token,
+        "body": ctx.target.get("body", {}),
+    }
+
+
+def run(ctx: RunContext) -> Outcome:
+    """Publish one message to the tenant's exchange / routing key, with publisher confirms.
+
+    With RabbitMQ the publish is `mandatory`: a message no queue would receive
+    is an error, not a silent drop. (Redis has no such signal.)
+    """
+    from amqp import exceptions as amqp_errors
+    from kombu import Connection
+
+    cfg = ctx.target
+    broker = cfg.get("broker") or "default"
+    url = settings.TARGET_BROKERS.get(broker)
+    if not url:
+        return Outcome.failure(
+            f"broker {broker!r} is not configured on this platform",
+            retryable=False,
+            reason_code="unknown_broker",
+        )
+    message = message_for(ctx)
+    headers = {
+        "execution_id": ctx.execution_id,
+        "attempt": ctx.attempt,
+        "fencing_token": ctx.fencing_token,
+    }
+    timeout = max(0.5, ctx.remaining())
+    try:
+        with Connection(
+            url,
+            connect_timeout=timeout,
+            transport_options={"confirm_publish": True, "socket_timeout": timeout},
+        ) as conn:
+            conn.ensure_connection(max_retries=1, timeout=max(1, int(timeout)))
+            ctx.on_abort(conn.release)
+            producer = conn.Producer(serializer="json")
+            producer.publish(
+                message,
+                exchange=cfg.get("exchange") or "",
+                routing_key=cfg["routing_key"],
+                headers=headers,
+                delivery_mode=2,
+                mandatory=conn.transport_cls in ("amqp", "pyamqp", "amqps"),
+                retry=False,
+                timeout=timeout,
+                confirm_timeout=timeout,
+                message_id=f"{ctx.execution_id}:{ctx.attempt}:{ctx.fencing_token}",
+            )
+    except amqp_errors.NotFound as exc:
+        return Outcome.failure(
+            f"broker refused the publish: {exc}",
+            retryable=False,
+            reason_code="exchange_not_found",
+            latency_ms=ctx.elapsed_ms(),
+        )
+    except Exception as exc:
+        if ctx.aborted:
+            raise Aborted(ctx.abort_reason) from None
+        # Connection errors, confirms not received, unroutable (NO_ROUTE: the
+        # tenant's queue may not be declared yet): all worth another attempt.
+        return Outcome.failure(
+            ctx.redact(f"publish failed: {type(exc).__name__}: {exc}"),
+            retryable=True,
+            reason_code="publish_failed",
+            latency_ms=ctx.elapsed_ms(),
+        )
+    target = f"{cfg.get('exchange') or '(default exchange)'} / {cfg['routing_key']}"
+    return Outcome.success(
+        excerpt=f"published to {target} on broker {broker}",
+        latency_ms=ctx.elapsed_ms(),
+        data={"broker": broker, "routing_key": cfg["routing_key"]},
+    )

@@ -1,0 +1,138 @@
+-- Worker and sweeper statements: claim, heartbeat, fenced completion, lease sweep.
+-- Every write after the claim is conditional on the fencing token the claim
+-- returned: a worker that lost its lease (swept, cancelled, paused past it)
+-- matches no row, and its write is recorded as rejected instead of applied.
+
+-- name: claim_execution
+-- Claim the execution named by a message if that attempt is current and due (DB clock); bumps the token, writes `claimed`.
+WITH claimed AS (
+    UPDATE dispatch_execution
+       SET state = 'running',
+           lease_owner = %(owner)s,
+           lease_expires_at = now() + make_interval(secs => %(lease_s)s),
+           fencing_token = fencing_token + 1,
+           started_at = now(),
+           next_attempt_at = NULL
+     WHERE id = %(id)s
+       AND state IN ('scheduled', 'queued', 'retry_scheduled')
+       AND attempt = %(attempt)s
+       AND COALESCE(next_attempt_at, due_at) <= now()
+ RETURNING id, tenant_id, schedule_id, attempt, fencing_token, scheduled_for
+), event AS (
+    INSERT INTO dispatch_executionevent (tenant_id, schedule_id, execution_id, kind, message, data, actor)
+    SELECT tenant_id, schedule_id, id, 'claimed',
+           'claimed by worker ' || %(owner)s || ' with token ' || fencing_token,
+           jsonb_build_object('worker', %(owner)s, 'fencing_token', fencing_token, 'attempt', attempt),
+           %(owner)s
+      FROM claimed
+)
+SELECT c.id, c.attempt, c.fencing_token, c.scheduled_for,
+       s.id, s.name, s.target, s.retry, s.timeout_s, s.deleted_at IS NOT NULL,
+       t.id, t.slug, t.signing_key, t.egress_allow, t.active
+  FROM claimed c
+  JOIN dispatch_schedule s ON s.id = c.schedule_id
+  JOIN tenants_tenant t ON t.id = c.tenant_id
+
+-- name: peek_execution
+-- Why a message claimed nothing: the row's state, attempt, token and seconds until it is due (DB clock).
+SELECT state, attempt, fencing_token, lease_owner,
+       EXTRACT(EPOCH FROM (COALESCE(next_attempt_at, due_at) - now()))::float8,
+       tenant_id, schedule_id
+  FROM dispatch_execution
+ WHERE id = %(id)s
+
+-- name: heartbeat
+-- Extend the lease only while this worker's token is current and the row still running.
+UPDATE dispatch_execution
+   SET lease_expires_at = now() + make_interval(secs => %(lease_s)s)
+ WHERE id = %(id)s
+   AND fencing_token = %(token)s
+   AND state = 'running'
+
+-- name: insert_event
+-- Append one event to an execution's timeline.
+INSERT INTO dispatch_executionevent (tenant_id, schedule_id, execution_id, kind, message, data, actor)
+VALUES (%(tenant_id)s, %(schedule_id)s, %(id)s, %(kind)s, %(message)s, %(data)s::jsonb, %(actor)s)
+
+-- name: finish_attempt
+-- Record an attempt's end (succeeded / retry_scheduled / dead / cancelled / held) with its events, only under the caller's token.
+WITH done AS (
+    UPDATE dispatch_execution
+       SET state = %(state)s,
+           attempt = attempt + %(attempt_inc)s,
+           next_attempt_at = CASE WHEN %(state)s = 'retry_scheduled'
+                                  THEN now() + make_interval(secs => %(delay_s)s) END,
+           finished_at = CASE WHEN %(state)s IN ('succeeded', 'dead', 'cancelled')
+                              THEN now() END,
+           lease_expires_at = NULL,
+           status_code = %(status_code)s,
+           exit_code = %(exit_code)s,
+           error = %(error)s,
+           log_excerpt = %(log_excerpt)s,
+           reason_code = %(reason_code)s,
+           reason = %(reason)s
+     WHERE id = %(id)s
+       AND fencing_token = %(token)s
+       AND state = 'running'
+ RETURNING id, tenant_id, schedule_id
+), logged AS (
+    INSERT INTO dispatch_executionevent (tenant_id, schedule_id, execution_id, kind, message, data, actor)
+    SELECT d.tenant_id, d.schedule_id, d.id, ev.e->>'kind', ev.e->>'message', ev.e->'data', %(actor)s
+      FROM done d
+     CROSS JOIN jsonb_array_elements(%(events)s::jsonb) WITH ORDINALITY AS ev(e, ord)
+     ORDER BY ev.ord
+)
+-- The update decides whether the write applied, with or without events to log.
+SELECT id FROM done
+
+-- name: record_fencing_rejected
+-- A stale writer's heartbeat or completion matched no row: record it against the row's current token, never apply it.
+INSERT INTO dispatch_executionevent (tenant_id, schedule_id, execution_id, kind, message, data, actor)
+SELECT tenant_id, schedule_id, id, %(kind)s,
+       'the ' || %(what)s || ' of worker ' || %(owner)s || ' (token ' || %(token)s
+           || ') was rejected: the execution now has token ' || fencing_token || ' (' || state || ')',
+       %(data)s::jsonb || jsonb_build_object('current_token', fencing_token, 'current_state', state),
+       %(owner)s
+  FROM dispatch_execution
+ WHERE id = %(id)s
+RETURNING (data->>'current_token')::bigint, data->>'current_state'
+
+-- name: sweep_lock_expired
+-- Running executions whose lease lapsed or which ran past timeout + grace (backstop); locked, skipping rows another sweeper holds.
+SELECT e.id, e.tenant_id, e.schedule_id, e.attempt, e.fencing_token, e.lease_owner,
+       e.lease_expires_at, e.started_at, s.retry, s.timeout_s,
+       e.lease_expires_at < now() AS lease_expired
+  FROM dispatch_execution e
+  JOIN dispatch_schedule s ON s.id = e.schedule_id
+ WHERE e.state = 'running'
+   AND (e.lease_expires_at < now()
+        OR e.started_at + make_interval(secs => s.timeout_s + %(grace_s)s) < now())
+   AND (%(all_partitions)s OR e.partition = ANY(%(partitions)s::int[]))
+ ORDER BY e.lease_expires_at
+ LIMIT %(limit)s
+   FOR UPDATE OF e SKIP LOCKED
+
+-- name: sweep_apply
+-- Move swept rows to retry_scheduled (attempt + 1) or dead, bumping the token so the lost worker's late writes are rejected.
+WITH decided AS (
+    SELECT *
+      FROM unnest(%(ids)s::uuid[], %(tokens)s::bigint[], %(states)s::text[],
+                  %(delays)s::float8[], %(codes)s::text[], %(reasons)s::text[])
+           AS d(id, token, state, delay_s, code, reason)
+)
+UPDATE dispatch_execution e
+   SET state = d.state,
+       attempt = e.attempt + CASE WHEN d.state = 'retry_scheduled' THEN 1 ELSE 0 END,
+       fencing_token = e.fencing_token + 1,
+       next_attempt_at = CASE WHEN d.state = 'retry_scheduled'
+                              THEN now() + make_interval(secs => d.delay_s) END,
+       finished_at = CASE WHEN d.state = 'dead' THEN now() END,
+       lease_expires_at = NULL,
+       error = d.reason,
+       reason_code = d.code,
+       reason = left(d.reason, 500)
+  FROM decided d
+ WHERE e.id = d.id
+   AND e.fencing_token = d.token
+   AND e.state = 'running'
+RETURNING e.id, e.attempt, e.fencing_token

@@ -1,0 +1,244 @@
+"""Secrets at run time (RELIABILITY.md "Tenancy and secrets"): a sentinel served by a
+small server speaking Vault's KV v2 API reaches the outgoing request and nothing else."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.db import connection
+from rest_framework.test import APIClient
+
+from dispatch.models import Execution, ExecutionEvent
+from tenants.roles import Principal
+from tests.conftest import make_principal
+from tests.integration.worker_support import (
+    Pump,
+    final,
+    kinds,
+    make_execution,
+    make_schedule,
+    publish,
+    purge,
+    worker_processes,
+)
+from tests.procs import Ledger, Proc
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+SENTINEL = "sntl-" + os.urandom(12).hex()
+ENV_SENTINEL = "envsntl-" + os.urandom(12).hex()
+VAULT_TOKEN = "platform-token-for-tests"
+ONE_SHOT = {"max_attempts": 1, "backoff": "fixed", "initial_s": 0, "max_s": 0}
+
+
+class FakeVault:
+    """Vault's KV v2 read API, as hvac speaks it: GET /v1/<mount>/data/<path>."""
+
+    def __init__(self) -> None:
+        self.reads: list[str] = []
+        vault = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                vault.reads.append(self.path)
+                if self.headers.get("X-Vault-Token") != VAULT_TOKEN:
+                    return self._send(403, {"errors": ["permission denied"]})
+                path = self.path.split("?")[0]
+                if path == "/v1/kv/data/billing/api":
+                    data = {"token": SENTINEL}
+                elif path == "/v1/kv/data/billing/forbidden":
+                    return self._send(
+                        403, {"errors": ["1 error occurred:\n\t* permission denied\n\n"]}
+                    )
+                elif path == "/v1/kv/data/billing/flaky":
+                    return self._send(503, {"errors": ["Vault is sealed"]})
+                else:
+                    return self._send(404, {"errors": []})
+                self._send(
+                    200,
+                    {
+                        "request_id": "r",
+                        "lease_id": "",
+                        "renewable": False,
+                        "lease_duration": 0,
+                        "data": {
+                            "data": data,
+                            "metadata": {
+                                "created_time": "2026-01-01T00:00:00Z",
+                                "deletion_time": "",
+                                "destroyed": False,
+                                "version": 1,
+                            },
+                        },
+                        "wrap_info": None,
+                        "warnings": None,
+                        "auth": None,
+                    },
+                )
+
+            def _send(self, status: int, body: dict[str, Any]) -> None:
+                payload = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def echo(req: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
+    # A careless target that echoes the request, credentials included.
+    status = 500 if req["path"] == "/fail" else 200
+    return status, {}, json.dumps(req["headers"]).encode()
+
+
+@pytest.fixture(scope="module")
+def vault() -> Iterator[FakeVault]:
+    vault = FakeVault()
+    yield vault
+    vault.close()
+
+
+@pytest.fixture(scope="module")
+def ledger() -> Iterator[Ledger]:
+    ledger = Ledger(respond=echo)
+    yield ledger
+    ledger.close()
+
+
+@pytest.fixture(scope="module")
+def worker(
+    tmp_path_factory: pytest.TempPathFactory, vault: FakeVault, ledger: Ledger, django_db_setup: Any
+) -> Iterator[Proc]:
+    purge(settings.CELERY_BROKER_URL)
+    with worker_processes(tmp_path_factory.mktemp("secrets")) as start:
+        yield start(
+            "w1",
+            TARGET_TEST_ALLOW=ledger.allow_entry,
+            SECRETS_BACKEND="vault,env",
+            VAULT_ADDR=vault.url,
+            VAULT_TOKEN=VAULT_TOKEN,
+            SCHED_SECRET_BILLING_API_KEY=ENV_SENTINEL,
+        )
+    purge(settings.CELERY_BROKER_URL)
+
+
+def target(ledger: Ledger, ref: str, path: str = "/hook") -> dict[str, Any]:
+    return {
+        "type": "http",
+        "url": f"{ledger.url}{path}",
+        "method": "POST",
+        "headers": {"Authorization": {"secret": ref}, "X-Plain": "hello"},
+        "body": {"n": 1},
+    }
+
+
+def run(principal: Principal, tgt: dict[str, Any], retry: dict[str, Any] = ONE_SHOT) -> Execution:
+    execution = make_execution(make_schedule(principal, tgt, retry=retry))
+    publish(execution.id, 1)
+    Pump().until(final(execution), timeout=20)
+    execution.refresh_from_db()
+    return execution
+
+
+def rows_containing(needle: str) -> dict[str, int]:
+    """Every table of the database, every column as text: where does `needle` appear?"""
+    found: dict[str, int] = {}
+    with connection.cursor() as cur:
+        cur.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+        for (table,) in cur.fetchall():
+            query = f'SELECT count(*) FROM "{table}" t WHERE t::text LIKE %s'  # noqa: S608 - catalog names
+            cur.execute(query, [f"%{needle}%"])
+            count = cur.fetchone()[0]
+            if count:
+                found[table] = count
+    return found
+
+
+def test_vault_sentinel_reaches_only_the_outgoing_request(
+    worker: Proc, ledger: Ledger, vault: FakeVault, admin_principal: Principal, api: APIClient
+) -> None:
+    ok = run(admin_principal, target(ledger, "vault:kv/billing/api#token"))
+    failed = run(admin_principal, target(ledger, "vault:kv/billing/api#token", path="/fail"))
+
+    assert ok.state == "succeeded", ok.error
+    assert failed.state == "dead" and failed.status_code == 500
+    sent = [r["headers"]["Authorization"] for r in ledger.requests]
+    assert sent == [SENTINEL, SENTINEL]
+    assert any(p.startswith("/v1/kv/data/billing/api") for p in vault.reads)
+    # The target echoed it back: what we stored is redacted.
+    assert "[redacted]" in ok.log_excerpt and "[redacted]" in failed.log_excerpt
+
+    assert rows_containing(SENTINEL) == {}
+    assert "dispatch_schedule" in rows_containing("vault:kv/billing/api#token")  # the scan works
+    assert SENTINEL not in worker.output()
+    for execution in (ok, failed):
+        response = api.get(f"/v1/executions/{execution.id}")
+        assert response.status_code == 200
+        assert SENTINEL not in response.content.decode()
+        assert response.json()["events"]
+        response = api.get(f"/v1/schedules/{execution.schedule_id}")
+        assert response.status_code == 200 and SENTINEL not in response.content.decode()
+    listing = api.get("/v1/executions")
+    assert listing.status_code == 200 and SENTINEL not in listing.content.decode()
+
+
+def test_vault_forbidden_is_dead_at_once_without_calling(
+    worker: Proc, ledger: Ledger, admin_principal: Principal
+) -> None:
+    before = len(ledger.requests)
+    execution = run(
+        admin_principal,
+        target(ledger, "vault:kv/billing/forbidden#token"),
+        retry={"max_attempts": 3, "backoff": "fixed", "initial_s": 0, "max_s": 0},
+    )
+    assert execution.state == "dead" and execution.attempt == 1
+    assert execution.reason_code == "secret" and "403" in execution.error
+    assert len(ledger.requests) == before
+
+
+def test_vault_unavailable_is_retried(
+    worker: Proc, ledger: Ledger, admin_principal: Principal
+) -> None:
+    before = len(ledger.requests)
+    execution = run(
+        admin_principal,
+        target(ledger, "vault:kv/billing/flaky#token"),
+        retry={"max_attempts": 2, "backoff": "fixed", "initial_s": 0, "max_s": 0},
+    )
+    assert execution.state == "dead" and execution.attempt == 2
+    assert "vault unavailable" in execution.error and "attempts exhausted" in execution.reason
+    assert kinds(execution).count("retry_scheduled") == 1
+    assert len(ledger.requests) == before
+
+
+def test_env_secrets_are_tenant_scoped(
+    worker: Proc, ledger: Ledger, admin_principal: Principal, other_tenant: Any
+) -> None:
+    mine = run(admin_principal, target(ledger, "env:API_KEY"))
+    assert mine.state == "succeeded"
+    assert ledger.requests[-1]["headers"]["Authorization"] == ENV_SENTINEL
+
+    count = len(ledger.requests)
+    theirs = run(make_principal(other_tenant), target(ledger, "env:API_KEY"))
+    assert theirs.state == "dead" and theirs.reason_code == "secret"
+    assert "SCHED_SECRET_OUTSIDER_API_KEY" in theirs.error
+    assert len(ledger.requests) == count
+    assert rows_containing(ENV_SENTINEL) == {}
+    assert not ExecutionEvent.objects.filter(message__contains=ENV_SENTINEL).exists()
