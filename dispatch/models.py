@@ -196,7 +196,7 @@ class Execution(models.Model):
     next_attempt_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(db_default=Now())
     enqueued_at = models.DateTimeField(null=True, blank=True)  # first published
-    # Last time the sweeper published it again (the broker had lost it); keeps
+    # Last publish after the first (a retry, or the broker had lost it); keeps
     # enqueued_at honest for fire-lag figures.
     republished_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)

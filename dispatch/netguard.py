@@ -225,7 +225,7 @@ def parse_ip_literal(host: str) -> IPAddress | None:
     return None
 
 
-def check_host_at_save(host: str, *, allow: AllowList) -> None:
+def check_host_at_save(host: str, *, allow: AllowList, port: int | None = None) -> None:
     """Save-time check: IP literals are judged now; names are judged when called.
 
     A name that does not resolve yet is accepted (DESIGN.md §8): it is checked
@@ -233,7 +233,7 @@ def check_host_at_save(host: str, *, allow: AllowList) -> None:
     """
     ip = parse_ip_literal(host)
     if ip is not None:
-        check_ip(ip, allow=allow)
+        check_ip(ip, allow=allow, port=port)
         return
     name = host.lower().rstrip(".")
     if name == "localhost" or name.endswith(".localhost"):

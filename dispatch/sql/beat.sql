@@ -149,7 +149,10 @@ WHERE t.id = ANY(%(tenant_ids)s::bigint[])
 -- name: mark_queued
 -- After publishing: the rows become queued (only if nobody moved them on, e.g. a worker that already claimed).
 UPDATE dispatch_execution e
-SET state = 'queued', enqueued_at = clock_timestamp(), queue = v.queue,
+SET state = 'queued', queue = v.queue,
+    -- enqueued_at is the first publish (fire-lag figures); later ones (retries) go to republished_at.
+    enqueued_at = COALESCE(e.enqueued_at, clock_timestamp()),
+    republished_at = CASE WHEN e.enqueued_at IS NULL THEN NULL ELSE clock_timestamp() END,
     reason_code = CASE WHEN e.reason_code LIKE 'held_%%' THEN '' ELSE e.reason_code END,
     reason = CASE WHEN e.reason_code LIKE 'held_%%' THEN '' ELSE e.reason END
 FROM unnest(%(ids)s::uuid[], %(attempts)s::int[], %(queues)s::text[]) AS v(id, attempt, queue)

@@ -96,7 +96,10 @@ def clean(config: dict[str, Any], *, tenant: Tenant) -> dict[str, Any]:
                 f"query parameter {name!r} looks like a credential; use a header with a secret reference",
             )
     try:
-        netguard.check_host_at_save(host, allow=netguard.AllowList.parse(tenant.egress_allow))
+        default_port = 443 if parts.scheme == "https" else 80
+        netguard.check_host_at_save(
+            host, allow=netguard.AllowList.parse(tenant.egress_allow), port=port or default_port
+        )
     except netguard.Denied as denied:
         raise InvalidSchedule.field("target.url", denied.reason) from None
     if port is not None and not 1 <= port <= 65535:
