@@ -141,7 +141,8 @@ LIMIT %(limit)s
 -- Queued + running executions per tenant, with each tenant's concurrency cap and fair-share weight.
 SELECT t.id, t.slug, q.max_concurrent, q.weight,
        (SELECT count(*) FROM dispatch_execution e
-         WHERE e.tenant_id = t.id AND e.state IN ('queued', 'running')) AS inflight
+         WHERE e.tenant_id = t.id AND e.state IN ('queued', 'running')) AS inflight,
+       q.max_executions_per_day
 FROM tenants_tenant t
 JOIN tenants_tenantquota q ON q.tenant_id = t.id
 WHERE t.id = ANY(%(tenant_ids)s::bigint[])
@@ -189,3 +190,10 @@ SET paused = false, paused_until = NULL, version = version + 1
 WHERE partition = ANY(%(numbers)s::int[]) AND paused AND paused_until <= clock_timestamp()
   AND deleted_at IS NULL
 RETURNING id, tenant_id
+
+-- name: mark_quota_exhausted
+-- Over the tenant's executions/day quota: the occurrence is recorded as skipped with the reason, not run.
+UPDATE dispatch_execution
+SET state = 'skipped', finished_at = clock_timestamp(), reason_code = 'quota_exhausted', reason = %(reason)s
+WHERE id = ANY(%(ids)s::uuid[]) AND state = 'scheduled'
+RETURNING id, schedule_id, tenant_id

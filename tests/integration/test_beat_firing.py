@@ -69,7 +69,9 @@ def beat(db: Any) -> Iterator[Beat]:
 
 
 def make(principal: Principal, **data: Any) -> Schedule:
-    body = {"name": data.pop("name", "s"), "target": TARGET} | data
+    # A generous grace: "due a minute ago" must not turn into a misfire when the
+    # test happens to start just after a minute boundary.
+    body = {"name": data.pop("name", "s"), "target": TARGET, "misfire_grace_s": 600} | data
     return services.schedule_create(actor=principal, data=body)
 
 
@@ -280,3 +282,22 @@ def test_manual_trigger_is_published_at_once(beat: Beat, admin_principal: Princi
     beat.cycle()
     ex.refresh_from_db()
     assert ex.state == "queued" and ex.trigger == "manual"
+
+
+def test_daily_quota_skips_the_excess_with_a_reason(
+    beat: Beat, admin_principal: Principal, tenant: Tenant
+) -> None:
+    tenant.quota.max_executions_per_day = 2
+    tenant.quota.save()
+    jobs = [
+        services.job_create(actor=admin_principal, data={"target": TARGET, "name": f"q{i}"})[0]
+        for i in range(4)
+    ]
+    beat.cycle()
+    rows = list(Execution.objects.filter(schedule__in=jobs))
+    assert sorted(r.state for r in rows) == ["queued", "queued", "skipped", "skipped"]
+    skipped = [r for r in rows if r.state == "skipped"]
+    assert all(
+        r.reason_code == "quota_exhausted" and "daily quota of 2" in r.reason for r in skipped
+    )
+    assert ExecutionEvent.objects.filter(kind="quota_exhausted").count() == 2
