@@ -24,6 +24,8 @@ from typing import Any
 from django.conf import settings
 from django.db import DatabaseError, connection
 
+from config import telemetry
+from config.logs import log_context
 from dispatch import alerts, leases, ratelimit, retry, vault
 from dispatch.leases import Claim, Event, Peek
 from dispatch.targets import KINDS
@@ -192,6 +194,26 @@ def _context(claim: Claim) -> RunContext:
 
 
 def _run_claimed(claim: Claim, *, lease_s: float) -> str:
+    # One span per attempt (child of Celery's task span, itself continuing the
+    # beat's publish span from the message headers), and every log line of the
+    # attempt carries its ids.
+    with (
+        telemetry.tracer.start_as_current_span("execution.attempt") as span,
+        log_context(
+            execution_id=claim.execution_id, schedule_id=claim.schedule_id, tenant=claim.tenant_slug
+        ),
+    ):
+        span.set_attribute("scheduler.execution_id", claim.execution_id)
+        span.set_attribute("scheduler.schedule_id", str(claim.schedule_id))
+        span.set_attribute("scheduler.tenant", claim.tenant_slug)
+        span.set_attribute("scheduler.attempt", claim.attempt)
+        span.set_attribute("scheduler.fencing_token", claim.fencing_token)
+        result = _run_claimed_attempt(claim, lease_s=lease_s)
+        span.set_attribute("scheduler.result", result)
+        return result
+
+
+def _run_claimed_attempt(claim: Claim, *, lease_s: float) -> str:
     if claim.schedule_deleted or not claim.tenant_active:
         why = "its schedule was deleted" if claim.schedule_deleted else "its tenant is deactivated"
         applied = leases.attempt_finish(
@@ -237,7 +259,9 @@ def _run_claimed(claim: Claim, *, lease_s: float) -> str:
     heartbeat = Heartbeat(claim, ctx, lease_s)
     heartbeat.start()
     try:
-        outcome = _call(module, ctx)
+        with telemetry.tracer.start_as_current_span("target.call") as call_span:
+            call_span.set_attribute("scheduler.target", str(claim.target.get("type")))
+            outcome = _call(module, ctx)
     finally:
         heartbeat.finish()
     if heartbeat.lost:

@@ -26,6 +26,7 @@ from datetime import UTC
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
+from config import telemetry
 from dispatch import netguard, retry
 from dispatch.exceptions import InvalidSchedule
 from dispatch.targets.common import clean_secret_ref, clean_str, clean_timeout, require_keys
@@ -340,6 +341,8 @@ def run(ctx: RunContext) -> Outcome:
             "X-Signature": sign(ctx.signing_key, timestamp, ctx.execution_id, body),
         }
     )
+    # The target joins the execution's trace (W3C traceparent).
+    telemetry.inject(headers)
 
     try:
         addresses = resolve_checked(
