@@ -14,6 +14,7 @@ Any number of beats run side by side; they coordinate only through PostgreSQL.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import logging
 import math
@@ -131,6 +132,7 @@ class Beat:
         self._template: tuple[dict[str, Any], dict[str, Any], Any] | None = None
         self._declared: set[str] = set()
         self._trace_headers: dict[str, Any] = {}
+        self._amqp: tuple[Any, Any, dict[str, int], list[int]] | None = None
 
     # --- lifecycle -----------------------------------------------------------------
 
@@ -595,10 +597,12 @@ class Beat:
         cap a beat at a few thousand messages a second; a top-of-hour burst
         needs tens of thousands (DESIGN.md §7). So the message envelope is built
         once from Celery's own protocol-2 template, and each chunk goes out as
-        one Redis pipeline (RabbitMQ: confirms awaited per message, by kombu).
+        one Redis pipeline (RabbitMQ: see _publish_amqp).
         """
         from config.celery_app import app
 
+        if settings.CELERY_BROKER_URL.startswith(("amqp://", "amqps://", "pyamqp://")):
+            return self._publish_amqp(app, items)
         sent: list[Pending] = []
         chunk_size = 1000
         try:
@@ -626,6 +630,67 @@ class Beat:
                 len(sent),
                 len(items),
             )
+        return sent
+
+    def _publish_amqp(self, app: Any, items: list[Pending]) -> list[Pending]:
+        """RabbitMQ: publisher confirms in windows — publish a chunk, then await its acks.
+
+        Waiting for each message's confirm caps a beat near a thousand messages
+        a second; not confirming at all lost messages in bursts (measured here:
+        96-195 of 200k in 4 of 6 runs). A window keeps the guarantee: a chunk
+        counts as sent only once the broker acknowledged all of it.
+        """
+        from kombu import Connection, Producer
+
+        sent: list[Pending] = []
+        chunk_size = 1000
+        try:
+            with telemetry.tracer.start_as_current_span("beat.publish") as span:
+                span.set_attribute("scheduler.messages", len(items))
+                self._trace_headers = telemetry.inject({})
+                if self._amqp is None:
+                    conn = Connection(settings.CELERY_BROKER_URL, connect_timeout=5)
+                    channel: Any = conn.default_channel  # py-amqp channel: confirm_select, events
+                    channel.confirm_select()
+                    state = {"acked": 0, "nacked": 0}
+
+                    def on_ack(tag: int, multiple: bool) -> None:
+                        state["acked"] = max(state["acked"], tag)
+
+                    def on_nack(tag: int, multiple: bool) -> None:
+                        state["nacked"] = tag
+
+                    channel.events["basic_ack"].add(on_ack)
+                    channel.events["basic_nack"].add(on_nack)
+                    self._amqp = (conn, Producer(channel), state, [0])
+                    self._declared.clear()
+                conn, producer, state, tag = self._amqp
+                for start in range(0, len(items), chunk_size):
+                    chunk = items[start : start + chunk_size]
+                    for p in chunk:
+                        self._publish_one(app, producer, p)
+                    tag[0] += len(chunk)
+                    deadline = time.monotonic() + 30
+                    while state["acked"] < tag[0] and not state["nacked"]:
+                        if time.monotonic() > deadline:
+                            raise TimeoutError("publisher confirms did not arrive within 30 s")
+                        conn.drain_events(timeout=5)
+                    if state["nacked"]:
+                        raise RuntimeError(
+                            f"broker refused messages (nack up to tag {state['nacked']})"
+                        )
+                    sent.extend(chunk)
+        except Exception:
+            log.exception(
+                "beat %s: publish failed after %d of %d; the rest retry next cycle",
+                self.cfg.name,
+                len(sent),
+                len(items),
+            )
+            if self._amqp is not None:
+                with contextlib.suppress(Exception):
+                    self._amqp[0].release()
+            self._amqp = None
         return sent
 
     def _publish_one(self, app: Any, producer: Any, p: Pending) -> None:
