@@ -148,3 +148,21 @@ def user_ensure(*, username: str, password: str, is_staff: bool = False) -> User
     user.is_superuser = is_staff
     user.save()
     return user
+
+
+@transaction.atomic
+def signing_key_rotate(*, tenant: Tenant, actor: Principal | None) -> str:
+    """A new HMAC key for the tenant's callbacks; the old one stops signing at once."""
+    from tenants.models import new_signing_key
+
+    Tenant.objects.select_for_update().filter(pk=tenant.pk).update(signing_key=new_signing_key())
+    tenant.refresh_from_db(fields=["signing_key"])
+    # The audit row records that it happened, never the key itself.
+    audit_record(
+        actor=actor,
+        tenant=tenant,
+        action="tenant.signing_key_rotate",
+        object_type="tenant",
+        object_id=str(tenant.pk),
+    )
+    return tenant.signing_key

@@ -86,3 +86,39 @@ class TokenDetailView(APIView):
         actor = _principal(request)
         services.token_revoke(tenant=actor.tenant, token_id=pk, actor=actor)
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class SigningKeyDoc(serializers.Serializer[Any]):
+    signing_key = serializers.CharField()
+    algorithm = serializers.CharField()
+    signed = serializers.CharField()
+
+
+class SigningKeyView(APIView):
+    """The tenant's callback signing key (admin): how receivers verify X-Signature."""
+
+    read_role = Role.ADMIN
+    write_role = Role.ADMIN
+
+    @extend_schema(responses={200: SigningKeyDoc})
+    def get(self, request: Request) -> Response:
+        tenant = _principal(request).tenant
+        return Response(
+            {
+                "signing_key": tenant.signing_key,
+                "algorithm": "HMAC-SHA256",
+                "signed": "{X-Signature-Timestamp}.{X-Execution-Id}.{body}",
+            }
+        )
+
+    @extend_schema(request=None, responses={200: SigningKeyDoc})
+    def post(self, request: Request) -> Response:
+        actor = _principal(request)
+        key = services.signing_key_rotate(tenant=actor.tenant, actor=actor)
+        return Response(
+            {
+                "signing_key": key,
+                "algorithm": "HMAC-SHA256",
+                "signed": "{X-Signature-Timestamp}.{X-Execution-Id}.{body}",
+            }
+        )
