@@ -36,59 +36,101 @@ def _histogram(name: str, doc: str, column: str) -> HistogramMetricFamily:
         row = cur.fetchone()
     counts, total, lag_sum = list(row[: len(LAG_BUCKETS)]), row[-2], float(row[-1])
     metric = HistogramMetricFamily(name, doc)
-    metric.add_metric([], [(str(b), float(c)) for b, c in zip(LAG_BUCKETS, counts, strict=True)]
-                      + [("+Inf", float(total))], lag_sum)
+    metric.add_metric(
+        [],
+        [(str(b), float(c)) for b, c in zip(LAG_BUCKETS, counts, strict=True)]
+        + [("+Inf", float(total))],
+        lag_sum,
+    )
     return metric
 
 
 class DatabaseCollector(Collector):
     def collect(self) -> Iterator[Any]:
-        yield _histogram("scheduler_fire_lag_seconds",
-                         f"Due time to first publish, executions published in the last {WINDOW}", "enqueued_at")
-        yield _histogram("scheduler_start_lag_seconds",
-                         f"Due time to worker start, executions started in the last {WINDOW}", "started_at")
+        yield _histogram(
+            "scheduler_fire_lag_seconds",
+            f"Due time to first publish, executions published in the last {WINDOW}",
+            "enqueued_at",
+        )
+        yield _histogram(
+            "scheduler_start_lag_seconds",
+            f"Due time to worker start, executions started in the last {WINDOW}",
+            "started_at",
+        )
         with connection.cursor() as cur:
-            states = GaugeMetricFamily("scheduler_executions", "Executions scheduled in the last 24h by state",
-                                       labels=["tenant", "state"])
-            cur.execute("SELECT t.slug, e.state, count(*) FROM dispatch_execution e "
-                        "JOIN tenants_tenant t ON t.id = e.tenant_id "
-                        "WHERE e.scheduled_for >= clock_timestamp() - interval '24 hours' GROUP BY 1, 2")
+            states = GaugeMetricFamily(
+                "scheduler_executions",
+                "Executions scheduled in the last 24h by state",
+                labels=["tenant", "state"],
+            )
+            cur.execute(
+                "SELECT t.slug, e.state, count(*) FROM dispatch_execution e "
+                "JOIN tenants_tenant t ON t.id = e.tenant_id "
+                "WHERE e.scheduled_for >= clock_timestamp() - interval '24 hours' GROUP BY 1, 2"
+            )
             for slug, state, n in cur.fetchall():
                 states.add_metric([slug, state], n)
             yield states
 
-            usage = GaugeMetricFamily("scheduler_tenant_inflight", "Queued + running executions per tenant",
-                                      labels=["tenant"])
-            limit = GaugeMetricFamily("scheduler_tenant_max_concurrent", "Per-tenant concurrency quota",
-                                      labels=["tenant"])
-            cur.execute("SELECT t.slug, q.max_concurrent, (SELECT count(*) FROM dispatch_execution e "
-                        "WHERE e.tenant_id = t.id AND e.state IN ('queued', 'running')) "
-                        "FROM tenants_tenant t JOIN tenants_tenantquota q ON q.tenant_id = t.id WHERE t.active")
+            usage = GaugeMetricFamily(
+                "scheduler_tenant_inflight",
+                "Queued + running executions per tenant",
+                labels=["tenant"],
+            )
+            limit = GaugeMetricFamily(
+                "scheduler_tenant_max_concurrent", "Per-tenant concurrency quota", labels=["tenant"]
+            )
+            cur.execute(
+                "SELECT t.slug, q.max_concurrent, (SELECT count(*) FROM dispatch_execution e "
+                "WHERE e.tenant_id = t.id AND e.state IN ('queued', 'running')) "
+                "FROM tenants_tenant t JOIN tenants_tenantquota q ON q.tenant_id = t.id WHERE t.active"
+            )
             for slug, cap, inflight in cur.fetchall():
                 usage.add_metric([slug], inflight)
                 limit.add_metric([slug], cap)
             yield usage
             yield limit
 
-            cur.execute("SELECT count(*) FILTER (WHERE stopped_at IS NULL AND heartbeat_at > clock_timestamp() - "
-                        "interval '30 seconds'), COALESCE(sum(stale_writes_rejected), 0), "
-                        "COALESCE(sum(published_total), 0) FROM dispatch_beatnode")
+            cur.execute(
+                "SELECT count(*) FILTER (WHERE stopped_at IS NULL AND heartbeat_at > clock_timestamp() - "
+                "interval '30 seconds'), COALESCE(sum(stale_writes_rejected), 0), "
+                "COALESCE(sum(published_total), 0) FROM dispatch_beatnode"
+            )
             alive, rejected, published = cur.fetchone()
-            yield GaugeMetricFamily("scheduler_beats_alive", "Beats with a recent heartbeat", value=alive)
-            yield CounterMetricFamily("scheduler_beat_stale_writes_rejected", "Beat writes refused by the "
-                                      "partition epoch fence", value=rejected)
-            yield CounterMetricFamily("scheduler_dispatched", "Executions published by beats", value=published)
-            cur.execute("SELECT COALESCE(sum(epoch), 0), count(*) FILTER (WHERE owner <> '') "
-                        "FROM dispatch_schedulerpartition")
+            yield GaugeMetricFamily(
+                "scheduler_beats_alive", "Beats with a recent heartbeat", value=alive
+            )
+            yield CounterMetricFamily(
+                "scheduler_beat_stale_writes_rejected",
+                "Beat writes refused by the partition epoch fence",
+                value=rejected,
+            )
+            yield CounterMetricFamily(
+                "scheduler_dispatched", "Executions published by beats", value=published
+            )
+            cur.execute(
+                "SELECT COALESCE(sum(epoch), 0), count(*) FILTER (WHERE owner <> '') "
+                "FROM dispatch_schedulerpartition"
+            )
             epochs, owned = cur.fetchone()
-            yield CounterMetricFamily("scheduler_partition_ownership_changes", "Partition takeovers "
-                                      "(sum of epochs)", value=epochs)
-            yield GaugeMetricFamily("scheduler_partitions_owned", "Partitions with a live owner", value=owned)
+            yield CounterMetricFamily(
+                "scheduler_partition_ownership_changes",
+                "Partition takeovers (sum of epochs)",
+                value=epochs,
+            )
+            yield GaugeMetricFamily(
+                "scheduler_partitions_owned", "Partitions with a live owner", value=owned
+            )
 
-            events = CounterMetricFamily("scheduler_execution_events", "Execution events in the last 24h by kind",
-                                         labels=["kind"])
-            cur.execute("SELECT kind, count(*) FROM dispatch_executionevent "
-                        "WHERE at >= clock_timestamp() - interval '24 hours' GROUP BY 1")
+            events = CounterMetricFamily(
+                "scheduler_execution_events",
+                "Execution events in the last 24h by kind",
+                labels=["kind"],
+            )
+            cur.execute(
+                "SELECT kind, count(*) FROM dispatch_executionevent "
+                "WHERE at >= clock_timestamp() - interval '24 hours' GROUP BY 1"
+            )
             for kind, n in cur.fetchall():
                 events.add_metric([kind], n)
             yield events
@@ -101,7 +143,9 @@ class DatabaseCollector(Collector):
         import redis
 
         url = broker.replace("redis+socket://", "unix://")
-        depth = GaugeMetricFamily("scheduler_queue_depth", "Messages waiting per Celery queue", labels=["queue"])
+        depth = GaugeMetricFamily(
+            "scheduler_queue_depth", "Messages waiting per Celery queue", labels=["queue"]
+        )
         try:
             client = redis.Redis.from_url(url, socket_timeout=2)
             for name in QUEUES:
@@ -119,4 +163,6 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
             return HttpResponse("metrics token required\n", status=401, content_type="text/plain")
     registry = CollectorRegistry()
     registry.register(DatabaseCollector())
-    return HttpResponse(generate_latest(registry), content_type="text/plain; version=0.0.4; charset=utf-8")
+    return HttpResponse(
+        generate_latest(registry), content_type="text/plain; version=0.0.4; charset=utf-8"
+    )

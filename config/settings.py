@@ -280,3 +280,9 @@ EMAIL_BACKEND = (
     get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
     or "django.core.mail.backends.console.EmailBackend"
 )
+
+# --- Web console (issue 6) ---
+# A strict Content-Security-Policy on the console's pages (config/security.py):
+# scripts and styles only from our own static files; htmx is django-htmx's copy.
+MIDDLEWARE.append("config.security.ContentSecurityPolicyMiddleware")
+CSP_EXEMPT_PREFIXES = ["/admin/", "/v1/docs"]

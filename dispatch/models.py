@@ -280,7 +280,9 @@ class ExecutionEvent(models.Model):
         indexes = [
             models.Index(fields=["execution", "id"], name="event_execution"),
             models.Index(fields=["schedule", "at"], name="event_schedule_at"),
-            models.Index(fields=["tenant", "at"], name="event_tenant_at"),  # retention's range scans
+            models.Index(
+                fields=["tenant", "at"], name="event_tenant_at"
+            ),  # retention's range scans
         ]
 
     def __str__(self) -> str:

@@ -6,15 +6,24 @@ import base64
 import binascii
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Generic, TypeVar
 
-from django.db.models import Model, Q, QuerySet
+from django.db import connection
+from django.db.models import Count, Model, Q, QuerySet
 
 from dispatch import cron
 from dispatch.exceptions import InvalidSchedule, NotFound
-from dispatch.models import Execution, ExecutionEvent, ExecutionState, Kind, Schedule
-from tenants.models import Tenant
+from dispatch.models import (
+    BeatNode,
+    Execution,
+    ExecutionEvent,
+    ExecutionState,
+    Kind,
+    Schedule,
+    SchedulerPartition,
+)
+from tenants.models import Tenant, TenantQuota
 
 T = TypeVar("T")
 M = TypeVar("M", bound=Model)
@@ -168,3 +177,181 @@ def schedule_preview(*, schedule: Schedule, after: datetime, count: int) -> list
         count=count,
         jitter_s=schedule.jitter_s,
     )
+
+
+def schedule_get_including_deleted(*, tenant: Tenant, schedule_id: uuid.UUID | str) -> Schedule:
+    """A schedule of the tenant even if soft-deleted (the explainer answers for those too)."""
+    pk = as_uuid(schedule_id)
+    schedule = Schedule.objects.filter(tenant=tenant, pk=pk).first() if pk else None
+    if schedule is None:
+        raise NotFound("schedule not found")
+    return schedule
+
+
+# --- console reads -------------------------------------------------------------------
+
+
+def upcoming_fires(
+    *, tenant: Tenant, now: datetime, horizon: timedelta, limit: int = 50
+) -> list[tuple[Schedule, cron.Occurrence]]:
+    """Occurrences due within `horizon` of live, unpaused schedules, soonest first."""
+    end = now + horizon
+    schedules = list(
+        Schedule.objects.filter(
+            tenant=tenant,
+            deleted_at__isnull=True,
+            paused=False,
+            next_run_at__isnull=False,
+            next_run_at__lte=end,
+        ).order_by("next_run_at", "id")[:limit]
+    )
+    out: list[tuple[Schedule, cron.Occurrence]] = []
+    for schedule in schedules:
+        next_run = schedule.next_run_at or now
+        after = min(now, next_run) - timedelta(microseconds=1)
+        for occ in schedule_preview(schedule=schedule, after=after, count=limit):
+            if occ.scheduled_for > end:
+                break
+            out.append((schedule, occ))
+    out.sort(key=lambda pair: (pair[1].due_at, str(pair[0].id)))
+    return out[:limit]
+
+
+def executions_running(*, tenant: Tenant, limit: int = 20) -> list[Execution]:
+    return list(
+        Execution.objects.select_related("schedule")
+        .filter(tenant=tenant, state=ExecutionState.RUNNING)
+        .order_by("-started_at", "-id")[:limit]
+    )
+
+
+def executions_troubled(*, tenant: Tenant, since: datetime, limit: int = 20) -> list[Execution]:
+    """Recent failures: dead, failed, timed out, or failed once and waiting to retry."""
+    return list(
+        Execution.objects.select_related("schedule")
+        .filter(tenant=tenant, scheduled_for__gte=since)
+        .filter(
+            Q(state__in=[ExecutionState.DEAD, ExecutionState.FAILED, ExecutionState.TIMED_OUT])
+            | (Q(state=ExecutionState.RETRY_SCHEDULED) & ~Q(error=""))
+        )
+        .order_by("-scheduled_for", "-id")[:limit]
+    )
+
+
+@dataclass
+class Usage:
+    inflight: int
+    max_concurrent: int | None
+    today: int
+    max_per_day: int | None
+
+
+def tenant_usage(*, tenant: Tenant, day_start: datetime) -> Usage:
+    """Queued+running against the concurrency cap; today's executions against the daily quota."""
+    counts = Execution.objects.filter(tenant=tenant).aggregate(
+        inflight=Count("id", filter=Q(state__in=[ExecutionState.QUEUED, ExecutionState.RUNNING])),
+        today=Count(
+            "id",
+            filter=Q(scheduled_for__gte=day_start)
+            & ~Q(state__in=[ExecutionState.SKIPPED, ExecutionState.CANCELLED]),
+        ),
+    )
+    quota = TenantQuota.objects.filter(tenant=tenant).first()
+    return Usage(
+        inflight=int(counts["inflight"] or 0),
+        max_concurrent=quota.max_concurrent if quota else None,
+        today=int(counts["today"] or 0),
+        max_per_day=quota.max_executions_per_day if quota else None,
+    )
+
+
+def last_executions(*, tenant: Tenant, schedule_ids: list[uuid.UUID]) -> dict[uuid.UUID, Execution]:
+    """The latest execution of each schedule, in one query (DISTINCT ON)."""
+    if not schedule_ids:
+        return {}
+    rows = (
+        Execution.objects.filter(tenant=tenant, schedule_id__in=schedule_ids)
+        .order_by("schedule_id", "-scheduled_for")
+        .distinct("schedule_id")
+    )
+    return {e.schedule_id: e for e in rows}
+
+
+def schedule_history(*, tenant: Tenant, schedule: Schedule, limit: int = 50) -> list[Execution]:
+    return list(
+        Execution.objects.filter(tenant=tenant, schedule=schedule).order_by(
+            "-scheduled_for", "-id"
+        )[:limit]
+    )
+
+
+def schedule_dependents(*, tenant: Tenant, schedule: Schedule) -> list[Schedule]:
+    return list(
+        Schedule.objects.filter(
+            tenant=tenant, deleted_at__isnull=True, depends_on=schedule
+        ).order_by("name")
+    )
+
+
+def schedule_choices(*, tenant: Tenant) -> list[tuple[str, str]]:
+    return [
+        (str(pk), name)
+        for pk, name in Schedule.objects.filter(tenant=tenant, deleted_at__isnull=True)
+        .order_by("name")
+        .values_list("id", "name")[:MAX_PAGE]
+    ]
+
+
+# --- platform operators (cross-tenant, staff only) -----------------------------------------
+
+
+def ops_fire_lag(*, since: datetime) -> dict[str, float | int | None]:
+    """p50 / p99 / max of enqueued_at - due_at (seconds) for executions published since `since`."""
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            SELECT count(*),
+                   percentile_cont(0.5) WITHIN GROUP (ORDER BY lag),
+                   percentile_cont(0.99) WITHIN GROUP (ORDER BY lag),
+                   max(lag)
+            FROM (SELECT EXTRACT(EPOCH FROM (enqueued_at - due_at)) AS lag
+                  FROM dispatch_execution
+                  WHERE enqueued_at IS NOT NULL AND enqueued_at >= %s) AS l
+            """,
+            [since],
+        )
+        count, p50, p99, worst = cur.fetchone()
+    return {
+        "count": int(count),
+        "p50": float(p50) if p50 is not None else None,
+        "p99": float(p99) if p99 is not None else None,
+        "max": float(worst) if worst is not None else None,
+    }
+
+
+def ops_dead(*, limit: int = 50) -> list[Execution]:
+    return list(
+        Execution.objects.select_related("schedule", "tenant")
+        .filter(state=ExecutionState.DEAD)
+        .order_by("-finished_at", "-id")[:limit]
+    )
+
+
+def ops_tenants() -> list[Tenant]:
+    return list(
+        Tenant.objects.select_related("quota")
+        .annotate(
+            live_schedules=Count(
+                "schedules", filter=Q(schedules__deleted_at__isnull=True), distinct=True
+            )
+        )
+        .order_by("slug")
+    )
+
+
+def ops_beats() -> list[BeatNode]:
+    return list(BeatNode.objects.order_by("stopped_at", "name")[:200])
+
+
+def ops_partitions() -> list[SchedulerPartition]:
+    return list(SchedulerPartition.objects.order_by("number"))

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from tenants import tokens
-from tenants.models import Membership, ServiceToken, Tenant
+from tenants.models import AuditEvent, Membership, ServiceToken, Tenant
 from tenants.roles import Principal, Role
 
 LAST_USED_RESOLUTION = timedelta(seconds=60)
@@ -74,3 +74,41 @@ def tenants_for_user(*, user: User | AnonymousUser) -> QuerySet[Tenant]:
 
 def token_list(*, tenant: Tenant) -> QuerySet[ServiceToken]:
     return ServiceToken.objects.filter(tenant=tenant)
+
+
+def user_by_username(*, username: str) -> User | None:
+    return User.objects.filter(username=username, is_active=True).first()
+
+
+def membership_list(*, tenant: Tenant) -> list[Membership]:
+    return list(
+        Membership.objects.select_related("user").filter(tenant=tenant).order_by("user__username")
+    )
+
+
+def membership_get(*, tenant: Tenant, user_id: int) -> Membership | None:
+    return Membership.objects.select_related("user").filter(tenant=tenant, user_id=user_id).first()
+
+
+def audit_search(
+    *,
+    actor: str = "",
+    tenant_slug: str = "",
+    action: str = "",
+    since: datetime | None = None,
+    until: datetime | None = None,
+    limit: int = 200,
+) -> list[AuditEvent]:
+    """The audit log for platform operators, newest first, filtered by actor/tenant/action/time."""
+    qs = AuditEvent.objects.select_related("tenant")
+    if actor:
+        qs = qs.filter(actor_label__icontains=actor)
+    if tenant_slug:
+        qs = qs.filter(tenant__slug=tenant_slug)
+    if action:
+        qs = qs.filter(action__startswith=action)
+    if since is not None:
+        qs = qs.filter(at__gte=since)
+    if until is not None:
+        qs = qs.filter(at__lt=until)
+    return list(qs.order_by("-at", "-id")[:limit])

@@ -53,8 +53,14 @@ class Proc:
         self.name = name
         self.log_path = log_dir / f"{name}.log"
         self._log = open(self.log_path, "w")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
     @property
     def pid(self) -> int:
@@ -93,7 +99,9 @@ class Proc:
         return self.log_path.read_text(errors="replace")
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 30, interval: float = 0.1, what: str = "") -> Any:
+def wait_for(
+    predicate: Callable[[], Any], timeout: float = 30, interval: float = 0.1, what: str = ""
+) -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
@@ -124,18 +132,37 @@ def beat_cmd(*args: str) -> list[str]:
     return [sys.executable, "manage.py", "beat", *args]
 
 
-def worker_cmd(queues: str = "high.short,default.short,low.short", concurrency: int = 2,
-               name: str = "w1") -> list[str]:
-    return [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", queues, "-n", f"{name}@%h",
-            "--concurrency", str(concurrency), "--loglevel", "INFO", "--without-gossip", "--without-mingle",
-            "--without-heartbeat"]
+def worker_cmd(
+    queues: str = "high.short,default.short,low.short", concurrency: int = 2, name: str = "w1"
+) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "config",
+        "worker",
+        "-Q",
+        queues,
+        "-n",
+        f"{name}@%h",
+        "--concurrency",
+        str(concurrency),
+        "--loglevel",
+        "INFO",
+        "--without-gossip",
+        "--without-mingle",
+        "--without-heartbeat",
+    ]
 
 
 class Ledger:
     """An HTTP receiver on loopback that records every request, and applies the
     effect once per X-Execution-Id (an idempotent target, as the contract asks)."""
 
-    def __init__(self, respond: Callable[[dict[str, Any]], tuple[int, dict[str, str], bytes]] | None = None):
+    def __init__(
+        self, respond: Callable[[dict[str, Any]], tuple[int, dict[str, str], bytes]] | None = None
+    ):
         self.requests: list[dict[str, Any]] = []
         self.effects: dict[str, int] = {}
         self._lock = threading.Lock()
@@ -146,13 +173,20 @@ class Ledger:
             def _handle(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
-                req = {"method": self.command, "path": self.path, "headers": dict(self.headers.items()),
-                       "body": body.decode(errors="replace"), "at": time.time()}
+                req = {
+                    "method": self.command,
+                    "path": self.path,
+                    "headers": dict(self.headers.items()),
+                    "body": body.decode(errors="replace"),
+                    "at": time.time(),
+                }
                 with ledger._lock:
                     ledger.requests.append(req)
                     eid = self.headers.get("X-Execution-Id")
                     if eid:
-                        ledger.effects[eid] = ledger.effects.get(eid, 0) + (0 if eid in ledger.effects else 1)
+                        ledger.effects[eid] = ledger.effects.get(eid, 0) + (
+                            0 if eid in ledger.effects else 1
+                        )
                 status, headers, payload = ledger.respond(req)
                 self.send_response(status)
                 for k, v in headers.items():

@@ -14,6 +14,11 @@ urlpatterns = [
         views.SchedulePreviewView.as_view(),
         name="api-schedule-preview",
     ),
+    re_path(
+        r"^schedules/(?P<pk>[^/:]+)/explain$",
+        views.ScheduleExplainView.as_view(),
+        name="api-schedule-explain",
+    ),
     re_path(r"^schedules/(?P<pk>[^/:]+)$", views.ScheduleDetailView.as_view(), name="api-schedule"),
     path("jobs", views.JobCreateView.as_view(), name="api-jobs"),
     path("executions", views.ExecutionListView.as_view(), name="api-executions"),

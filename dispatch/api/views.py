@@ -13,7 +13,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from dispatch import cron, selectors, services
+from dispatch import cron, explain, selectors, services
 from dispatch.api.serializers import (
     EmptySerializer,
     ExecutionOutDoc,
@@ -282,3 +282,26 @@ class ExecutionDetailView(APIView):
         body = execution_out(execution)
         body["events"] = [event_out(ev) for ev in selectors.execution_events(execution=execution)]
         return Response(body)
+
+
+class ScheduleExplainView(APIView):
+    """`GET /v1/schedules/{id}/explain?at=ISO-INSTANT`: why it did or didn't run then."""
+
+    @extend_schema(
+        parameters=[OpenApiParameter("at", str, required=True, description="ISO 8601 instant")],
+        responses={200: None},
+    )
+    def get(self, request: Request, pk: str) -> Response:
+        schedule = selectors.schedule_get_including_deleted(
+            tenant=principal(request).tenant, schedule_id=pk
+        )
+        at = _instant(request, "at")
+        if at is None:
+            raise InvalidSchedule.field(
+                "at", "is required: an ISO 8601 instant, e.g. 2026-03-29T09:00:00Z"
+            )
+        try:
+            answer = explain.explain(schedule=schedule, at=at, now=services.db_now())
+        except (ValueError, OverflowError) as exc:
+            raise InvalidSchedule.field("at", str(exc)) from None
+        return Response(explain.as_json(answer, schedule_id=str(schedule.id)))

@@ -82,16 +82,28 @@ def test_dependency_cycles_are_refused(admin_principal: Principal) -> None:
         )
 
 
-def test_worker_completion_fires_the_dependent_in_the_same_transaction(admin_principal: Principal) -> None:
+def test_worker_completion_fires_the_dependent_in_the_same_transaction(
+    admin_principal: Principal,
+) -> None:
     from dispatch import leases
 
     a = sched(admin_principal, "export")
     b = sched(admin_principal, "report", depends_on=[str(a.id)])
     past = services.db_now() - timedelta(minutes=1)
-    ex = Execution.objects.create(schedule=a, tenant=a.tenant, partition=a.partition, scheduled_for=past,
-                                  due_at=past, state="queued")
+    ex = Execution.objects.create(
+        schedule=a,
+        tenant=a.tenant,
+        partition=a.partition,
+        scheduled_for=past,
+        due_at=past,
+        state="queued",
+    )
     claim = leases.execution_claim(execution_id=str(ex.id), attempt=1, owner="w-test", lease_s=30)
     assert claim is not None
     assert leases.attempt_finish(claim=claim, state="succeeded", events=[])
     follow = Execution.objects.get(schedule=b)
-    assert follow.scheduled_for == past and follow.trigger == "dependency" and follow.state == "scheduled"
+    assert (
+        follow.scheduled_for == past
+        and follow.trigger == "dependency"
+        and follow.state == "scheduled"
+    )

@@ -35,11 +35,14 @@ def spans() -> InMemorySpanExporter:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_metrics_show_fire_lag_after_a_run(admin_principal: Principal, spans: InMemorySpanExporter,
-                                           settings: Any) -> None:
+def test_metrics_show_fire_lag_after_a_run(
+    admin_principal: Principal, spans: InMemorySpanExporter, settings: Any
+) -> None:
     for i in range(3):
         services.job_create(actor=admin_principal, data={"target": TARGET, "name": f"m{i}"})
-    beat = Beat(BeatConfig(name="metrics-beat", partitions=settings.SCHEDULER_PARTITIONS, lookahead_s=5))
+    beat = Beat(
+        BeatConfig(name="metrics-beat", partitions=settings.SCHEDULER_PARTITIONS, lookahead_s=5)
+    )
     beat.start()
     try:
         beat.cycle()
@@ -47,7 +50,7 @@ def test_metrics_show_fire_lag_after_a_run(admin_principal: Principal, spans: In
         beat.shutdown()
     assert Execution.objects.filter(state="queued").count() == 3
     body = Client().get("/metrics").content.decode()
-    assert 'scheduler_fire_lag_seconds_count 3.0' in body
+    assert "scheduler_fire_lag_seconds_count 3.0" in body
     assert 'scheduler_fire_lag_seconds_bucket{le="+Inf"} 3.0' in body
     assert 'scheduler_executions{state="queued",tenant="billing"} 3.0' in body
     assert 'scheduler_tenant_inflight{tenant="billing"} 3.0' in body
@@ -56,8 +59,11 @@ def test_metrics_show_fire_lag_after_a_run(admin_principal: Principal, spans: In
     names = {s.name for s in spans.get_finished_spans()}
     assert {"beat.cycle", "beat.claim_batch", "beat.publish"} <= names
     publish = next(s for s in spans.get_finished_spans() if s.name == "beat.publish")
-    cycle = next(s for s in spans.get_finished_spans() if s.name == "beat.cycle"
-                 and s.context.trace_id == publish.context.trace_id)
+    cycle = next(
+        s
+        for s in spans.get_finished_spans()
+        if s.name == "beat.cycle" and s.context.trace_id == publish.context.trace_id
+    )
     assert publish.parent is not None and publish.parent.span_id == cycle.context.span_id
     assert publish.attributes["scheduler.messages"] == 3
 
@@ -82,7 +88,9 @@ def test_json_logs_carry_context_fields() -> None:
     logger.warning("outside")
     first, second = (json.loads(line) for line in stream.getvalue().splitlines())
     assert first["msg"] == "attempt 2 failed" and first["level"] == "warning"
-    assert (first["execution_id"], first["schedule_id"], first["tenant"]) == ("e-1", "s-1", "billing")
+    assert (first["execution_id"], first["schedule_id"], first["tenant"]) == (
+        "e-1",
+        "s-1",
+        "billing",
+    )
     assert "execution_id" not in second and second["msg"] == "outside"
-
-

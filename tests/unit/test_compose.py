@@ -14,9 +14,17 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "compose"
 # Read by libraries or the container tooling rather than by our code.
-EXTERNAL_VARS = {"DJANGO_SETTINGS_MODULE", "OTEL_SERVICE_NAME", "POSTGRES_USER", "POSTGRES_PASSWORD", "POSTGRES_DB",
-                 "RABBITMQ_DEFAULT_USER", "RABBITMQ_DEFAULT_PASS", "VAULT_DEV_ROOT_TOKEN_ID",
-                 "VAULT_DEV_LISTEN_ADDRESS"}
+EXTERNAL_VARS = {
+    "DJANGO_SETTINGS_MODULE",
+    "OTEL_SERVICE_NAME",
+    "POSTGRES_USER",
+    "POSTGRES_PASSWORD",
+    "POSTGRES_DB",
+    "RABBITMQ_DEFAULT_USER",
+    "RABBITMQ_DEFAULT_PASS",
+    "VAULT_DEV_ROOT_TOKEN_ID",
+    "VAULT_DEV_LISTEN_ADDRESS",
+}
 
 
 def load() -> dict[str, Any]:
@@ -42,8 +50,18 @@ def project_text() -> str:
 
 def test_every_service_of_the_design_is_present() -> None:
     services = load()["services"]
-    for name in ["postgres", "rabbitmq", "redis", "vault", "otel-collector", "web", "beat", "worker-short",
-                 "worker-long", "migrate"]:
+    for name in [
+        "postgres",
+        "rabbitmq",
+        "redis",
+        "vault",
+        "otel-collector",
+        "web",
+        "beat",
+        "worker-short",
+        "worker-long",
+        "migrate",
+    ]:
         assert name in services, name
     assert services["beat"]["deploy"]["replicas"] >= 2
     for app in ["web", "beat", "worker-short", "worker-long", "migrate"]:
@@ -73,7 +91,11 @@ def test_every_command_and_script_exists_in_the_project() -> None:
         script = ROOT / cmd[1]
         assert script.exists(), (name, script)
         for line in script.read_text().splitlines():
-            words = shlex.split(line.replace("exec ", ""), posix=True) if line and not line.startswith("#") else []
+            words = (
+                shlex.split(line.replace("exec ", ""), posix=True)
+                if line and not line.startswith("#")
+                else []
+            )
             if words[:2] == ["python", "manage.py"]:
                 assert words[2] in commands, (script.name, words[2])
             if words[:1] == ["gunicorn"]:
@@ -83,21 +105,31 @@ def test_every_command_and_script_exists_in_the_project() -> None:
             if words[:1] == ["celery"]:
                 assert words[1:3] == ["-A", "config"]
                 queues = words[words.index("-Q") + 1].split(",")
-                assert all(re.fullmatch(r"(high|default|low)\.(short|long)", q) for q in queues), queues
+                assert all(re.fullmatch(r"(high|default|low)\.(short|long)", q) for q in queues), (
+                    queues
+                )
 
 
 def test_every_env_var_is_read_by_the_project() -> None:
     text = project_text()
     for name in ["app.env", "postgres.env", "rabbitmq.env", "vault.env"]:
         for key in env_file(f"env/{name}"):
-            if key in EXTERNAL_VARS or key.startswith("VAULT_") and name == "vault.env":
+            if key in EXTERNAL_VARS or (key.startswith("VAULT_") and name == "vault.env"):
                 continue
-            assert re.search(rf"['\"\$]{{?{key}\b", text), f"{key} (compose/env/{name}) is read nowhere"
+            assert re.search(rf"['\"\$]{{?{key}\b", text), (
+                f"{key} (compose/env/{name}) is read nowhere"
+            )
 
 
 def test_app_env_points_at_the_stack_services() -> None:
     env = env_file("env/app.env")
     services = load()["services"]
-    for key in ["DATABASE_URL", "CELERY_BROKER_URL", "REDIS_URL", "VAULT_ADDR", "OTEL_EXPORTER_OTLP_ENDPOINT"]:
+    for key in [
+        "DATABASE_URL",
+        "CELERY_BROKER_URL",
+        "REDIS_URL",
+        "VAULT_ADDR",
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+    ]:
         host = re.sub(r"^[a-z+]+://([^@/]*@)?", "", env[key]).split(":")[0].split("/")[0]
         assert host in services, (key, host)

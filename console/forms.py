@@ -1,0 +1,248 @@
+"""Console forms: shape only (types, lengths, JSON). Meaning is checked by the
+services (dispatch/schedule_fields.py), whose InvalidSchedule errors are put
+back on the field they name."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from django import forms
+
+from dispatch import cron
+from dispatch.models import DurationClass, Misfire, Overlap, Priority, Schedule
+from tenants.roles import Role
+
+DEFAULT_TARGET = '{"type": "http", "url": "https://service.internal/hook", "method": "POST"}'
+ROLE_CHOICES = [(r.label, r.label) for r in Role]
+
+# Error keys of dispatch.exceptions.InvalidSchedule.detail → the form field that shows them.
+ERROR_FIELDS = {
+    "name": "name",
+    "cron": "cron",
+    "run_at": "run_at",
+    "timezone": "timezone",
+    "target": "target",
+    "retry": "retry_max_attempts",
+    "retry.max_attempts": "retry_max_attempts",
+    "retry.backoff": "retry_backoff",
+    "retry.initial_s": "retry_initial_s",
+    "retry.max_s": "retry_max_s",
+    "priority": "priority",
+    "duration": "duration",
+    "concurrency": "concurrency",
+    "misfire": "misfire",
+    "misfire_grace_s": "misfire_grace_s",
+    "catch_up_limit": "catch_up_limit",
+    "jitter_s": "jitter_s",
+    "depends_on": "depends_on",
+}
+
+
+def field_for_error(key: str) -> str | None:
+    if key in ERROR_FIELDS:
+        return ERROR_FIELDS[key]
+    if key.startswith("target."):
+        return "target"
+    return None
+
+
+def parse_local(value: str, zone: ZoneInfo) -> datetime:
+    """A `datetime-local` value (or an ISO instant with an offset) as an aware instant.
+
+    A wall time without offset is read in `zone`; in a spring-forward gap it is
+    read with the offset before the gap (fold=0), as the DST policy does.
+    """
+    text = value.strip().replace("Z", "+00:00")
+    parsed = datetime.fromisoformat(text)
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=zone)
+    return parsed
+
+
+class ScheduleForm(forms.Form):
+    name = forms.CharField(max_length=200)
+    kind = forms.ChoiceField(
+        choices=[("cron", "recurring (cron)"), ("once", "one-off")], initial="cron"
+    )
+    cron = forms.CharField(
+        max_length=200,
+        required=False,
+        help_text="5 fields; H, H(a-b), H/n and @hourly…@yearly allowed",
+    )
+    run_at = forms.CharField(
+        required=False,
+        help_text="one-off: a date and time in the schedule's time zone",
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local", "step": "1"}),
+    )
+    timezone = forms.CharField(max_length=64, initial="UTC")
+    target = forms.CharField(
+        initial=DEFAULT_TARGET,
+        widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false"}),
+        help_text='JSON: {"type": "http"|"queue"|"command", …}; secrets only as {"secret": "vault:…"}',
+    )
+    retry_max_attempts = forms.IntegerField(initial=3, label="Max attempts")
+    retry_backoff = forms.ChoiceField(
+        choices=[("exponential", "exponential"), ("fixed", "fixed")],
+        initial="exponential",
+        label="Backoff",
+    )
+    retry_initial_s = forms.IntegerField(initial=10, label="First retry after (s)")
+    retry_max_s = forms.IntegerField(initial=3600, label="Longest wait (s)")
+    priority = forms.ChoiceField(choices=Priority.choices, initial=Priority.DEFAULT)
+    duration = forms.ChoiceField(choices=DurationClass.choices, initial=DurationClass.SHORT)
+    concurrency = forms.ChoiceField(
+        choices=Overlap.choices, initial=Overlap.FORBID, label="Overlap"
+    )
+    misfire = forms.ChoiceField(choices=Misfire.choices, initial=Misfire.SKIP)
+    misfire_grace_s = forms.IntegerField(initial=60, label="Misfire grace (s)")
+    catch_up_limit = forms.IntegerField(initial=10, label="Catch-up limit")
+    jitter_s = forms.IntegerField(initial=0, label="Jitter (s)")
+    depends_on = forms.MultipleChoiceField(required=False, label="Runs after (upstream schedules)")
+    version = forms.IntegerField(required=False, widget=forms.HiddenInput)
+    preview_seed = forms.CharField(required=False, widget=forms.HiddenInput)
+
+    def __init__(self, *args: Any, schedule_choices: list[tuple[str, str]], **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        field = self.fields["depends_on"]
+        assert isinstance(field, forms.MultipleChoiceField)  # noqa: S101 - declared above
+        field.choices = schedule_choices
+        if not self.initial.get("preview_seed"):
+            self.initial["preview_seed"] = str(uuid.uuid4())
+
+    LIVE_FIELDS = ("name", "kind", "cron", "run_at", "timezone", "jitter_s", "target")
+
+    def live(self, url: str) -> None:
+        """Validate and preview as the user types: each input posts the form (htmx, CSRF header)."""
+        for name in self.LIVE_FIELDS:
+            attrs = self.fields[name].widget.attrs
+            attrs["hx-post"] = url
+            attrs["hx-trigger"] = (
+                "change" if name == "kind" else "keyup changed delay:300ms, change"
+            )
+            attrs["hx-target"] = "#preview"
+            attrs["hx-swap"] = "innerHTML"
+        self.fields["timezone"].widget.attrs["list"] = "zones"
+        self.fields["timezone"].widget.attrs["autocomplete"] = "off"
+        self.fields["cron"].widget.attrs["autocomplete"] = "off"
+
+    @classmethod
+    def initial_from(cls, schedule: Schedule) -> dict[str, Any]:
+        retry = schedule.retry or {}
+        run_at = ""
+        if schedule.run_at is not None:
+            local = schedule.run_at.astimezone(cron.get_zone(schedule.timezone))
+            run_at = local.replace(tzinfo=None).isoformat(timespec="seconds")
+        return {
+            "name": schedule.name,
+            "kind": schedule.kind,
+            "cron": schedule.cron,
+            "run_at": run_at,
+            "timezone": schedule.timezone,
+            "target": json.dumps(schedule.target, indent=1),
+            "retry_max_attempts": retry.get("max_attempts", 3),
+            "retry_backoff": retry.get("backoff", "exponential"),
+            "retry_initial_s": retry.get("initial_s", 10),
+            "retry_max_s": retry.get("max_s", 3600),
+            "priority": schedule.priority,
+            "duration": schedule.duration_class,
+            "concurrency": schedule.overlap,
+            "misfire": schedule.misfire,
+            "misfire_grace_s": schedule.misfire_grace_s,
+            "catch_up_limit": schedule.catch_up_limit,
+            "jitter_s": schedule.jitter_s,
+            "depends_on": [str(d.id) for d in schedule.depends_on.all()],
+            "version": schedule.version,
+            "preview_seed": str(schedule.id),
+        }
+
+    def clean_target(self) -> dict[str, Any]:
+        raw = self.cleaned_data.get("target") or ""
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise forms.ValidationError(f"target: is not valid JSON ({exc.msg})") from None
+        if not isinstance(value, dict):
+            raise forms.ValidationError('target: must be a JSON object, e.g. {"type": "http", …}')
+        return value
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        kind = data.get("kind")
+        if kind == "cron" and not (data.get("cron") or "").strip():
+            self.add_error("cron", "cron: is required for a recurring schedule")
+        if kind == "once":
+            raw = (data.get("run_at") or "").strip()
+            if not raw:
+                self.add_error("run_at", "run_at: is required for a one-off job")
+            else:
+                try:
+                    zone = cron.get_zone(data.get("timezone") or "UTC")
+                except cron.CronError:
+                    zone = ZoneInfo("UTC")
+                try:
+                    data["run_at_instant"] = parse_local(raw, zone)
+                except ValueError:
+                    self.add_error("run_at", "run_at: is not a date and time")
+        return data
+
+    def to_service_data(self) -> dict[str, Any]:
+        """The definition in the services' vocabulary (the API's field names)."""
+        d = self.cleaned_data
+        data: dict[str, Any] = {
+            "name": d["name"],
+            "timezone": (d.get("timezone") or "UTC").strip(),
+            "target": d["target"],
+            "retry": {
+                "max_attempts": d["retry_max_attempts"],
+                "backoff": d["retry_backoff"],
+                "initial_s": d["retry_initial_s"],
+                "max_s": d["retry_max_s"],
+            },
+            "priority": d["priority"],
+            "duration": d["duration"],
+            "concurrency": d["concurrency"],
+            "misfire": d["misfire"],
+            "misfire_grace_s": d["misfire_grace_s"],
+            "catch_up_limit": d["catch_up_limit"],
+            "jitter_s": d["jitter_s"],
+            "depends_on": list(d.get("depends_on") or []),
+        }
+        if d.get("kind") == "once":
+            data["run_at"] = d.get("run_at_instant")
+            data["cron"] = None
+        else:
+            data["cron"] = (d.get("cron") or "").strip()
+            data["run_at"] = None
+        return data
+
+
+class PauseForm(forms.Form):
+    reason = forms.CharField(max_length=500, required=False)
+    until = forms.CharField(
+        required=False,
+        label="Until (optional, your time zone)",
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
+    )
+
+
+class TokenForm(forms.Form):
+    name = forms.CharField(max_length=100)
+    role = forms.ChoiceField(choices=ROLE_CHOICES, initial="viewer")
+    expires_at = forms.CharField(
+        required=False,
+        label="Expires (optional, your time zone)",
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
+    )
+
+
+class MemberAddForm(forms.Form):
+    username = forms.CharField(max_length=150)
+    role = forms.ChoiceField(choices=ROLE_CHOICES, initial="viewer")
+
+
+class MemberRoleForm(forms.Form):
+    role = forms.ChoiceField(choices=ROLE_CHOICES)

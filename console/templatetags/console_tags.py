@@ -1,0 +1,84 @@
+"""Template helpers: timestamps in the viewer's or the schedule's zone, UTC on hover."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from django import template
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from dispatch import cron
+
+register = template.Library()
+
+BADGES = {
+    "succeeded": "ok",
+    "running": "run",
+    "queued": "wait",
+    "scheduled": "wait",
+    "retry_scheduled": "warn",
+    "failed": "bad",
+    "timed_out": "bad",
+    "dead": "bad",
+    "skipped": "muted",
+    "cancelled": "muted",
+}
+
+
+def _zone(value: Any) -> ZoneInfo:
+    if isinstance(value, ZoneInfo):
+        return value
+    if isinstance(value, str) and value:
+        try:
+            return cron.get_zone(value)
+        except cron.CronError:
+            pass
+    return ZoneInfo("UTC")
+
+
+def fmt(value: datetime, zone: ZoneInfo, *, seconds: bool = True) -> str:
+    local = value.astimezone(zone)
+    text = local.strftime("%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M")
+    if seconds and local.microsecond:
+        text += f".{local.microsecond // 1000:03d}"
+    return f"{text} {local.tzname()}"
+
+
+@register.simple_tag(takes_context=True)
+def ts(context: template.Context, value: datetime | None, zone: Any = None) -> SafeString | str:
+    """`<time>` in `zone` (default: the viewer's), with the UTC instant on hover."""
+    if value is None:
+        return "—"
+    tz = _zone(zone) if zone else _zone(context.get("viewer_tz"))
+    utc = value.astimezone(UTC)
+    return format_html(
+        '<time datetime="{}" title="{}">{}</time>',
+        utc.isoformat().replace("+00:00", "Z"),
+        fmt(utc, ZoneInfo("UTC")),
+        fmt(value, tz),
+    )
+
+
+@register.filter
+def badge(state: str) -> SafeString:
+    return format_html(
+        '<span class="badge badge-{}">{}</span>',
+        BADGES.get(state, "muted"),
+        state.replace("_", " "),
+    )
+
+
+@register.filter
+def seconds_between(later: datetime | None, earlier: datetime | None) -> str:
+    if later is None or earlier is None:
+        return ""
+    delta: timedelta = later - earlier
+    return f"{delta.total_seconds():.3f} s"
+
+
+@register.filter
+def who(label: str) -> str:
+    return label.removeprefix("user:") if label else ""
