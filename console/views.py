@@ -802,6 +802,7 @@ def ops_overview(request: HttpRequest) -> HttpResponse:
         now=now,
         all_tenants=selectors.ops_tenants(),
         beats=selectors.ops_beats(),
+        workers=selectors.ops_workers(since=now - timedelta(hours=1)),
         partitions=selectors.ops_partitions(),
         queues=_queue_depths(),
         lag=selectors.ops_fire_lag(since=now - timedelta(hours=1)),

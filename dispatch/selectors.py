@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from typing import Generic, TypeVar
 
 from django.db import connection
-from django.db.models import Count, Model, Q, QuerySet
+from django.db.models import Count, Max, Model, Q, QuerySet
 
 from dispatch import cron
 from dispatch.exceptions import InvalidSchedule, NotFound
@@ -355,3 +355,31 @@ def ops_beats() -> list[BeatNode]:
 
 def ops_partitions() -> list[SchedulerPartition]:
     return list(SchedulerPartition.objects.order_by("number"))
+
+
+@dataclass
+class WorkerSeen:
+    name: str
+    last_claim_at: datetime
+    claims: int
+    running: int
+
+
+def ops_workers(*, since: datetime) -> list[WorkerSeen]:
+    """Workers as the database saw them: who claimed work since `since`, and who holds a lease now.
+
+    Every claim records its worker in lease_owner, so this needs no extra
+    heartbeat channel; an idle worker shows up again with its next claim.
+    """
+    rows = (
+        Execution.objects.filter(started_at__gte=since)
+        .exclude(lease_owner="")
+        .values("lease_owner")
+        .annotate(
+            last=Max("started_at"),
+            claims=Count("id"),
+            running=Count("id", filter=Q(state=ExecutionState.RUNNING)),
+        )
+        .order_by("-last")
+    )
+    return [WorkerSeen(r["lease_owner"], r["last"], r["claims"], r["running"]) for r in rows[:100]]

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from dispatch import services
 from dispatch.models import BeatNode, Execution, ExecutionEvent, Schedule, SchedulerPartition
 from tenants.models import AuditEvent, Membership, ServiceToken
 from tests.integration.console_support import World, build_world, form_data, user
@@ -486,7 +487,11 @@ def test_operator_overview_lists_tenants_beats_partitions_queues_lag_and_dead(wo
         due_at=sched_for, enqueued_at=sched_for + timedelta(seconds=1)
     )
     Execution.objects.filter(pk=world.other_execution.pk).update(state="dead", reason="gave up")
+    Execution.objects.filter(pk=world.execution.pk).update(
+        lease_owner="worker-host:77", started_at=services.db_now(), state="running"
+    )
     html = text(world.client("staff").get("/ops/"))
+    assert "<td>worker-host:77</td>" in html  # workers are visible by their claims
     for piece in (
         "billing",
         "outsider",
