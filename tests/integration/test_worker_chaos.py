@@ -182,3 +182,32 @@ def test_job_that_kills_its_worker_ends_dead_after_max_attempts_others_flow(
     time.sleep(1)
     assert kinds(poison).count("claimed") == 3
     assert pump.published == [(str(poison.id), 2), (str(poison.id), 3)]
+
+
+def test_sigterm_during_a_long_job_lets_it_finish_then_exits(
+    start: Callable[..., Proc], ledger: Ledger, admin_principal: Principal
+) -> None:
+    import os
+    import signal
+
+    called = Gate()
+
+    def respond(req: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
+        called.set()
+        time.sleep(3)  # the job is mid-call when the worker is told to stop
+        return 200, {}, b"done"
+
+    ledger.respond = respond
+    w1 = start("w1", queues="default.short", WORKER_ID="w1", TARGET_TEST_ALLOW=ledger.allow_entry)
+    execution = make_execution(make_schedule(admin_principal, target(ledger), retry=QUICK_RETRY))
+    publish(execution.id, 1, queue="default.short")
+    assert called.wait(20), w1.output()
+    os.kill(
+        w1.pid, signal.SIGTERM
+    )  # Celery's warm shutdown: finish what is running, take nothing new
+    w1.proc.wait(30)
+    execution.refresh_from_db()
+    assert execution.state == "succeeded" and execution.attempt == 1, w1.output()
+    assert execution.lease_expires_at is None  # nothing left running past the lease
+    assert len(ledger.requests) == 1
+    assert "Warm shutdown" in w1.output()
