@@ -69,5 +69,11 @@ bench: $(STAMP)
 		$(BIN)/python manage.py bench limits --n 20000 && \
 		$(BIN)/python manage.py bench burst --n $(BENCH_N) --beats 2'
 
+## Chaos suite: beats and workers killed, paused and crashed under a workload;
+## prints the figures and writes chaos-results.json. DURATION=600 for a soak.
+DURATION ?= 60
+chaos: $(STAMP)
+	DURATION=$(DURATION) $(EMBED) $(BIN)/pytest -m chaos tests/chaos -q -s $(PYTEST_ARGS)
+
 clean-data:
 	test -x $(BIN)/python && $(BIN)/python -m config.embedded wipe || rm -rf .data

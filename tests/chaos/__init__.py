@@ -1,0 +1,1 @@
+"""Chaos suite: beats and workers under kill -9, SIGSTOP and crash faults (RELIABILITY.md)."""
