@@ -107,6 +107,24 @@ def _event(
     )
 
 
+def _audit(
+    actor: Principal,
+    action: str,
+    schedule: Schedule,
+    *,
+    before: dict[str, Any] | None = None,
+    after: dict[str, Any] | None = None,
+) -> None:
+    audit_record(
+        actor=actor,
+        action=action,
+        object_type="schedule",
+        object_id=str(schedule.id),
+        before=before,
+        after=after,
+    )
+
+
 def _live(actor: Principal, schedule_id: uuid.UUID | str, *, lock: bool = True) -> Schedule:
     # Tenant first: another tenant's schedule is indistinguishable from a missing one.
     pk = as_uuid(schedule_id)
@@ -171,11 +189,10 @@ def schedule_create(*, actor: Principal, data: dict[str, Any]) -> Schedule:
     if spec.depends_on:
         schedule.depends_on.set(spec.depends_on)
     _event(schedule, "created", f"schedule created by {actor.label}", actor=actor)
-    audit_record(
-        actor=actor,
-        action="schedule.create",
-        object_type="schedule",
-        object_id=str(schedule.id),
+    _audit(
+        actor,
+        "schedule.create",
+        schedule,
         after=schedule_snapshot(schedule),
     )
     _wake_beat(schedule, now=now)
@@ -225,11 +242,10 @@ def schedule_update(
         f"definition changed by {actor.label} (version {schedule.version})",
         actor=actor,
     )
-    audit_record(
-        actor=actor,
-        action="schedule.update",
-        object_type="schedule",
-        object_id=str(schedule.id),
+    _audit(
+        actor,
+        "schedule.update",
+        schedule,
         before=before,
         after=schedule_snapshot(schedule),
     )
@@ -256,11 +272,10 @@ def schedule_delete(*, actor: Principal, schedule_id: uuid.UUID | str) -> None:
         reason=f"schedule deleted by {actor.label}",
     )
     _event(schedule, "deleted", f"schedule deleted by {actor.label}", actor=actor)
-    audit_record(
-        actor=actor,
-        action="schedule.delete",
-        object_type="schedule",
-        object_id=str(schedule.id),
+    _audit(
+        actor,
+        "schedule.delete",
+        schedule,
         before=before,
     )
 
@@ -304,11 +319,10 @@ def schedule_pause(
         actor=actor,
         data={"reason": reason, "until": until.isoformat() if until else None},
     )
-    audit_record(
-        actor=actor,
-        action="schedule.pause",
-        object_type="schedule",
-        object_id=str(schedule.id),
+    _audit(
+        actor,
+        "schedule.pause",
+        schedule,
         before=before,
         after=schedule_snapshot(schedule),
     )
@@ -332,11 +346,10 @@ def schedule_resume(*, actor: Principal, schedule_id: uuid.UUID | str) -> Schedu
         actor=actor,
         data={"paused_at": schedule.paused_at.isoformat() if schedule.paused_at else None},
     )
-    audit_record(
-        actor=actor,
-        action="schedule.resume",
-        object_type="schedule",
-        object_id=str(schedule.id),
+    _audit(
+        actor,
+        "schedule.resume",
+        schedule,
         before=before,
         after=schedule_snapshot(schedule),
     )
@@ -433,11 +446,10 @@ def _trigger(*, actor: Principal, schedule_id: uuid.UUID | str) -> tuple[Executi
         actor=actor,
         execution=execution,
     )
-    audit_record(
-        actor=actor,
-        action="schedule.trigger",
-        object_type="schedule",
-        object_id=str(schedule.id),
+    _audit(
+        actor,
+        "schedule.trigger",
+        schedule,
         after={"execution_id": str(execution.id), "scheduled_for": now.isoformat(), "state": state},
     )
     if state == ExecutionState.SCHEDULED:
@@ -517,11 +529,10 @@ def _job_insert(*, actor: Principal, data: dict[str, Any], digest: str) -> Sched
     # A unique-key race surfaces as IntegrityError to job_create, which re-reads.
     schedule.save(force_insert=True)
     _event(schedule, "created", f"one-off job created by {actor.label}", actor=actor)
-    audit_record(
-        actor=actor,
-        action="job.create",
-        object_type="schedule",
-        object_id=str(schedule.id),
+    _audit(
+        actor,
+        "job.create",
+        schedule,
         after=schedule_snapshot(schedule) | {"idempotency_key": key},
     )
     _wake_beat(schedule, now=now)
