@@ -167,7 +167,15 @@ SPECTACULAR_SETTINGS = {
         "Multi-tenant job scheduling. Delivery is at-least-once: every attempt carries "
         "execution_id, scheduled_for, attempt and fencing_token so targets can deduplicate "
         "and reject stale attempts. One execution record per occurrence "
-        "(UNIQUE(schedule_id, scheduled_for))."
+        "(UNIQUE(schedule_id, scheduled_for)).\n\n"
+        "Time: schedules are evaluated in the local wall-clock time of their IANA zone, and all "
+        "results are UTC instants. When clocks spring forward, a time that does not exist runs "
+        "once, at the first instant after the gap (Amsterdam 02:30 on 2026-03-29 runs at 03:00 "
+        "CEST). When clocks fall back, a repeated time runs once, at its first occurrence, unless "
+        "the hour field as written starts with * (*, */2): those run in both real hours. A hashed "
+        "hour (H) counts as fixed. Runs that land on the same instant fire once, so 0 * * * * runs "
+        "23 times on a spring-forward day and 25 on a fall-back day. GET /v1/schedules/{id}/preview "
+        "shows every occurrence with its DST note."
     ),
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
