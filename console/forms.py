@@ -105,6 +105,13 @@ class ScheduleForm(forms.Form):
     version = forms.IntegerField(required=False, widget=forms.HiddenInput)
     preview_seed = forms.CharField(required=False, widget=forms.HiddenInput)
 
+    def preview_seed_id(self) -> uuid.UUID | None:
+        """The id the live preview used, so the saved schedule gets the H values it showed."""
+        try:
+            return uuid.UUID(str(self.cleaned_data.get("preview_seed") or ""))
+        except ValueError:
+            return None
+
     def __init__(self, *args: Any, schedule_choices: list[tuple[str, str]], **kwargs: Any):
         super().__init__(*args, **kwargs)
         field = self.fields["depends_on"]

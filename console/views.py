@@ -193,7 +193,9 @@ def schedule_create(request: HttpRequest, principal: Principal) -> HttpResponse:
     form = console_forms.ScheduleForm(request.POST or None, schedule_choices=choices)
     if request.method == "POST" and form.is_valid():
         try:
-            schedule = services.schedule_create(actor=principal, data=form.to_service_data())
+            schedule = services.schedule_create(
+                actor=principal, data=form.to_service_data(), schedule_id=form.preview_seed_id()
+            )
         except DispatchError as exc:
             _apply_errors(form, exc)
         else:

@@ -167,12 +167,21 @@ def _save_unique(schedule: Schedule, **kwargs: Any) -> None:
             raise InvalidSchedule.field(
                 "name", "a schedule with this name already exists"
             ) from None
+        if "dispatch_schedule_pkey" in str(exc):
+            # A resubmitted form (or a forged id): never reveal whose id it was.
+            raise InvalidSchedule.field(
+                "id", "this form was already submitted; reload it"
+            ) from None
         raise
 
 
 @transaction.atomic
-def schedule_create(*, actor: Principal, data: dict[str, Any]) -> Schedule:
-    schedule_id = uuid.uuid4()
+def schedule_create(
+    *, actor: Principal, data: dict[str, Any], schedule_id: uuid.UUID | None = None
+) -> Schedule:
+    """Create a schedule. `schedule_id` lets a form that previewed the schedule keep the
+    id it previewed with, so the H values and jitter shown are the ones it will get."""
+    schedule_id = schedule_id or uuid.uuid4()
     spec = clean_schedule(tenant=actor.tenant, data=data, schedule_id=schedule_id)
     _check_quota(actor)
     now = db_now()
@@ -488,6 +497,11 @@ def job_create(*, actor: Principal, data: dict[str, Any]) -> tuple[Schedule, boo
         if "schedule_name_unique_live" in str(exc):
             raise InvalidSchedule.field(
                 "name", "a schedule with this name already exists"
+            ) from None
+        if "dispatch_schedule_pkey" in str(exc):
+            # A resubmitted form (or a forged id): never reveal whose id it was.
+            raise InvalidSchedule.field(
+                "id", "this form was already submitted; reload it"
             ) from None
         raise
 

@@ -121,6 +121,27 @@ def test_preview_resolves_h_and_marks_it_provisional_before_saving(world: World)
     assert "Resolved: <code>" in html and "H values are fixed per schedule" in html
 
 
+def test_saved_schedule_keeps_the_h_values_its_preview_showed(world: World) -> None:
+    import uuid
+
+    from dispatch import cron
+
+    seed = str(uuid.uuid4())
+    client = world.client("operator")
+    data = form_data(cron="H H * * *", name="hashed", preview_seed=seed)
+    preview = text(client.post("/schedules/preview", data))
+    shown = re.search(r"Resolved: <code>([^<]+)</code>", preview)
+    assert shown is not None
+    assert client.post("/schedules/new", data).status_code == 302
+    saved = Schedule.objects.get(name="hashed")
+    assert str(saved.id) == seed
+    assert cron.resolve(saved.cron, seed=str(saved.id)) == shown.group(1)
+    # Submitting the same form again cannot reuse the id (nor reveal anything about it).
+    again = client.post("/schedules/new", data | {"name": "hashed-2"})
+    assert again.status_code == 400 and "already submitted" in text(again)
+    assert Schedule.objects.filter(name="hashed-2").count() == 0
+
+
 def test_preview_shows_dst_notes(world: World) -> None:
     data = form_data(cron="30 2 * * *", timezone="Europe/Amsterdam")
     client = world.client("operator")
