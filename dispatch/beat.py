@@ -133,6 +133,8 @@ class Beat:
         self._declared: set[str] = set()
         self._trace_headers: dict[str, Any] = {}
         self._amqp: tuple[Any, Any, dict[str, int], list[int]] | None = None
+        self._redis: Any = None
+        self._tenant_info: dict[int, tuple[Any, ...]] = {}
 
     # --- lifecycle -----------------------------------------------------------------
 
@@ -525,11 +527,14 @@ class Beat:
             return items, {}
         import redis
 
-        caps = {r[0]: (r[1], r[5]) for r in _rows("tenant_inflight", {"tenant_ids": sorted(first)})}
+        # The quota row was read by _apply_limits for this same batch.
+        caps = {tid: (row[1], row[5]) for tid, row in self._tenant_info.items()}
         day = datetime.fromtimestamp(self.db_time(), UTC).strftime("%Y%m%d")
         over: dict[str, list[Pending]] = defaultdict(list)
         try:
-            client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2)
+            if self._redis is None:
+                self._redis = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2)
+            client = self._redis
             for tid, group in first.items():
                 slug, cap = caps.get(tid, (str(tid), 0))
                 if not cap:
@@ -559,6 +564,7 @@ class Beat:
         """
         tenant_ids = sorted({p.tenant_id for p in ready})
         info = {r[0]: r for r in _rows("tenant_inflight", {"tenant_ids": tenant_ids})}
+        self._tenant_info = info
         by_tenant: dict[int, list[Pending]] = defaultdict(list)
         prio = {"high": 0, "default": 1, "low": 2}
         for p in sorted(ready, key=lambda p: (prio.get(p.queue.split(".")[0], 1), p.due)):
