@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import heapq
 import logging
-import math
 import os
 import select
 import signal
@@ -290,8 +289,7 @@ class Beat:
                 self.counters.stale_writes_rejected += 1
                 self._lose(lost, why="lease could not be renewed (expired or taken over)")
         live = _rows("beat_heartbeat", self._heartbeat_params())[0][0]
-        self._live_beats = max(1, int(live))
-        share = math.ceil(self.cfg.partitions / self._live_beats)
+        share = self._fair_share(list(live))
         if len(self.owned) > share:
             # Rebalance: a beat joined; hand over what exceeds our fair share.
             extra = sorted(self.owned)[share:]
@@ -327,6 +325,18 @@ class Beat:
                 log.info(
                     "beat %s acquired partitions %s", self.cfg.name, sorted((n, e) for n, e in got)
                 )
+
+    def _fair_share(self, live: list[str]) -> int:
+        """This beat's exact share: P // N each, plus one for the first P % N beats by name.
+
+        With a rounded-up share for everyone, N beats holding ceil(P/N) each can
+        already cover every partition, so a newcomer would get nothing until
+        some lease happened to lapse; exact targets make the others hand over.
+        """
+        names = sorted(set(live) | {self.cfg.name})
+        self._live_beats = len(names)
+        base, extra = divmod(self.cfg.partitions, len(names))
+        return base + (1 if names.index(self.cfg.name) < extra else 0)
 
     def _heartbeat_params(self) -> dict[str, Any]:
         import json

@@ -14,7 +14,7 @@ SET hostname = EXCLUDED.hostname, pid = EXCLUDED.pid, started_at = EXCLUDED.star
     heartbeat_at = EXCLUDED.heartbeat_at, stopped_at = NULL
 
 -- name: beat_heartbeat
--- Heartbeat with counters; returns the number of live beats (for the fair share).
+-- Heartbeat with counters; returns the names of the live beats (for the fair share).
 WITH me AS (
     UPDATE dispatch_beatnode
     SET heartbeat_at = clock_timestamp(), partitions = %(partitions)s::jsonb,
@@ -23,7 +23,7 @@ WITH me AS (
     WHERE name = %(name)s
     RETURNING name
 )
-SELECT count(*) FROM dispatch_beatnode
+SELECT COALESCE(array_agg(name ORDER BY name), '{}') FROM dispatch_beatnode
 WHERE stopped_at IS NULL AND heartbeat_at > clock_timestamp() - make_interval(secs => %(ttl)s)
 
 -- name: beat_stopped

@@ -301,3 +301,16 @@ def test_daily_quota_skips_the_excess_with_a_reason(
         r.reason_code == "quota_exhausted" and "daily quota of 2" in r.reason for r in skipped
     )
     assert ExecutionEvent.objects.filter(kind="quota_exhausted").count() == 2
+
+
+def test_fair_share_is_exact_so_a_newcomer_always_gets_partitions(beat: Beat) -> None:
+    # 16 partitions, 5 beats: rounded-up shares (4 each) would let four beats keep all 16.
+    beat.cfg.partitions = 16
+    names = ["beat-a", "beat-b", "beat-c", "beat-d"]
+    shares = {}
+    for name in [*names, "test-beat"]:
+        beat.cfg.name = name
+        shares[name] = beat._fair_share([*names, "test-beat"])
+    assert sum(shares.values()) == 16 and max(shares.values()) - min(shares.values()) == 1
+    beat.cfg.name = "test-beat"
+    assert beat._fair_share([]) == 16  # alone (even if its own heartbeat lapsed during a pause)
