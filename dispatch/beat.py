@@ -34,7 +34,7 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from config import telemetry
-from dispatch import cron, dependencies, retention
+from dispatch import cron, dependencies, faults, retention
 from dispatch.models import ExecutionEvent
 from dispatch.services import WAKE_CHANNEL
 from dispatch.sql import queries
@@ -42,15 +42,6 @@ from dispatch.sql import queries
 log = logging.getLogger("dispatch.beat")
 
 TASK_NAME = "dispatch.run_execution"
-# Fault injection for the crash-boundary tests: the process dies (as kill -9
-# would) at the named point. Unset in production.
-FAULT_POINT = os.environ.get("SCHED_FAULT_POINT", "")
-
-
-def _fault(point: str) -> None:
-    if point == FAULT_POINT:
-        log.warning("fault point %s reached: exiting abruptly", point)
-        os._exit(137)
 
 
 @dataclass(order=True)
@@ -453,7 +444,8 @@ class Beat:
             _rows("advance_schedules", {"ids": plan.advance_ids, "next_run_ats": plan.advance_to})
             if plan.events:
                 _events(plan.events)
-        _fault("after_fire_commit")
+            faults.crash_at("before_fire_commit")
+        faults.crash_at("after_fire_commit")
         self.counters.fired += len(inserted)
         if inserted:
             log.debug("beat %s fired %d executions", self.cfg.name, len(inserted))
@@ -493,7 +485,7 @@ class Beat:
         to_send, over_quota = self._daily_quota(to_send)
         published = self._publish(to_send) if to_send else []
         if published:
-            _fault("after_publish")
+            faults.crash_at("after_publish")
         with transaction.atomic():
             numbers = self._fence()
             if published:

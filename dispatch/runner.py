@@ -26,7 +26,7 @@ from django.db import DatabaseError, connection
 
 from config import telemetry
 from config.logs import log_context
-from dispatch import alerts, leases, ratelimit, retry, vault
+from dispatch import alerts, faults, leases, ratelimit, retry, vault
 from dispatch.leases import Claim, Event, Peek
 from dispatch.targets import KINDS
 from dispatch.targets.runtime import Aborted, Outcome, RunContext, SecretError, clip
@@ -258,12 +258,14 @@ def _run_claimed_attempt(claim: Claim, *, lease_s: float) -> str:
     )
     heartbeat = Heartbeat(claim, ctx, lease_s)
     heartbeat.start()
+    faults.crash_at("worker_after_claim", claim.execution_id)
     try:
         with telemetry.tracer.start_as_current_span("target.call") as call_span:
             call_span.set_attribute("scheduler.target", str(claim.target.get("type")))
             outcome = _call(module, ctx)
     finally:
         heartbeat.finish()
+    faults.crash_at("worker_before_complete", claim.execution_id)
     if heartbeat.lost:
         return _lost(claim, ctx, outcome)
     return _record(claim, ctx, outcome)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import shutil
 import statistics
 import time
 from collections import Counter, defaultdict
@@ -19,11 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from django.db import connection, transaction
+from django.db.models import F
 
 from dispatch import services
 from dispatch.models import BeatNode, Execution, ExecutionEvent, Schedule, SchedulerPartition
 from tenants.models import Tenant
 from tenants.roles import Principal
+from tests.chaos.servers import OwnRedis, Postgres
 from tests.procs import ROOT, Ledger, Proc, beat_cmd, wait_for, worker_cmd
 
 # Short leases so that every failover fits in a CI run.
@@ -42,7 +45,10 @@ RETRY = {"max_attempts": 5, "backoff": "fixed", "initial_s": 1, "max_s": 1}
 FAILOVER_BOUND_S = TTL + CYCLE + SWEEP
 FAILOVER_SLACK_S = 1.5
 JOBS_PER_S = 2.5
-NEMESIS_EVERY_S = 11.0
+NEMESIS_EVERY_S = 8.0  # the short profile: each nemesis once, this far apart
+REDIS_BACKLOG_S = 1.5  # workers held this long (< EXEC_LEASE) so the broker has a backlog to lose
+PG_OUTAGE_S = TTL + 1.5  # longer than a beat lease: every beat must re-earn its partitions
+SKEW_S = 300  # RELIABILITY.md: host clock skewed ±5 min
 RESULTS = ROOT / "chaos-results.json"
 
 
@@ -91,17 +97,36 @@ class Fault:
 class Cluster:
     """Beats and workers as real subprocesses; nemeses that hurt them and restore capacity."""
 
-    def __init__(self, start: Callable[..., Proc], ledger: Ledger) -> None:
+    def __init__(
+        self,
+        start: Callable[..., Proc],
+        ledger: Ledger,
+        *,
+        log_dir: Path,
+        redis: OwnRedis,
+        broker_url: str,
+        pg: Postgres,
+        api_token: str,
+    ) -> None:
         self.start = start
         self.ledger = ledger
+        self.log_dir = log_dir
+        self.redis = redis
+        self.pg = pg
+        self.api_token = api_token
+        # Every process talks to the run's own Redis (and broker): restarting it hurts nobody else.
+        self.env = {"CELERY_BROKER_URL": broker_url, "REDIS_URL": redis.url(1)}
         self.beats: dict[str, Proc] = {}
         self.workers: dict[str, Proc] = {}
         self.faults: list[Fault] = []
+        self.skipped: dict[str, str] = {}
+        self.skewed_workers: list[str] = []
+        self._skews = 0
         self._seq = itertools.count(1)
 
     # --- processes -------------------------------------------------------------------
 
-    def add_beat(self, prefix: str = "beat", **env: str) -> str:
+    def add_beat(self, prefix: str = "beat", *, skew: str = "", **env: str) -> str:
         name = f"{prefix}-{next(self._seq)}"
         cmd = beat_cmd(
             "--name",
@@ -114,18 +139,27 @@ class Cluster:
             str(LOOKAHEAD),
         )
         self.beats[name] = self.start(
-            name, cmd, SWEEP_INTERVAL_S=str(SWEEP), QUEUED_REPUBLISH_S=str(REPUBLISH), **env
+            name,
+            _skewed(cmd, skew),
+            SWEEP_INTERVAL_S=str(SWEEP),
+            QUEUED_REPUBLISH_S=str(REPUBLISH),
+            **self.env,
+            **_skew_env(skew),
+            **env,
         )
         return name
 
-    def add_worker(self) -> str:
-        name = f"w{next(self._seq)}"
+    def add_worker(self, prefix: str = "w", *, skew: str = "", **env: str) -> str:
+        name = f"{prefix}{next(self._seq)}"
         proc = self.start(
             name,
-            worker_cmd(concurrency=WORKER_CONCURRENCY, name=name),
+            _skewed(worker_cmd(concurrency=WORKER_CONCURRENCY, name=name), skew),
             EXECUTION_LEASE_S=str(int(EXEC_LEASE)),
             WORKER_ID=name,
             TARGET_TEST_ALLOW=self.ledger.allow_entry,
+            **self.env,
+            **_skew_env(skew),
+            **env,
         )
         deadline = time.monotonic() + 30
         while " ready." not in proc.output():
@@ -159,7 +193,7 @@ class Cluster:
         found: tuple[str, list[str]] = wait_for(find, timeout=timeout, what="a worker mid-call")
         return found
 
-    # --- nemeses ---------------------------------------------------------------------
+    # --- nemeses: processes ----------------------------------------------------------
 
     def beat_kill(self) -> Fault:
         """kill -9 the beat owning the most partitions; a fresh beat replaces it."""
@@ -201,20 +235,34 @@ class Cluster:
         fault.notes["paused_s"] = TTL + 2
         return fault
 
-    def beat_crash(self) -> Fault:
-        """A beat that dies right after committing a firing (before publishing), replaced."""
+    def _beat_crash(self, point: str) -> Fault:
+        """A fresh beat that dies at a crash boundary of the firing path, then is replaced.
+
+        before_fire_commit: claimed and inserted, transaction not committed (rolled back);
+        after_fire_commit: committed, nothing published; after_publish: published, not
+        yet marked enqueued — the next owner publishes again and the claim dedups.
+        """
         started = db_now()
-        victim = self.add_beat("crash", SCHED_FAULT_POINT="after_fire_commit")
+        victim = self.add_beat("crash", SCHED_FAULT_POINT=point)
         proc = self.beats.pop(victim)
-        wait_for(lambda: not proc.alive(), timeout=30, what="the fault point to kill the beat")
+        wait_for(lambda: not proc.alive(), timeout=30, what=f"the beat to die at {point}")
         # Its leases outlive it: the partitions still name it until they expire.
-        fault = Fault("beat_crash_after_fire_commit", victim, started, owned_by(victim))
+        fault = Fault(f"beat_crash_{point}", victim, started, owned_by(victim))
         fault.notes["returncode"] = proc.proc.returncode
         fault.executions = [
             str(e) for e in Execution.objects.filter(fired_by=victim).values_list("id", flat=True)
         ]
         fault.replacement = self.add_beat()
         return fault
+
+    def beat_crash_before_commit(self) -> Fault:
+        return self._beat_crash("before_fire_commit")
+
+    def beat_crash_after_commit(self) -> Fault:
+        return self._beat_crash("after_fire_commit")
+
+    def beat_crash_after_publish(self) -> Fault:
+        return self._beat_crash("after_publish")
 
     def worker_kill(self) -> Fault:
         """kill -9 a worker (and its pool) while it waits on the target; a fresh one replaces it."""
@@ -238,13 +286,152 @@ class Cluster:
         fault.notes["paused_s"] = EXEC_LEASE + 3
         return fault
 
-    NEMESES = ("beat_kill", "beat_pause", "worker_kill", "worker_pause", "beat_crash")
+    def _worker_crash(self, point: str) -> Fault:
+        """A worker whose pool process dies at a boundary of one execution, once.
 
-    def inject(self, kind: str) -> Fault:
-        fault: Fault = getattr(self, kind)()
+        worker_after_claim: claimed, target not called; worker_before_complete: the
+        target was called, the result not recorded (the effect happened: the retry
+        must reach the target again with the same execution id).
+        """
+        marker = self.log_dir / f"fault-{point}-{next(self._seq)}"
+        victim = self.add_worker("wcrash", SCHED_FAULT_POINT=point, SCHED_FAULT_ONCE=str(marker))
+        wait_for(lambda: marker.exists() and marker.read_text(), timeout=30, what=f"{point} hit")
+        kind = f"worker_crash_{point.removeprefix('worker_')}"
+        fault = Fault(kind, victim, db_now(), executions=[marker.read_text()])
+        # The pool replaced its dead process; retire the worker gracefully (it finishes its calls).
+        self.workers.pop(victim).stop()
+        return fault
+
+    def worker_crash_after_claim(self) -> Fault:
+        return self._worker_crash("worker_after_claim")
+
+    def worker_crash_before_complete(self) -> Fault:
+        return self._worker_crash("worker_before_complete")
+
+    # --- nemeses: servers and clocks -------------------------------------------------
+
+    def redis_restart(self) -> Fault:
+        """Redis dies (SIGKILL, no persistence) and comes back empty: queued messages are lost.
+
+        The workers are held (SIGSTOP, well inside their lease) for a moment first so
+        that messages pile up in the broker — a restart of an empty queue proves nothing.
+        """
+        for proc in self.workers.values():
+            proc.pause()
+        time.sleep(REDIS_BACKLOG_S)
+        fault = Fault("redis_restart", "redis", db_now())
+        fault.executions = [
+            str(e) for e in Execution.objects.filter(state="queued").values_list("id", flat=True)
+        ]
+        self.redis.kill()
+        for proc in self.workers.values():
+            proc.resume()
+        time.sleep(1.0)
+        self.redis.start()
+        fault.notes["outage_s"] = 1.0
+        return fault
+
+    def postgres_restart(self) -> Fault | None:
+        """PostgreSQL stopped for longer than a beat lease, then started: the API says 503 +
+        Retry-After meanwhile, every process reconnects on its own."""
+        if not self.pg.mode:
+            self.skipped["postgres_restart"] = self.pg.why_not
+            return None
+        fault = Fault("postgres_restart", "postgresql", db_now())
+        t0 = time.monotonic()
+        self.pg.stop()
+        time.sleep(0.5)
+        fault.notes["api_during_outage"] = _probe_api(self.api_token)
+        time.sleep(max(0.0, PG_OUTAGE_S - (time.monotonic() - t0)))
+        self.pg.start()
+        fault.notes["outage_s"] = round(time.monotonic() - t0, 2)
+        fault.notes["api_after_outage"] = _probe_api(self.api_token)
+        return fault
+
+    def clock_skew(self) -> Fault:
+        """A beat and a worker whose wall clocks are off by ±5 minutes replace a normal pair.
+
+        Due-ness, leases and retries are judged on the database clock, so nothing may
+        fire or start early, and no lease may expire under a healthy skewed worker.
+        """
+        self._skews += 1
+        skew = f"{'+' if self._skews % 2 else '-'}{SKEW_S}s"
+        if not shutil.which("faketime"):
+            self.skipped["clock_skew"] = "faketime is not installed (Debian package faketime)"
+            raise _Skip
+        old_beat = min(self.beats)
+        old_worker = min(self.workers)
+        fault = Fault("clock_skew", f"{old_beat}+{old_worker}", db_now())
+        beat = self.add_beat("skewed", skew=skew)
+        worker = self.add_worker("wskew", skew=skew)
+        self.beats.pop(old_beat).stop()
+        self.workers.pop(old_worker).stop()
+        fault.replacement = f"{beat}+{worker}"
+        fault.notes["skew"] = skew
+        fault.notes["skewed_worker"] = worker
+        self.skewed_workers.append(worker)
+        return fault
+
+    NEMESES = (
+        "beat_kill",
+        "beat_pause",
+        "worker_kill",
+        "worker_pause",
+        "beat_crash_before_commit",
+        "beat_crash_after_commit",
+        "beat_crash_after_publish",
+        "worker_crash_after_claim",
+        "worker_crash_before_complete",
+        "redis_restart",
+        "postgres_restart",
+        "clock_skew",
+    )
+
+    def inject(self, kind: str) -> Fault | None:
+        try:
+            fault: Fault | None = getattr(self, kind)()
+        except _Skip:
+            fault = None
+        if fault is None:
+            print(f"[chaos] {kind} skipped: {self.skipped.get(kind, '?')}")
+            return None
         self.faults.append(fault)
         print(f"[chaos] {fault.kind} victim={fault.victim} replacement={fault.replacement or '-'}")
         return fault
+
+
+class _Skip(Exception):
+    pass
+
+
+def _skewed(cmd: list[str], skew: str) -> list[str]:
+    return ["faketime", "-f", skew, *cmd] if skew else cmd
+
+
+def _skew_env(skew: str) -> dict[str, str]:
+    # Only the wall clock is off, as with a drifting NTP-less host; intervals stay true.
+    return {"DONT_FAKE_MONOTONIC": "1"} if skew else {}
+
+
+def _probe_api(token: str) -> dict[str, Any]:
+    """What a client sees from the API and the readiness probe right now (in-process)."""
+    from django.test import Client
+
+    client = Client(raise_request_exception=False)
+    out: dict[str, Any] = {}
+    for name, path, headers in (
+        ("api", "/v1/schedules", {"HTTP_AUTHORIZATION": f"Bearer {token}"}),
+        ("readyz", "/readyz", {}),
+    ):
+        resp = client.get(path, **headers)
+        body = resp.content.decode(errors="replace")
+        out[name] = {
+            "status": resp.status_code,
+            "retry_after": resp.headers.get("Retry-After"),
+            "traceback_in_body": "Traceback" in body,
+            "body": body[:200],
+        }
+    return out
 
 
 # --- workload ----------------------------------------------------------------------------
@@ -280,6 +467,87 @@ def create_jobs(
             Schedule.objects.filter(pk=job.pk).update(target=target, timeout_s=10)
         ids.append(str(job.id))
     return ids, base + timedelta(seconds=spread_s)
+
+
+# Hostile jobs run beside the oracle's: each must end as its policy says without
+# slowing the others (RELIABILITY.md "Hostile targets", "a poison job").
+HOSTILE: dict[str, dict[str, Any]] = {
+    "poison_500": {
+        "path": "/poison",
+        "timeout_s": 5,
+        "retry": {"max_attempts": 3, "backoff": "fixed", "initial_s": 1, "max_s": 1},
+        "expect": ("dead", 3),
+    },
+    "tarpit": {
+        "path": "/tarpit",
+        "timeout_s": 2,
+        "retry": {"max_attempts": 2, "backoff": "fixed", "initial_s": 1, "max_s": 1},
+        "expect": ("dead", 2),
+    },
+    "huge_body": {
+        "path": "/huge",
+        "timeout_s": 20,
+        "retry": RETRY,
+        "expect": ("succeeded", 1),
+    },
+}
+HUGE_BODY = b"x" * (32 * 1024 * 1024)
+TARPIT_S = 30.0
+
+
+def respond(req: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
+    """The ledger's answers: slow success for the oracle's jobs, hostile ones by path."""
+    path = req["path"]
+    if path.startswith("/poison"):
+        return 500, {}, b"boom"
+    if path.startswith("/tarpit"):
+        time.sleep(TARPIT_S)
+        return 200, {}, b"too late"
+    if path.startswith("/huge"):
+        return 200, {}, HUGE_BODY
+    time.sleep(LEDGER_DELAY)
+    return 200, {}, b"ok"
+
+
+def create_hostile_jobs(principal: Principal, *, base_url: str, due_in_s: float) -> dict[str, str]:
+    """Name -> schedule id of each hostile job, all due `due_in_s` from now."""
+    run_at = db_now() + timedelta(seconds=due_in_s)
+    ids = {}
+    for name, spec in HOSTILE.items():
+        target = {"type": "http", "url": base_url + spec["path"], "method": "POST"}
+        with transaction.atomic():
+            job, _ = services.job_create(
+                actor=principal,
+                data={
+                    "name": f"hostile-{name}",
+                    "run_at": run_at,
+                    "target": {"type": "http", "url": "https://billing.internal/hook"},
+                    "retry": spec["retry"],
+                },
+            )
+            Schedule.objects.filter(pk=job.pk).update(target=target, timeout_s=spec["timeout_s"])
+        ids[name] = str(job.id)
+    return ids
+
+
+def hostile_settled(hostile: dict[str, str]) -> bool:
+    return Execution.objects.filter(
+        schedule_id__in=hostile.values(), state__in=("succeeded", "dead")
+    ).count() >= len(hostile)
+
+
+def hostile_outcomes(hostile: dict[str, str]) -> dict[str, dict[str, Any]]:
+    out = {}
+    for name, sid in hostile.items():
+        row = Execution.objects.filter(schedule_id=sid).values("state", "attempt").first() or {}
+        expect_state, expect_attempts = HOSTILE[name]["expect"]
+        out[name] = {
+            "state": row.get("state"),
+            "attempts": row.get("attempt"),
+            "expected": f"{expect_state} after {expect_attempts} attempt(s)",
+            "ok": row.get("state") == expect_state and row.get("attempt") == expect_attempts,
+        }
+    return out
 
 
 def settled(job_ids: list[str]) -> bool:
@@ -325,6 +593,8 @@ def check(
     deliveries: Counter[str] = Counter()
     attempts_seen: dict[str, set[str]] = defaultdict(set)
     for req in ledger.requests:
+        if not req["path"].startswith("/effect"):
+            continue
         headers = {k.lower(): v for k, v in req["headers"].items()}
         eid = headers.get("x-execution-id", "")
         deliveries[eid] += 1
@@ -365,6 +635,55 @@ def check(
         if r["enqueued_at"] is not None
     }
     late = list(lateness.values())
+
+    # Time: nothing starts before it is due by the database clock, whatever the hosts' clocks say.
+    started_early = [
+        str(r["id"])
+        for r in Execution.objects.filter(
+            schedule_id__in=job_ids, started_at__lt=F("due_at")
+        ).values("id")
+    ]
+    interrupted = {e for f in faults if f.kind.startswith("worker_") for e in f.executions}
+    skewed = [f.notes["skewed_worker"] for f in faults if f.kind == "clock_skew"]
+    premature_expiries = sorted(
+        {
+            str(ev.execution_id)
+            for w in skewed
+            for ev in ExecutionEvent.objects.filter(
+                schedule_id__in=job_ids, message__contains=f"lease of worker {w}:"
+            )
+            if str(ev.execution_id) not in interrupted
+        }
+    )
+
+    # Server restarts: what was queued when Redis died must still have run; the worst
+    # lateness of what came due while a server was away.
+    infra = []
+    for f in faults:
+        if f.kind not in ("redis_restart", "postgres_restart"):
+            continue
+        window_end = f.at + timedelta(seconds=f.notes.get("outage_s", 0) + TTL * 2 + 2)
+        hit = [
+            lateness[str(r["id"])]
+            for r in rows
+            if f.at <= r["due_at"] <= window_end and str(r["id"]) in lateness
+        ]
+        infra.append(
+            {
+                "kind": f.kind,
+                "outage_s": f.notes.get("outage_s"),
+                "queued_when_lost": len(f.executions),
+                "queued_when_lost_not_succeeded": sum(
+                    1
+                    for r in rows
+                    if str(r["id"]) in set(f.executions) and r["state"] != "succeeded"
+                ),
+                "executions_in_window": len(hit),
+                "max_lateness_s": round(max(hit), 3) if hit else None,
+                "api_during_outage": f.notes.get("api_during_outage"),
+                "api_after_outage": f.notes.get("api_after_outage"),
+            }
+        )
 
     # Failover: the worst lateness among executions of the victim's partitions due
     # in the window after a beat fault.
@@ -452,6 +771,14 @@ def check(
             "per_fault": failovers,
         },
         "worker_faults": worker_faults,
+        "server_faults": infra,
+        "clock": {
+            "started_before_due": len(started_early),
+            "started_before_due_ids": started_early,
+            "skewed_workers": skewed,
+            "premature_lease_expiries": len(premature_expiries),
+            "premature_lease_expiry_ids": premature_expiries,
+        },
         "lateness_s": {
             "n": len(late),
             "without_enqueued_at": len(rows) - len(late),
@@ -491,6 +818,11 @@ def table(r: dict[str, Any]) -> str:
             "fire lateness p50/p99/max",
             f"{lat['p50']} / {lat['p99']} / {lat['max']} s (n={lat['n']})",
         ),
+        (
+            "started before due (db clock)",
+            f"{r['clock']['started_before_due']}; premature lease expiries "
+            f"{r['clock']['premature_lease_expiries']} (skewed workers {len(r['clock']['skewed_workers'])})",
+        ),
         ("runtime", f"{r['profile']['runtime_s']} s"),
     ]
     width = max(len(k) for k, _ in lines)
@@ -507,6 +839,25 @@ def table(r: dict[str, Any]) -> str:
             f"{w['final_states']}, max attempt {w['max_attempt']}, "
             f"fencing_rejected {w['fencing_rejected_events']}"
         )
+    for x in r["server_faults"]:
+        api = (x.get("api_during_outage") or {}).get("api") or {}
+        extra = (
+            f", API during outage {api.get('status')} Retry-After {api.get('retry_after')}"
+            if api
+            else ""
+        )
+        out.append(
+            f"{('  ' + x['kind']).ljust(width)} | outage {x['outage_s']} s, queued when lost "
+            f"{x['queued_when_lost']} (not run {x['queued_when_lost_not_succeeded']}), max lateness "
+            f"{x['max_lateness_s']} s{extra}"
+        )
+    for name, h in r.get("hostile", {}).items():
+        out.append(
+            f"{('  hostile ' + name).ljust(width)} | {h['state']} after {h['attempts']} "
+            f"(expected {h['expected']})"
+        )
+    for kind, why in r.get("skipped_nemeses", {}).items():
+        out.append(f"{('  skipped ' + kind).ljust(width)} | {why}")
     return "\n".join(out)
 
 

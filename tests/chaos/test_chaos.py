@@ -1,83 +1,128 @@
 """The chaos run (RELIABILITY.md "Figures to report for a chaos run").
 
-Two beats and two workers run a workload of one-off jobs while nemeses kill,
-pause and crash them; afterwards the checker reads PostgreSQL and the ledger.
-Short profile (default, ~2 min): each nemesis once. DURATION=<s> for a soak:
-more jobs, and the nemesis cycle repeats while the workload lasts.
+Two beats and two workers run a workload of one-off jobs (the oracle) and a few
+hostile jobs while nemeses kill, pause and crash processes, restart Redis and
+PostgreSQL, and skew clocks; afterwards the checker reads PostgreSQL and the ledger.
+
+Short profile (default, ~2.5 min): every nemesis once, 8 s apart.
+Soak: DURATION=<s> (e.g. 1800): jobs over that long, a random nemesis every 1-3
+minutes (NEMESIS_EVERY=lo-hi to change), each kind in turn from a shuffled bag.
+CHAOS_BROKER=rabbitmq runs it on RabbitMQ (RABBITMQ_URL); CHAOS_SEED replays a soak.
 """
 
 from __future__ import annotations
 
 import os
+import random
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from django.conf import settings
 
+from tenants import services as tenant_services
 from tenants.models import Tenant
-from tenants.roles import Principal
+from tenants.roles import Principal, Role
 from tests.chaos import harness
+from tests.chaos.servers import OwnRedis, Postgres
 from tests.integration.worker_support import purge
 from tests.procs import Ledger, processes, wait_for
 
-DURATION = float(os.environ.get("DURATION", "60"))
+NEMESES = harness.Cluster.NEMESES
+LEAD_S = 8.0  # first nemesis after the cluster is warm and jobs are flowing
+DURATION = float(os.environ.get("DURATION", "0"))
+SHORT = DURATION < 300
+# Short: every nemesis once, the workload outlasting the last one.
+SPREAD_S = LEAD_S + len(NEMESES) * harness.NEMESIS_EVERY_S + 12 if SHORT else DURATION
+EVERY = os.environ.get("NEMESIS_EVERY", "" if SHORT else "60-180")
+SEED = int(os.environ.get("CHAOS_SEED", str(time.time_ns() % 2**31)))
+BROKER = os.environ.get("CHAOS_BROKER", "redis")
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
+def plan() -> list[tuple[float, str]]:
+    """(seconds after the workload starts, nemesis) for the whole run."""
+    if not EVERY:
+        return [(LEAD_S + i * harness.NEMESIS_EVERY_S, k) for i, k in enumerate(NEMESES)]
+    lo, _, hi = EVERY.partition("-")
+    rng = random.Random(SEED)
+    at, bag, out = LEAD_S, [], []
+    while at < SPREAD_S - 20:
+        if not bag:
+            bag = list(NEMESES)
+            rng.shuffle(bag)
+        out.append((at, bag.pop()))
+        at += rng.uniform(float(lo), float(hi or lo))
+    return out
+
+
 @pytest.fixture
 def ledger() -> Iterator[Ledger]:
-    def respond(req: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
-        time.sleep(harness.LEDGER_DELAY)
-        return 200, {}, b"ok"
-
-    ledger = Ledger(respond)
+    ledger = Ledger(harness.respond)
     # A killed worker leaves its call's socket closed under the reply: expected, not news.
     ledger.server.handle_error = lambda request, client_address: None  # type: ignore[method-assign]
     yield ledger
     ledger.close()
 
 
-@pytest.mark.timeout(int(DURATION * 3 + 240))
+@pytest.fixture
+def redis(tmp_path: Path) -> Iterator[OwnRedis]:
+    server = OwnRedis(tmp_path)
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.mark.timeout(int(SPREAD_S * 3 + 300))
 def test_chaos_run(
-    tmp_path: Path, ledger: Ledger, admin_principal: Principal, tenant: Tenant
+    tmp_path: Path, ledger: Ledger, redis: OwnRedis, admin_principal: Principal, tenant: Tenant
 ) -> None:
-    purge(settings.CELERY_BROKER_URL)
+    if BROKER == "rabbitmq":
+        broker = os.environ.get("RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672//")
+    else:
+        broker = redis.url(0)
+    purge(broker)
+    _, api_token = tenant_services.token_issue(tenant=tenant, name="chaos-probe", role=Role.VIEWER)
+    schedule = plan()
+    print(f"[chaos] seed={SEED} broker={BROKER} spread={SPREAD_S:.0f}s nemeses={len(schedule)}")
     started = time.monotonic()
     with processes(tmp_path) as start:
-        cluster = harness.Cluster(start, ledger)
+        cluster = harness.Cluster(
+            start,
+            ledger,
+            log_dir=tmp_path,
+            redis=redis,
+            broker_url=broker,
+            pg=Postgres(),
+            api_token=api_token,
+        )
         cluster.add_beat()
         cluster.add_beat()
         cluster.wait_even_split(settings.SCHEDULER_PARTITIONS)
         cluster.add_worker()
         cluster.add_worker()
 
-        count = int(DURATION * harness.JOBS_PER_S)
         t0 = time.monotonic()
         job_ids, last_due = harness.create_jobs(
             admin_principal,
             tenant,
-            count=count,
-            spread_s=DURATION,
+            count=int(SPREAD_S * harness.JOBS_PER_S),
+            spread_s=SPREAD_S,
             lead_s=6.0,
             url=f"{ledger.url}/effect",
         )
-        # Nemeses every NEMESIS_EVERY_S while jobs keep coming due; each once at least.
-        plan = list(harness.Cluster.NEMESES)
-        rounds = max(1, int((DURATION - 6) // (harness.NEMESIS_EVERY_S * len(plan))))
-        for i, kind in enumerate(plan * rounds):
-            at = t0 + 8 + i * harness.NEMESIS_EVERY_S
-            time.sleep(max(0.0, at - time.monotonic()))
+        hostile = harness.create_hostile_jobs(admin_principal, base_url=ledger.url, due_in_s=10.0)
+        for at, kind in schedule:
+            time.sleep(max(0.0, t0 + at - time.monotonic()))
             cluster.inject(kind)
         try:
             wait_for(
-                lambda: harness.settled(job_ids),
-                timeout=max(30.0, (last_due - harness.db_now()).total_seconds() + 40),
+                lambda: harness.settled(job_ids) and harness.hostile_settled(hostile),
+                timeout=max(60.0, (last_due - harness.db_now()).total_seconds() + 60),
                 interval=0.5,
-                what="every job to succeed",
+                what="every job to succeed and every hostile job to end",
             )
         except AssertionError as exc:
             print(f"[chaos] not settled: {exc}")
@@ -85,11 +130,16 @@ def test_chaos_run(
         results = harness.check(
             job_ids, ledger, cluster.faults, runtime_s=time.monotonic() - started
         )
+        results["hostile"] = harness.hostile_outcomes(hostile)
+        results["skipped_nemeses"] = cluster.skipped
+        results["profile"].update(
+            {"seed": SEED, "broker": BROKER, "nemesis_every": EVERY or "fixed"}
+        )
         results["logs"] = str(tmp_path)
         results["processes_alive_at_end"] = {
             n: p.alive() for n, p in {**cluster.beats, **cluster.workers}.items()
         }
-    purge(settings.CELERY_BROKER_URL)
+    purge(broker)
     results["profile"]["runtime_s"] = round(time.monotonic() - started, 1)
     harness.write(results)
     print("\n" + harness.table(results) + f"\n(JSON: {harness.RESULTS}; logs: {tmp_path})")
@@ -103,6 +153,9 @@ def test_chaos_run(
     assert stale["epochs_shared_by_two_beats"] == []
     assert all(f.get("fenced_after_resume", True) for f in results["faults"]), results["faults"]
     assert all(f.get("returncode", 137) == 137 for f in results["faults"]), results["faults"]
+    assert all(h["ok"] for h in results["hostile"].values()), results["hostile"]
+    assert results["clock"]["started_before_due"] == 0, results["clock"]
+    assert results["clock"]["premature_lease_expiries"] == 0, results["clock"]
     for w in results["worker_faults"]:
         # Every call the fault interrupted was retried (attempt 2+, same execution) and succeeded.
         assert w["in_flight"] >= 1 and w["final_states"] == {"succeeded": w["in_flight"]}, w
@@ -110,5 +163,13 @@ def test_chaos_run(
         if w["kind"] == "worker_sigstop":
             # The woken worker's heartbeat/completion was refused, once per stolen execution.
             assert w["fencing_rejected_events"] >= w["in_flight"], w
+    for x in results["server_faults"]:
+        assert x["queued_when_lost_not_succeeded"] == 0, x
+        if x["kind"] == "postgres_restart":
+            during, after = x["api_during_outage"], x["api_after_outage"]
+            assert during["api"]["status"] == 503 and during["api"]["retry_after"], during
+            assert not during["api"]["traceback_in_body"], during
+            assert during["readyz"]["status"] == 503, during
+            assert after["api"]["status"] == 200, after
     assert fo["max_s"] is not None
     assert fo["max_s"] <= fo["bound_s"] + fo["slack_s"], fo
