@@ -93,8 +93,12 @@ class BeatConfig:
 
 
 def _rows(sql_name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-    with connection.cursor() as cur:
-        cur.execute(queries[sql_name], params)
+    # psycopg's own cursor (server-side binding, binary format) rather than
+    # Django's client-side one: the firing statements carry arrays of thousands
+    # of values, which client-side binding would quote into the SQL text one by one.
+    connection.ensure_connection()
+    with psycopg.Cursor(connection.connection) as cur:
+        cur.execute(queries[sql_name], params, binary=True)
         return list(cur.fetchall()) if cur.description else []
 
 
@@ -406,50 +410,64 @@ class Beat:
             numbers = self._fence()
             if not numbers:
                 return 0
-            now = _db_clock()
-            due = _rows(
-                "due_schedules",
-                {"numbers": numbers, "lookahead": self.cfg.lookahead_s, "batch": self.cfg.batch},
+            ((claimed, fired),) = _rows(
+                "fire_due_one_offs",
+                {
+                    "numbers": numbers,
+                    "epochs": [self.owned[n] for n in numbers],
+                    "lookahead": self.cfg.lookahead_s,
+                    "batch": self.cfg.batch,
+                    "fired_by": self.cfg.name,
+                },
             )
-            if not due:
-                return 0
-            until = now + timedelta(seconds=self.cfg.lookahead_s)
-            plan = _FirePlan(beat=self.cfg.name, epochs=self.owned)
-            overlap_ids = [row[0] for row in due if row[12] in ("forbid", "replace")]
-            active: dict[uuid.UUID, list[tuple[uuid.UUID, str]]] = defaultdict(list)
-            if overlap_ids:
-                for sid, eid, state in _rows("active_executions", {"ids": overlap_ids}):
-                    active[sid].append((eid, state))
-            for row in due:
-                plan.add_schedule(row, now=now, until=until, active=active)
-            if plan.replace_ids:
-                cancelled = _rows("cancel_for_replace", {"ids": plan.replace_ids})
-                _events(
-                    [
-                        (
-                            sid,
-                            tid,
-                            eid,
-                            "cancelled",
-                            "cancelled: replaced by a newer occurrence (overlap replace)",
-                        )
-                        for eid, sid, tid in cancelled
-                    ]
-                )
-            inserted = _rows("insert_executions", plan.insert_params()) if plan.ids else []
-            skipped = [eid for eid, state in inserted if state == "skipped"]
-            if skipped:
-                # A skipped occurrence skips its dependents too, naming the upstream.
-                dependencies.propagate(execution_ids=skipped)
-            _rows("advance_schedules", {"ids": plan.advance_ids, "next_run_ats": plan.advance_to})
-            if plan.events:
-                _events(plan.events)
+            planned_claimed, planned_fired = self._fire_planned(numbers)
             faults.crash_at("before_fire_commit")
         faults.crash_at("after_fire_commit")
-        self.counters.fired += len(inserted)
-        if inserted:
-            log.debug("beat %s fired %d executions", self.cfg.name, len(inserted))
-        return len(due)
+        self.counters.fired += fired + planned_fired
+        return int(claimed) + planned_claimed
+
+    def _fire_planned(self, numbers: list[int]) -> tuple[int, int]:
+        """The general path, occurrences planned in Python (cron math, misfire, overlap):
+        (schedules claimed, executions inserted)."""
+        now = _db_clock()
+        due = _rows(
+            "due_schedules",
+            {"numbers": numbers, "lookahead": self.cfg.lookahead_s, "batch": self.cfg.batch},
+        )
+        if not due:
+            return 0, 0
+        until = now + timedelta(seconds=self.cfg.lookahead_s)
+        plan = _FirePlan(beat=self.cfg.name, epochs=self.owned)
+        overlap_ids = [row[0] for row in due if row[12] in ("forbid", "replace")]
+        active: dict[uuid.UUID, list[tuple[uuid.UUID, str]]] = defaultdict(list)
+        if overlap_ids:
+            for sid, eid, state in _rows("active_executions", {"ids": overlap_ids}):
+                active[sid].append((eid, state))
+        for row in due:
+            plan.add_schedule(row, now=now, until=until, active=active)
+        if plan.replace_ids:
+            cancelled = _rows("cancel_for_replace", {"ids": plan.replace_ids})
+            _events(
+                [
+                    (
+                        sid,
+                        tid,
+                        eid,
+                        "cancelled",
+                        "cancelled: replaced by a newer occurrence (overlap replace)",
+                    )
+                    for eid, sid, tid in cancelled
+                ]
+            )
+        inserted = _rows("insert_executions", plan.insert_params()) if plan.ids else []
+        skipped = [eid for eid, state in inserted if state == "skipped"]
+        if skipped:
+            # A skipped occurrence skips its dependents too, naming the upstream.
+            dependencies.propagate(execution_ids=skipped)
+        _rows("advance_schedules", {"ids": plan.advance_ids, "next_run_ats": plan.advance_to})
+        if plan.events:
+            _events(plan.events)
+        return len(due), len(inserted)
 
     # --- publishing --------------------------------------------------------------------------
 

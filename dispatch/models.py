@@ -48,7 +48,11 @@ class Schedule(models.Model):
     """
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="schedules")
+    # db_index=False: every index below that starts with tenant serves the FK too;
+    # a separate one would only cost each write (hot path: the beat's advance).
+    tenant = models.ForeignKey(
+        Tenant, on_delete=models.PROTECT, related_name="schedules", db_index=False
+    )
     name = models.CharField(max_length=200)
     kind = models.CharField(max_length=8, choices=Kind.choices)
     cron = models.CharField(max_length=200, blank=True)
@@ -178,8 +182,15 @@ class Execution(models.Model):
     """
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    schedule = models.ForeignKey(Schedule, on_delete=models.PROTECT, related_name="executions")
-    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="executions")
+    # No single-column FK indexes: the unique (schedule, scheduled_for) and the
+    # (tenant, scheduled_for, id) indexes serve the lookups and the FK checks, and
+    # every extra index is paid on each of the beat's bulk inserts.
+    schedule = models.ForeignKey(
+        Schedule, on_delete=models.PROTECT, related_name="executions", db_index=False
+    )
+    tenant = models.ForeignKey(
+        Tenant, on_delete=models.PROTECT, related_name="executions", db_index=False
+    )
     # Copied from the schedule so each beat scans only its own partitions' rows.
     partition = models.PositiveSmallIntegerField(db_default=0)
     scheduled_for = models.DateTimeField()
@@ -229,7 +240,6 @@ class Execution(models.Model):
         ]
         indexes = [
             models.Index(fields=["tenant", "-scheduled_for", "-id"], name="execution_tenant_sched"),
-            models.Index(fields=["schedule", "-scheduled_for"], name="execution_schedule_sched"),
             # The sweeper's and the dispatcher's work lists: only non-final rows.
             models.Index(
                 fields=["partition", "state", "due_at"],
@@ -264,10 +274,18 @@ class ExecutionEvent(models.Model):
     The explainer reads these; they are written by the service that made the decision.
     """
 
-    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
-    schedule = models.ForeignKey(Schedule, on_delete=models.PROTECT, related_name="events")
+    # FK indexes come from the composite indexes below (written per attempt: keep them few).
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+", db_index=False)
+    schedule = models.ForeignKey(
+        Schedule, on_delete=models.PROTECT, related_name="events", db_index=False
+    )
     execution = models.ForeignKey(
-        Execution, null=True, blank=True, on_delete=models.CASCADE, related_name="events"
+        Execution,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="events",
+        db_index=False,
     )
     at = models.DateTimeField(db_default=Now())
     kind = models.CharField(max_length=40)

@@ -314,3 +314,37 @@ def test_fair_share_is_exact_so_a_newcomer_always_gets_partitions(beat: Beat) ->
     assert sum(shares.values()) == 16 and max(shares.values()) - min(shares.values()) == 1
     beat.cfg.name = "test-beat"
     assert beat._fair_share([]) == 16  # alone (even if its own heartbeat lapsed during a pause)
+
+
+def test_one_offs_fire_set_based_and_forbid_overlap_still_applies(
+    beat: Beat, admin_principal: Principal
+) -> None:
+    """One-offs take the single-statement path (fired, fenced, advanced to nothing);
+    a one-off whose forbid policy meets a manual run still in flight takes the
+    planned path and is skipped with the reason."""
+    run_at = db_now() - timedelta(seconds=2)
+    plain = [
+        make(admin_principal, name=f"j{i}", run_at=run_at, concurrency="allow") for i in range(5)
+    ]
+    forbid = make(
+        admin_principal, name="jf", run_at=db_now() + timedelta(hours=1), concurrency="forbid"
+    )
+    manual = services.schedule_trigger(actor=admin_principal, schedule_id=forbid.id)
+    Execution.objects.filter(pk=manual.pk).update(state="running")
+    Schedule.objects.filter(pk=forbid.pk).update(run_at=run_at, next_run_at=run_at)
+
+    beat.cycle()
+
+    epochs = dict(SchedulerPartition.objects.values_list("number", "epoch"))
+    for s in plain:
+        ex = Execution.objects.get(schedule=s)
+        assert (ex.state, ex.trigger, ex.attempt) == ("queued", "api", 1)
+        assert ex.scheduled_for == ex.due_at == run_at
+        assert ex.fired_by == "test-beat" and ex.fired_epoch == epochs[s.partition]
+        s.refresh_from_db()
+        assert s.next_run_at is None
+    skipped = Execution.objects.exclude(pk=manual.pk).get(schedule=forbid)
+    assert skipped.state == "skipped" and skipped.reason_code == "overlap_forbid"
+    assert str(manual.pk) in skipped.reason
+    beat.cycle()  # nothing is fired twice
+    assert Execution.objects.filter(schedule__in=[*plain, forbid]).count() == 7
