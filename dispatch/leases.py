@@ -13,6 +13,7 @@ round trip that also writes the matching timeline events.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -49,6 +50,10 @@ class Claim:
     egress_allow: list[str]
     tenant_active: bool
     owner: str
+    # Read at claim time: whether finishing must also fire or skip dependents. A
+    # dependent created while this attempt runs takes its first occurrence from
+    # the upstream's next run, as it would had it been created a moment later.
+    has_dependents: bool = True
 
 
 @dataclass(frozen=True)
@@ -122,6 +127,7 @@ def execution_claim(*, execution_id: str, attempt: int, owner: str, lease_s: flo
         egress_allow=list(_json(row[13], [])),
         tenant_active=row[14],
         owner=owner,
+        has_dependents=row[15],
     )
 
 
@@ -197,7 +203,10 @@ def attempt_finish(
     the caller records that with `fencing_rejected`. `after_commit` runs only
     if the change was applied and committed (e.g. the dead-execution notice).
     """
-    with transaction.atomic():
+    propagate = claim.has_dependents and state in dependencies.FINAL_STATES
+    # One statement in autocommit when nothing else must commit with it (the
+    # common case): no BEGIN/COMMIT round trips on the worker's hot path.
+    with transaction.atomic() if propagate else contextlib.nullcontext():
         with connection.cursor() as cur:
             cur.execute(
                 queries["finish_attempt"],
@@ -218,10 +227,11 @@ def attempt_finish(
                 },
             )
             applied = cur.fetchone() is not None
-        if applied and state in dependencies.FINAL_STATES:
+        if applied and propagate:
             # Same transaction: a dependent's occurrence exists iff the upstream's outcome does.
             dependencies.propagate(execution_ids=[claim.execution_id])
         if applied and after_commit is not None:
+            # In autocommit on_commit runs at once: the statement has committed.
             transaction.on_commit(after_commit)
     return applied
 

@@ -28,7 +28,8 @@ WITH claimed AS (
 )
 SELECT c.id, c.attempt, c.fencing_token, c.scheduled_for,
        s.id, s.name, s.target, s.retry, s.timeout_s, s.deleted_at IS NOT NULL,
-       t.id, t.slug, t.signing_key, t.egress_allow, t.active
+       t.id, t.slug, t.signing_key, t.egress_allow, t.active,
+       EXISTS (SELECT 1 FROM dispatch_schedule_depends_on link WHERE link.to_schedule_id = c.schedule_id)
   FROM claimed c
   JOIN dispatch_schedule s ON s.id = c.schedule_id
   JOIN tenants_tenant t ON t.id = c.tenant_id
