@@ -132,6 +132,12 @@ class Schedule(models.Model):
                 name="schedule_due_index",
             ),
             models.Index(fields=["tenant", "-created_at", "-id"], name="schedule_tenant_created"),
+            # Auto-resume, run on every sweep: only paused schedules are in it.
+            models.Index(
+                fields=["partition", "paused_until"],
+                condition=Q(paused=True, deleted_at__isnull=True),
+                name="schedule_paused_until",
+            ),
         ]
 
     def __str__(self) -> str:

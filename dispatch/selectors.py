@@ -58,7 +58,11 @@ def _keyset(qs: QuerySet[M], *, field: str, cursor: str | None, limit: int) -> P
         raise InvalidSchedule.field("limit", f"must be in 1..{MAX_PAGE}")
     if cursor:
         at, pk = _decode_cursor(cursor)
-        qs = qs.filter(Q(**{f"{field}__lt": at}) | Q(**{field: at, "id__lt": pk}))
+        # The redundant `field <= at` is the index bound: the OR alone can only be
+        # a filter, so deep pages would walk every row above the cursor.
+        qs = qs.filter(
+            Q(**{f"{field}__lte": at}), Q(**{f"{field}__lt": at}) | Q(**{field: at, "id__lt": pk})
+        )
     rows = list(qs.order_by(f"-{field}", "-id")[: limit + 1])
     items = rows[:limit]
     nxt = None

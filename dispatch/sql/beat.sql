@@ -3,6 +3,10 @@
 -- partition rows it still owns at the epoch it was granted; a takeover (which
 -- bumps the epoch) cannot commit in between, and a beat whose epoch moved on
 -- gets fewer rows back and drops those partitions before writing anything.
+--
+-- Comparisons against an indexed column use statement_timestamp() (the clock
+-- when the statement started), not clock_timestamp(): a volatile function
+-- cannot be an index bound, and the due index would be read in full.
 
 -- name: beat_register
 -- Register or refresh this beat (liveness for operators, fair-share arithmetic).
@@ -87,7 +91,7 @@ WITH due AS (
     SELECT s.id, s.tenant_id, s.partition, s.run_at
     FROM dispatch_schedule s
     WHERE s.partition = ANY(%(numbers)s::int[])
-      AND s.next_run_at <= clock_timestamp() + make_interval(secs => %(lookahead)s)
+      AND s.next_run_at <= statement_timestamp() + make_interval(secs => %(lookahead)s)
       AND NOT s.paused AND s.deleted_at IS NULL
       AND s.kind = 'once'
       AND (s.overlap = 'allow' OR NOT EXISTS (
@@ -120,7 +124,7 @@ SELECT s.id, s.tenant_id, s.partition, s.kind, s.cron, s.timezone, s.run_at, s.n
        s.misfire, s.misfire_grace_s, s.catch_up_limit, s.jitter_s, s.overlap
 FROM dispatch_schedule s
 WHERE s.partition = ANY(%(numbers)s::int[])
-  AND s.next_run_at <= clock_timestamp() + make_interval(secs => %(lookahead)s)
+  AND s.next_run_at <= statement_timestamp() + make_interval(secs => %(lookahead)s)
   AND NOT s.paused AND s.deleted_at IS NULL
   -- what fire_due_one_offs takes is not planned here (the exact complement of its filter)
   AND NOT (s.kind = 'once' AND (s.overlap = 'allow' OR NOT EXISTS (
@@ -174,7 +178,7 @@ FROM dispatch_execution e
 JOIN dispatch_schedule s ON s.id = e.schedule_id
 WHERE e.partition = ANY(%(numbers)s::int[])
   AND e.state IN ('scheduled', 'retry_scheduled')
-  AND COALESCE(e.next_attempt_at, e.due_at) <= clock_timestamp() + make_interval(secs => %(lookahead)s)
+  AND COALESCE(e.next_attempt_at, e.due_at) <= statement_timestamp() + make_interval(secs => %(lookahead)s)
 ORDER BY due
 LIMIT %(limit)s
 
@@ -216,7 +220,7 @@ SET republished_at = clock_timestamp()
 FROM (
     SELECT x.id FROM dispatch_execution x
     WHERE x.partition = ANY(%(numbers)s::int[]) AND x.state = 'queued'
-      AND COALESCE(x.republished_at, x.enqueued_at) < clock_timestamp() - make_interval(secs => %(timeout)s)
+      AND COALESCE(x.republished_at, x.enqueued_at) < statement_timestamp() - make_interval(secs => %(timeout)s)
     ORDER BY x.enqueued_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -228,7 +232,7 @@ RETURNING e.id, e.attempt, e.queue
 -- Schedules whose pause had an end time that has passed resume by themselves.
 UPDATE dispatch_schedule
 SET paused = false, paused_until = NULL, version = version + 1
-WHERE partition = ANY(%(numbers)s::int[]) AND paused AND paused_until <= clock_timestamp()
+WHERE partition = ANY(%(numbers)s::int[]) AND paused AND paused_until <= statement_timestamp()
   AND deleted_at IS NULL
 RETURNING id, tenant_id
 
