@@ -62,12 +62,36 @@ worker-long: $(STAMP)
 beat: $(STAMP)
 	$(EMBED) $(BIN)/python manage.py beat
 
-## Benchmarks on a data folder of their own (embedded servers unless URLs are set).
+## Benchmarks on a data folder of their own (embedded servers unless URLs are set):
+## `manage.py bench all` — limits first, then every bench, one combined table and
+## bench-results.json. Sizes: make bench BENCH_N=20000 BENCH_API_ROWS=10000000 ...
+BENCH_LIMITS_N ?= 20000
+BENCH_NOOP_N ?= 5000
 BENCH_N ?= 10000
+BENCH_BEATS ?= 2
+BENCH_RATES ?= 1000,2000,5000
+BENCH_SECONDS ?= 30
+BENCH_E2E_N ?= 2000
+BENCH_WORKERS ?= 1
+BENCH_CONCURRENCY ?= 2
+BENCH_SMALL ?= 10000
+BENCH_LARGE ?= 1000000
+BENCH_API_SCHEDULES ?= 2000
+BENCH_API_ROWS ?= 1000000
+BENCH_FLATTEN_N ?= 10000
+BENCH_JITTER ?= 30
+BENCH_ARGS ?=
 bench: $(STAMP)
 	DATA_DIR=$${DATA_DIR:-.data-bench} $(EMBED) sh -c '$(BIN)/python manage.py migrate -v0 && \
-		$(BIN)/python manage.py bench limits --n 20000 && \
-		$(BIN)/python manage.py bench burst --n $(BENCH_N) --beats 2'
+		$(BIN)/python manage.py bench all \
+			--limits-n $(BENCH_LIMITS_N) --limits-noop-n $(BENCH_NOOP_N) \
+			--burst-n $(BENCH_N) --burst-beats $(BENCH_BEATS) \
+			--steady-rates $(BENCH_RATES) --steady-seconds $(BENCH_SECONDS) --steady-beats $(BENCH_BEATS) \
+			--e2e-n $(BENCH_E2E_N) --e2e-workers $(BENCH_WORKERS) --e2e-concurrency $(BENCH_CONCURRENCY) \
+			--scale-small $(BENCH_SMALL) --scale-large $(BENCH_LARGE) \
+			--api-schedules $(BENCH_API_SCHEDULES) --api-rows $(BENCH_API_ROWS) \
+			--flatten-n $(BENCH_FLATTEN_N) --flatten-jitter $(BENCH_JITTER) --flatten-beats $(BENCH_BEATS) \
+			$(BENCH_ARGS)'
 
 ## Chaos suite: beats and workers killed, paused and crashed under a workload;
 ## prints the figures and writes chaos-results.json. DURATION=1800 for a soak

@@ -1,0 +1,585 @@
+"""What every benchmark shares: figures, throwaway tenants, rows made in SQL,
+child processes, bounded waits, tables and the results file."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+from django.conf import settings
+from django.db import connection, transaction
+
+from dispatch.models import BeatNode, SchedulerPartition
+from tenants.models import AuditEvent, Tenant, TenantQuota
+
+# Nothing else is routed to this queue while a bench runs on an environment of its own.
+BENCH_QUEUE = "low.long"
+SHORT_QUEUES = ("high.short", "default.short", "low.short")
+# A placeholder target for rows that are published but never run (no worker consumes them).
+IDLE_TARGET = {"type": "http", "url": "https://bench.internal/", "timeout_s": 30}
+# Seconds per row assumed for INSERT … SELECT when choosing how far ahead due times must lie.
+INSERT_S_PER_ROW = 1 / 20_000
+
+T = TypeVar("T")
+
+
+class BenchError(RuntimeError):
+    """A benchmark could not produce its figures (a wait ran out, a process died)."""
+
+
+# --- figures ---------------------------------------------------------------------------
+
+
+def percentile(values: list[float], p: float) -> float:
+    """Linear interpolation between closest ranks (the same as PostgreSQL's percentile_cont)."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    k = (len(ordered) - 1) * p
+    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+def ratio(value: Any, ceiling: Any) -> float | None:
+    if not isinstance(value, int | float) or not isinstance(ceiling, int | float):
+        return None
+    if not ceiling or math.isnan(value) or math.isnan(ceiling):
+        return None
+    return float(value) / float(ceiling)
+
+
+def fmt(value: Any) -> str:
+    if isinstance(value, bool) or value is None:
+        return "—" if value is None else str(value).lower()
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        return f"{value:.0f}" if abs(value) >= 1000 else f"{value:.3f}"
+    return str(value)
+
+
+def table(rows: list[dict[str, Any]], keys: list[str]) -> str:
+    lines = [" | ".join(keys), " | ".join("---" for _ in keys)]
+    lines.extend(" | ".join(fmt(row.get(k)) for k in keys) for row in rows)
+    return "\n".join(lines)
+
+
+# --- the results file ------------------------------------------------------------------
+
+
+def load_results(path: Path) -> dict[str, Any]:
+    if not path.exists():
+        return {}
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+def merge_result(path: Path, key: str, result: dict[str, Any]) -> dict[str, Any]:
+    """Re-read the file and write it back with `key` replaced, so earlier figures survive."""
+    data = load_results(path)
+    data[key] = result
+    path.write_text(json.dumps(data, indent=2, default=str, allow_nan=True))
+    return data
+
+
+def dispatch_ceiling(data: dict[str, Any]) -> float | None:
+    """Dispatch is bounded by claiming rows and publishing messages: the lower of
+    PostgreSQL's raw batched claim (minimal tables) and pipelined publish."""
+    limits = data.get("limits") or {}
+    values = [
+        limits.get("pg_raw_claim_rows_per_s", limits.get("pg_claim_rows_per_s")),
+        limits.get("broker_publish_per_s"),
+    ]
+    known = [float(v) for v in values if isinstance(v, int | float)]
+    return min(known) if len(known) == 2 else None
+
+
+def publish_ceiling(data: dict[str, Any]) -> float | None:
+    """Bursts are claimed ahead (the beat's lookahead): at due time only publishing is left."""
+    value = (data.get("limits") or {}).get("broker_publish_per_s")
+    return float(value) if isinstance(value, int | float) else None
+
+
+# --- database --------------------------------------------------------------------------
+
+
+def db_now() -> datetime:
+    with connection.cursor() as cur:
+        cur.execute("SELECT clock_timestamp()")
+        value: datetime = cur.fetchone()[0]
+    return value
+
+
+def execute(sql: str, params: dict[str, Any] | list[Any] | None = None) -> int:
+    with connection.cursor() as cur:
+        cur.execute(sql, params)
+        return int(cur.rowcount)
+
+
+def fetchall(sql: str, params: dict[str, Any] | list[Any] | None = None) -> list[tuple[Any, ...]]:
+    with connection.cursor() as cur:
+        cur.execute(sql, params)
+        return list(cur.fetchall())
+
+
+def bench_tenant(n: int, *, slug: str | None = None) -> Tenant:
+    """A tenant of the bench's own, with quotas that never hold its rows back."""
+    tenant = Tenant.objects.create(slug=slug or f"bench-{uuid.uuid4().hex[:8]}", name="bench")
+    n = max(n, 1)
+    TenantQuota.objects.create(
+        tenant=tenant,
+        max_concurrent=n * 2,
+        max_schedules=n * 2,
+        max_executions_per_day=n * 10,
+    )
+    return tenant
+
+
+def cleanup_tenant(tenant_id: int) -> None:
+    """Delete everything the bench made for this tenant, and the tenant.
+
+    Audit rows are append-only by design (a trigger refuses DELETE) and keep the
+    tenant row alive through their foreign key; such a tenant is deactivated
+    instead, so it can never run anything again.
+    """
+    params = {"t": tenant_id}
+    with transaction.atomic():
+        execute("DELETE FROM dispatch_executionevent WHERE tenant_id = %(t)s", params)
+        execute("DELETE FROM dispatch_execution WHERE tenant_id = %(t)s", params)
+        execute(
+            "DELETE FROM dispatch_schedule_depends_on d USING dispatch_schedule s"
+            " WHERE s.tenant_id = %(t)s AND (d.from_schedule_id = s.id OR d.to_schedule_id = s.id)",
+            params,
+        )
+        execute("DELETE FROM dispatch_schedule WHERE tenant_id = %(t)s", params)
+        execute("DELETE FROM dispatch_managedcommand_tenants WHERE tenant_id = %(t)s", params)
+        tenant = Tenant.objects.filter(pk=tenant_id).first()
+        if tenant is not None:
+            if AuditEvent.objects.filter(tenant_id=tenant_id).exists():
+                tenant.tokens.all().delete()
+                tenant.memberships.all().delete()
+                Tenant.objects.filter(pk=tenant_id).update(active=False)
+            else:
+                TenantQuota.objects.filter(tenant_id=tenant_id).delete()
+                tenant.delete()
+    _forget_redis_keys(f"sched:quota:{tenant_id}:*")
+
+
+def _forget_redis_keys(pattern: str) -> None:
+    import redis
+
+    client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5)
+    try:
+        keys = list(client.scan_iter(match=pattern, count=1000))
+        if keys:
+            client.delete(*keys)
+    finally:
+        client.close()
+
+
+def vacuum_analyze(*tables: str) -> None:
+    """What autovacuum would have done by now after a bulk insert: planner statistics,
+    the visibility map, and no dead index entries left by earlier runs' deletes."""
+    for name in tables:
+        execute(f"VACUUM (ANALYZE) {connection.ops.quote_name(name)}")
+
+
+def insert_schedules(
+    tenant_id: int,
+    n: int,
+    *,
+    name_prefix: str,
+    next_run_at: str,
+    run_at: str | None = None,
+    kind: str = "once",
+    cron_expr: str = "",
+    jitter_s: int = 0,
+    target: dict[str, Any] | None = None,
+    priority: str = "low",
+    duration_class: str = "long",
+    misfire: str = "skip",
+    grace_s: int = 60,
+    overlap: str = "allow",
+    params: dict[str, Any] | None = None,
+) -> int:
+    """N schedule rows in one INSERT … SELECT generate_series (the ORM is far too slow for 1M).
+
+    `next_run_at` / `run_at` are SQL expressions over the row's series index
+    `g.i` (0..n-1), its id `g.id` and `params`; they come from the benchmarks' code, never from input.
+    The partition is a hash of the id modulo SCHEDULER_PARTITIONS, like the
+    product's (crc32 there; PostgreSQL has hashtext): only its spread matters.
+    """
+    values = {
+        "tenant": tenant_id,
+        "n": n,
+        "prefix": name_prefix,
+        "kind": kind,
+        "cron": cron_expr,
+        "target": json.dumps(target or IDLE_TARGET),
+        "priority": priority,
+        "duration": duration_class,
+        "overlap": overlap,
+        "misfire": misfire,
+        "grace": grace_s,
+        "jitter": jitter_s,
+        "parts": settings.SCHEDULER_PARTITIONS,
+    } | (params or {})
+    sql = f"""
+        INSERT INTO dispatch_schedule
+            (id, tenant_id, name, kind, cron, timezone, run_at, target, retry, timeout_s,
+             priority, duration_class, overlap, misfire, misfire_grace_s, catch_up_limit,
+             jitter_s, paused, paused_reason, paused_by, version, idempotency_key,
+             request_digest, next_run_at, partition, created_by)
+        SELECT g.id, %(tenant)s, %(prefix)s || g.i, %(kind)s, %(cron)s, 'UTC', {run_at or "NULL"},
+               %(target)s::jsonb, '{{}}'::jsonb, 30, %(priority)s, %(duration)s, %(overlap)s,
+               %(misfire)s, %(grace)s, 10, %(jitter)s, false, '', '', 1, NULL, '',
+               {next_run_at}, mod(abs(hashtext(g.id::text)::bigint), %(parts)s), 'bench'
+        FROM (SELECT gen_random_uuid() AS id, i FROM generate_series(0, %(n)s - 1) AS i) AS g
+    """  # noqa: S608 - the interpolated fragments are the benchmarks' own SQL, not input
+    return execute(sql, values)
+
+
+def fire_stats(tenant_id: int, expected: int) -> dict[str, Any]:
+    """Fire lag (enqueued_at - due_at, i.e. due → published) of a tenant's executions, in SQL.
+
+    lost: schedules never published; duplicated: execution rows beyond one per schedule.
+    Peak per second counts publishes (and due times) per whole second of the database clock.
+    """
+    row = fetchall(
+        """
+        SELECT count(*), count(DISTINCT schedule_id),
+               count(DISTINCT schedule_id) FILTER (WHERE enqueued_at IS NOT NULL),
+               percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP
+                   (ORDER BY extract(epoch FROM enqueued_at - due_at)),
+               max(extract(epoch FROM enqueued_at - due_at)),
+               avg(extract(epoch FROM enqueued_at - due_at)),
+               min(due_at), max(due_at), min(enqueued_at), max(enqueued_at)
+        FROM dispatch_execution WHERE tenant_id = %(t)s
+        """,
+        {"t": tenant_id},
+    )[0]
+    peaks = fetchall(
+        """
+        SELECT (SELECT max(c) FROM (SELECT count(*) AS c FROM dispatch_execution
+                                    WHERE tenant_id = %(t)s AND enqueued_at IS NOT NULL
+                                    GROUP BY date_trunc('second', enqueued_at)) AS p),
+               (SELECT max(c) FROM (SELECT count(*) AS c FROM dispatch_execution
+                                    WHERE tenant_id = %(t)s
+                                    GROUP BY date_trunc('second', due_at)) AS d)
+        """,
+        {"t": tenant_id},
+    )[0]
+    executions, distinct, published = int(row[0]), int(row[1]), int(row[2])
+    pcts = [float(x) for x in row[3]] if row[3] else [float("nan")] * 3
+    first_due, last_due, first_pub, last_pub = row[6], row[7], row[8], row[9]
+    span = (last_pub - first_due).total_seconds() if first_due and last_pub else 0.0
+    return {
+        "executions": executions,
+        "published": published,
+        "lag_p50_s": pcts[0],
+        "lag_p95_s": pcts[1],
+        "lag_p99_s": pcts[2],
+        "lag_max_s": float(row[4]) if row[4] is not None else float("nan"),
+        "lag_mean_s": float(row[5]) if row[5] is not None else float("nan"),
+        "due_span_s": (last_due - first_due).total_seconds() if first_due else 0.0,
+        "publish_span_s": (last_pub - first_pub).total_seconds() if first_pub else 0.0,
+        "dispatch_per_s": published / span if span > 0 else float("nan"),
+        "peak_published_per_s": int(peaks[0] or 0),
+        "peak_due_per_s": int(peaks[1] or 0),
+        "lost": expected - published,
+        "duplicated": executions - distinct,
+    }
+
+
+def drain_queued(tenant_id: int) -> int:
+    """Stand in for workers: the tenant's queued rows end, as consumed jobs would.
+
+    Without consumers the tenant's in-flight count (which the beat reads for
+    every publish batch) would grow without bound, which no real system sees.
+    """
+    return execute(
+        "UPDATE dispatch_execution SET state = 'succeeded', finished_at = clock_timestamp()"
+        " WHERE tenant_id = %(t)s AND state = 'queued'",
+        {"t": tenant_id},
+    )
+
+
+def purge_queues(*names: str) -> None:
+    from kombu import Queue
+
+    from config.celery_app import app
+
+    with app.connection_for_write() as conn:
+        channel: Any = conn.default_channel  # kombu's virtual channel: queue_purge
+        for name in names:
+            Queue(name, durable=True, auto_delete=False)(channel).declare()
+            channel.queue_purge(name)
+
+
+# --- waiting ---------------------------------------------------------------------------
+
+
+def wait_until(
+    predicate: Callable[[], T | None], *, timeout: float, what: str, interval: float = 0.1
+) -> T:
+    """Poll until `predicate` returns something truthy; BenchError after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise BenchError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+
+
+# --- child processes -------------------------------------------------------------------
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """The bench's own servers for every child, whatever the parent's environment said."""
+    env = dict(os.environ)
+    env.update(
+        {
+            "DATABASE_URL": settings.DATABASE_URL,
+            "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
+            "REDIS_URL": settings.REDIS_URL,
+            "DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE", "config.settings"),
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    env.update(extra)
+    return env
+
+
+@dataclass
+class Child:
+    name: str
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def output(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def signal(self, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, sig)
+
+    def stop(self, timeout: float = 20) -> None:
+        """SIGTERM the process group (beats release partitions, workers finish); SIGKILL if it lingers."""
+        if self.alive():
+            self.signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.signal(signal.SIGKILL)
+                self.proc.wait(10)
+        # Pool children of a Celery worker may outlive their parent by an instant.
+        self.signal(signal.SIGKILL)
+
+
+class Children:
+    """Start child processes with `start(name, argv, **env)`; all are stopped on exit, always."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.started: list[Child] = []
+        self.log_dir = Path(tempfile.mkdtemp(prefix=f"bench-{label}-"))
+        self._logs: list[Any] = []
+
+    def start(self, name: str, argv: list[str], **env: str) -> Child:
+        log_path = self.log_dir / f"{name}.log"
+        log = open(log_path, "wb")  # noqa: SIM115 - closed in __exit__
+        self._logs.append(log)
+        proc = subprocess.Popen(  # noqa: S603 - our own interpreter and entry points
+            argv,
+            cwd=settings.BASE_DIR,
+            env=child_env(**env),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        child = Child(name, proc, log_path)
+        self.started.append(child)
+        return child
+
+    def __enter__(self) -> Children:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        for child in self.started:
+            child.stop()
+        for log in self._logs:
+            log.close()
+        if exc_type is None:
+            shutil.rmtree(self.log_dir, ignore_errors=True)
+        else:
+            sys.stderr.write(f"bench {self.label}: child logs kept in {self.log_dir}\n")
+
+
+def wait_published(tenant_pk: int, n: int, procs: list[Any], deadline: float) -> None:
+    """Until `n` executions of the tenant are published (or the deadline): nothing consumes
+    them, so queued rows are marked done and the bench queue purged as workers would."""
+    last_purge = time.monotonic()
+    while True:
+        drain_queued(tenant_pk)
+        if time.monotonic() - last_purge > 5:
+            purge_queues(BENCH_QUEUE)
+            last_purge = time.monotonic()
+        published = fetchall(
+            "SELECT count(*) FROM dispatch_execution WHERE tenant_id = %(t)s AND enqueued_at IS NOT NULL",
+            {"t": tenant_pk},
+        )[0][0]
+        if published >= n or time.monotonic() > deadline:
+            return
+        for proc in procs:
+            if not proc.alive():
+                raise BenchError(f"beat {proc.name} exited:\n{proc.output()[-3000:]}")
+        time.sleep(0.5)
+
+
+def beat_argv(name: str, *extra: str) -> list[str]:
+    return [sys.executable, "manage.py", "beat", "--name", name, *extra]
+
+
+def worker_argv(queues: str, concurrency: int, name: str) -> list[str]:
+    """The project's short worker pool command line (the one tests/procs.worker_cmd runs)."""
+    return [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "config",
+        "worker",
+        "-Q",
+        queues,
+        "-n",
+        f"{name}@%h",
+        "--pool",
+        "prefork",
+        "--concurrency",
+        str(concurrency),
+        "--loglevel",
+        "INFO",
+        "--without-gossip",
+        "--without-mingle",
+        "--without-heartbeat",
+    ]
+
+
+def wait_worker_ready(child: Child, timeout: float = 60) -> None:
+    def ready() -> bool:
+        if not child.alive():
+            raise BenchError(f"worker {child.name} exited:\n{child.output()[-3000:]}")
+        return " ready." in child.output()
+
+    wait_until(ready, timeout=timeout, what=f"worker {child.name} to be ready")
+
+
+def wait_for_beats(children: list[Child], names: list[str], timeout: float = 60) -> None:
+    """Until the named beats (and only they) hold every partition, sharing them."""
+
+    def split() -> bool:
+        for child in children:
+            if not child.alive():
+                raise BenchError(f"beat {child.name} exited:\n{child.output()[-3000:]}")
+        owners = list(
+            SchedulerPartition.objects.filter(number__lt=settings.SCHEDULER_PARTITIONS)
+            .exclude(owner="")
+            .values_list("owner", flat=True)
+        )
+        return len(owners) >= settings.SCHEDULER_PARTITIONS and set(owners) == set(names)
+
+    wait_until(split, timeout=timeout, what=f"beats {', '.join(names)} to share every partition")
+
+
+def lease_all_partitions(beat: Any, timeout: float = 30) -> None:
+    """An in-process beat holding every partition (leases of stopped beats expire within the TTL)."""
+
+    def all_owned() -> bool:
+        beat.maintain_leases()
+        return len(beat.owned) == settings.SCHEDULER_PARTITIONS
+
+    wait_until(all_owned, timeout=timeout, what=f"beat {beat.cfg.name} to lease every partition")
+
+
+def end_beat_session() -> None:
+    """After an in-process beat: a new connection for the bench.
+
+    The beat set statement_timeout (30 s) and a short idle-in-transaction timeout
+    on the connection it shared with the bench; bulk inserts and deletes of
+    millions of rows must not inherit them.
+    """
+    connection.close()
+
+
+def forget_beats(names: list[str]) -> None:
+    """The BeatNode rows of the bench's own (stopped) beats."""
+    BeatNode.objects.filter(name__in=names).delete()
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+def rss_mb(pid: int) -> dict[str, float]:
+    """VmRSS (now) and VmHWM (peak) of a process, in MiB."""
+    out: dict[str, float] = {}
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            key = line.split(":", 1)[0]
+            if key in ("VmRSS", "VmHWM"):
+                out[key] = int(line.split()[1]) / 1024
+    return out
+
+
+@contextlib.contextmanager
+def quiet_logs(name: str = "dispatch") -> Iterator[None]:
+    """In-process beats and runners log every step at INFO; the bench prints tables instead."""
+    logger = logging.getLogger(name)
+    level = logger.level
+    logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+@contextlib.contextmanager
+def timed() -> Iterator[list[float]]:
+    """`with timed() as t: ...` then t[0] is the elapsed seconds."""
+    box: list[float] = []
+    t0 = time.perf_counter()
+    try:
+        yield box
+    finally:
+        box.append(time.perf_counter() - t0)
