@@ -598,16 +598,19 @@ class Beat:
                 reason = f"waiting: tenant {slug} at its concurrency limit {cap}"
                 held[reason].extend(items[room[tid] :])
                 by_tenant[tid] = items[: room[tid]]
-        # Weighted round robin: each round a tenant sends `weight` items.
+        # Weighted round robin: each round a tenant sends `weight` items. Positions,
+        # not re-sliced lists: slicing off the rest each round was quadratic (1.7 s
+        # for one tenant's 50,000-job burst).
         order: list[Pending] = []
-        queues = {tid: list(items) for tid, items in by_tenant.items() if items}
-        while queues:
-            for tid in list(queues):
-                weight = max(1, int(info.get(tid, (0, "", 0, 1, 0, 0))[3]))
-                take, queues[tid] = queues[tid][:weight], queues[tid][weight:]
-                order.extend(take)
-                if not queues[tid]:
-                    del queues[tid]
+        weights = {tid: max(1, int(info.get(tid, (0, "", 0, 1, 0, 0))[3])) for tid in by_tenant}
+        pos = {tid: 0 for tid, items in by_tenant.items() if items}
+        while pos:
+            for tid in list(pos):
+                start, items = pos[tid], by_tenant[tid]
+                order.extend(items[start : start + weights[tid]])
+                pos[tid] = start + weights[tid]
+                if pos[tid] >= len(items):
+                    del pos[tid]
         if self.cfg.max_inflight:
             total_inflight = sum(int(r[4]) for r in info.values())
             budget = max(0, self.cfg.max_inflight - total_inflight)

@@ -98,7 +98,9 @@ WITH due AS (
             SELECT 1 FROM dispatch_execution a
             WHERE a.schedule_id = s.id
               AND a.state IN ('scheduled', 'queued', 'running', 'retry_scheduled')))
-    ORDER BY s.next_run_at
+    -- No ORDER BY: the beat claims everything due in the window before it publishes
+    -- (publishing is in due order, from its heap), and sorting every due row of
+    -- eight partitions for each batch of 5,000 made a 100k burst quadratic.
     LIMIT %(batch)s
     FOR UPDATE OF s SKIP LOCKED
 ), inserted AS (
