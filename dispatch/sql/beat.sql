@@ -195,16 +195,21 @@ JOIN tenants_tenantquota q ON q.tenant_id = t.id
 WHERE t.id = ANY(%(tenant_ids)s::bigint[])
 
 -- name: mark_queued
--- After publishing: the rows become queued (only if nobody moved them on, e.g. a worker that already claimed).
+-- After publishing: the rows become queued (only if nobody moved them on). A row a
+-- worker already claimed (a fast consumer can beat this statement, e.g. while the
+-- beat awaits publisher confirms) keeps its state but still gets its first publish
+-- time: fire-lag figures must not lose the executions that started quickest.
 UPDATE dispatch_execution e
-SET state = 'queued', queue = v.queue,
+SET state = CASE WHEN e.state IN ('scheduled', 'retry_scheduled') THEN 'queued' ELSE e.state END,
+    queue = CASE WHEN e.state IN ('scheduled', 'retry_scheduled') THEN v.queue ELSE e.queue END,
     -- enqueued_at is the first publish (fire-lag figures); later ones (retries) go to republished_at.
     enqueued_at = COALESCE(e.enqueued_at, clock_timestamp()),
     republished_at = CASE WHEN e.enqueued_at IS NULL THEN NULL ELSE clock_timestamp() END,
     reason_code = CASE WHEN e.reason_code LIKE 'held_%%' THEN '' ELSE e.reason_code END,
     reason = CASE WHEN e.reason_code LIKE 'held_%%' THEN '' ELSE e.reason END
 FROM unnest(%(ids)s::uuid[], %(attempts)s::int[], %(queues)s::text[]) AS v(id, attempt, queue)
-WHERE e.id = v.id AND e.attempt = v.attempt AND e.state IN ('scheduled', 'retry_scheduled')
+WHERE e.id = v.id AND e.attempt = v.attempt
+  AND (e.state IN ('scheduled', 'retry_scheduled') OR e.enqueued_at IS NULL)
   AND e.partition = ANY(%(numbers)s::int[])
 RETURNING e.id
 

@@ -348,3 +348,23 @@ def test_one_offs_fire_set_based_and_forbid_overlap_still_applies(
     assert str(manual.pk) in skipped.reason
     beat.cycle()  # nothing is fired twice
     assert Execution.objects.filter(schedule__in=[*plain, forbid]).count() == 7
+
+
+def test_publish_time_is_recorded_even_when_a_worker_claimed_first(
+    beat: Beat, admin_principal: Principal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A consumer can claim a message before the beat marks it queued (RabbitMQ
+    confirms make that window wide): the row keeps `running` but gets its
+    enqueued_at, or fire-lag figures would silently drop the fastest starts."""
+    job = make(admin_principal, name="fast", run_at=db_now() - timedelta(seconds=1))
+    publish = beat._publish
+
+    def publish_then_claimed(items: list[Any]) -> list[Any]:
+        sent = publish(items)
+        Execution.objects.filter(schedule=job).update(state="running", fencing_token=1)
+        return sent
+
+    monkeypatch.setattr(beat, "_publish", publish_then_claimed)
+    beat.cycle()
+    ex = Execution.objects.get(schedule=job)
+    assert ex.state == "running" and ex.enqueued_at is not None
