@@ -120,7 +120,6 @@ class Cluster:
         self.workers: dict[str, Proc] = {}
         self.faults: list[Fault] = []
         self.skipped: dict[str, str] = {}
-        self.skewed_workers: list[str] = []
         self._skews = 0
         self._seq = itertools.count(1)
 
@@ -331,12 +330,12 @@ class Cluster:
         fault.notes["outage_s"] = 1.0
         return fault
 
-    def postgres_restart(self) -> Fault | None:
+    def postgres_restart(self) -> Fault:
         """PostgreSQL stopped for longer than a beat lease, then started: the API says 503 +
         Retry-After meanwhile, every process reconnects on its own."""
         if not self.pg.mode:
             self.skipped["postgres_restart"] = self.pg.why_not
-            return None
+            raise _Skip
         fault = Fault("postgres_restart", "postgresql", db_now())
         t0 = time.monotonic()
         self.pg.stop()
@@ -369,7 +368,6 @@ class Cluster:
         fault.replacement = f"{beat}+{worker}"
         fault.notes["skew"] = skew
         fault.notes["skewed_worker"] = worker
-        self.skewed_workers.append(worker)
         return fault
 
     NEMESES = (
@@ -389,10 +387,8 @@ class Cluster:
 
     def inject(self, kind: str) -> Fault | None:
         try:
-            fault: Fault | None = getattr(self, kind)()
+            fault: Fault = getattr(self, kind)()
         except _Skip:
-            fault = None
-        if fault is None:
             print(f"[chaos] {kind} skipped: {self.skipped.get(kind, '?')}")
             return None
         self.faults.append(fault)
@@ -401,7 +397,7 @@ class Cluster:
 
 
 class _Skip(Exception):
-    pass
+    """A nemesis this machine cannot run (the reason is in Cluster.skipped)."""
 
 
 def _skewed(cmd: list[str], skew: str) -> list[str]:
