@@ -332,7 +332,8 @@ def report(result: dict[str, Any], data: dict[str, Any]) -> str:
             f"claim + heartbeat + complete: {o['claim_heartbeat_complete_ms']:.2f} ms"
             f" (p99 {o['claim_heartbeat_complete_p99_ms']:.2f} ms);"
             f" all DB steps {o['db_ms_per_exec']:.2f} ms; {o['db_round_trips_per_exec']:.1f}"
-            f" round trips ({o['statements_per_exec']:.1f} statements + BEGIN/COMMIT) per execution;"
+            f" round trips ({o['statements_per_exec']:.1f} statements,"
+            f" {o['db_round_trips_per_exec'] - o['statements_per_exec']:.1f} BEGIN/COMMIT) per execution;"
             f" no-op HTTP call {o['target_call_ms']:.2f} ms; the rest of run_execution"
             f" {o['other_ms']:.2f} ms",
         ]
