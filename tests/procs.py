@@ -135,25 +135,9 @@ def beat_cmd(*args: str) -> list[str]:
 def worker_cmd(
     queues: str = "high.short,default.short,low.short", concurrency: int = 2, name: str = "w1"
 ) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "celery",
-        "-A",
-        "config",
-        "worker",
-        "-Q",
-        queues,
-        "-n",
-        f"{name}@%h",
-        "--concurrency",
-        str(concurrency),
-        "--loglevel",
-        "INFO",
-        "--without-gossip",
-        "--without-mingle",
-        "--without-heartbeat",
-    ]
+    from dispatch.bench.common import worker_argv
+
+    return worker_argv(queues, concurrency, name)
 
 
 class Ledger:

@@ -469,7 +469,7 @@ def beat_argv(name: str, *extra: str) -> list[str]:
 
 
 def worker_argv(queues: str, concurrency: int, name: str) -> list[str]:
-    """The project's short worker pool command line (the one tests/procs.worker_cmd runs)."""
+    """The project's short worker pool command line (tests start workers with it too)."""
     return [
         sys.executable,
         "-m",

@@ -436,33 +436,51 @@ def _probe_api(token: str) -> dict[str, Any]:
 def create_jobs(
     principal: Principal, tenant: Tenant, *, count: int, spread_s: float, lead_s: float, url: str
 ) -> tuple[list[str], datetime]:
-    """One-off jobs due over the run: the oracle (each must end with one succeeded execution).
-
-    A loopback receiver cannot pass the save-time SSRF check (by design), so each
-    job is saved with a placeholder target and pointed at the ledger in the same
-    transaction — no beat ever sees the placeholder.
-    """
+    """One-off jobs due over the run: the oracle (each must end with one succeeded execution)."""
     tenant.quota.max_schedules = count + 100
     tenant.quota.max_concurrent = count + 100
     tenant.quota.save()
     base = db_now() + timedelta(seconds=lead_s)
-    ids: list[str] = []
-    target = {"type": "http", "url": url, "method": "POST", "timeout_s": 10}
-    for i in range(count):
-        run_at = base + timedelta(seconds=spread_s * i / max(1, count))
-        with transaction.atomic():
-            job, _ = services.job_create(
-                actor=principal,
-                data={
-                    "name": f"chaos-{i}",
-                    "run_at": run_at,
-                    "target": {"type": "http", "url": "https://billing.internal/hook"},
-                    "retry": RETRY,
-                },
-            )
-            Schedule.objects.filter(pk=job.pk).update(target=target, timeout_s=10)
-        ids.append(str(job.id))
+    ids = [
+        _job_to(
+            principal,
+            name=f"chaos-{i}",
+            run_at=base + timedelta(seconds=spread_s * i / max(1, count)),
+            url=url,
+            retry=RETRY,
+            timeout_s=10,
+        )
+        for i in range(count)
+    ]
     return ids, base + timedelta(seconds=spread_s)
+
+
+def _job_to(
+    principal: Principal,
+    *,
+    name: str,
+    run_at: datetime,
+    url: str,
+    retry: dict[str, Any],
+    timeout_s: int,
+) -> str:
+    """A one-off job calling `url`: saved with a placeholder target (the loopback
+    ledger cannot pass the save-time SSRF check) and repointed in the same transaction."""
+    with transaction.atomic():
+        job, _ = services.job_create(
+            actor=principal,
+            data={
+                "name": name,
+                "run_at": run_at,
+                "target": {"type": "http", "url": "https://billing.internal/hook"},
+                "retry": retry,
+            },
+        )
+        Schedule.objects.filter(pk=job.pk).update(
+            target={"type": "http", "url": url, "method": "POST", "timeout_s": timeout_s},
+            timeout_s=timeout_s,
+        )
+    return str(job.id)
 
 
 # Hostile jobs run beside the oracle's: each must end as its policy says without
@@ -508,22 +526,17 @@ def respond(req: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
 def create_hostile_jobs(principal: Principal, *, base_url: str, due_in_s: float) -> dict[str, str]:
     """Name -> schedule id of each hostile job, all due `due_in_s` from now."""
     run_at = db_now() + timedelta(seconds=due_in_s)
-    ids = {}
-    for name, spec in HOSTILE.items():
-        target = {"type": "http", "url": base_url + spec["path"], "method": "POST"}
-        with transaction.atomic():
-            job, _ = services.job_create(
-                actor=principal,
-                data={
-                    "name": f"hostile-{name}",
-                    "run_at": run_at,
-                    "target": {"type": "http", "url": "https://billing.internal/hook"},
-                    "retry": spec["retry"],
-                },
-            )
-            Schedule.objects.filter(pk=job.pk).update(target=target, timeout_s=spec["timeout_s"])
-        ids[name] = str(job.id)
-    return ids
+    return {
+        name: _job_to(
+            principal,
+            name=f"hostile-{name}",
+            run_at=run_at,
+            url=base_url + spec["path"],
+            retry=spec["retry"],
+            timeout_s=spec["timeout_s"],
+        )
+        for name, spec in HOSTILE.items()
+    }
 
 
 def hostile_settled(hostile: dict[str, str]) -> bool:
