@@ -32,8 +32,9 @@ def db_now() -> datetime:
 def queue_len(name: str) -> int:
     if not settings.CELERY_BROKER_URL.startswith("redis"):
         return -1
-    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
-    return int(client.llen(name))
+    # kombu's embedded-socket scheme is redis-py's unix:// (make test without URLs).
+    url = settings.CELERY_BROKER_URL.replace("redis+socket://", "unix://", 1)
+    return int(redis.Redis.from_url(url).llen(name))
 
 
 @pytest.fixture(autouse=True)
