@@ -19,6 +19,7 @@ from dispatch import cron
 from dispatch.exceptions import InvalidSchedule
 from dispatch.models import DurationClass, Misfire, Overlap, Priority, Schedule
 from dispatch.targets import clean_target
+from tenants import naming
 from tenants.models import Tenant
 
 RETRY_KEYS = {"max_attempts", "backoff", "initial_s", "max_s"}
@@ -117,6 +118,12 @@ def clean_schedule(
         raise InvalidSchedule.field("name", "is required")
     if len(name) > 200 or any(ord(c) < 32 for c in name):
         raise InvalidSchedule.field("name", "must be at most 200 printable characters")
+    # U+202E and zero-width characters make one name look like another in lists.
+    invisible = naming.invisible_char(name)
+    if invisible:
+        raise InvalidSchedule.field(
+            "name", f"must not contain bidi controls or invisible characters (found {invisible})"
+        )
     values["name"] = name.strip()
 
     tz = merged.get("timezone") or "UTC"

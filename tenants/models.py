@@ -7,9 +7,10 @@ from typing import Any
 
 from django.conf import settings
 from django.db import models
-from django.db.models import Q
-from django.db.models.functions import Now
+from django.db.models import Q, Value
+from django.db.models.functions import Now, Replace, Upper
 
+from tenants.naming import validate_slug_rules, validate_visible
 from tenants.roles import ROLE_CHOICES, Role
 
 
@@ -26,8 +27,8 @@ class Tenant(models.Model):
     `alert_email` receive the notice when an execution ends `dead`.
     """
 
-    slug = models.SlugField(max_length=63, unique=True)
-    name = models.CharField(max_length=200)
+    slug = models.SlugField(max_length=63, unique=True, validators=[validate_slug_rules])
+    name = models.CharField(max_length=200, validators=[validate_visible])
     active = models.BooleanField(default=True)
     # Operator-managed egress allow-list for HTTP targets: CIDRs ("10.20.0.0/16")
     # and host patterns ("*.billing.internal"). Private ranges are reachable only
@@ -40,6 +41,15 @@ class Tenant(models.Model):
 
     class Meta:
         ordering = ["slug"]
+        constraints = [
+            # `a-b` and `a_b` (or `A-b`) would read the same SCHED_SECRET_A_B__* variables
+            # (tenants.naming.slug_env_key): one of them must not exist.
+            models.UniqueConstraint(
+                Upper(Replace("slug", Value("-"), Value("_"))),
+                name="tenant_slug_env_key_unique",
+                violation_error_message="another tenant's slug maps to the same secret variables",
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.slug
@@ -95,7 +105,7 @@ class ServiceToken(models.Model):
     """
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="tokens")
-    name = models.CharField(max_length=100)
+    name = models.CharField(max_length=100, validators=[validate_visible])
     role = models.CharField(max_length=16, choices=ROLE_CHOICES)
     prefix = models.CharField(max_length=32, unique=True)
     digest = models.CharField(max_length=64, unique=True)

@@ -6,10 +6,12 @@ from datetime import datetime
 
 from django.contrib.auth.models import User
 from django.db import transaction
+from django.db.models import Value
+from django.db.models.functions import Replace, Upper
 from django.utils import timezone
 from django.utils.text import slugify
 
-from tenants import tokens
+from tenants import naming, tokens
 from tenants.audit import audit_record
 from tenants.exceptions import InvalidInput, NotFound
 from tenants.models import Membership, ServiceToken, Tenant, TenantQuota
@@ -33,8 +35,29 @@ def tenant_create(*, slug: str, name: str = "", actor: Principal | None = None) 
             f"slug {slug!r} must be lower-case letters, digits and hyphens",
             detail={"slug": ["must be lower-case letters, digits and hyphens"]},
         )
+    problem = naming.slug_problem(slug)
+    if problem:
+        raise InvalidInput(f"slug {slug!r} {problem}", detail={"slug": [problem]})
     if Tenant.objects.filter(slug=slug).exists():
         raise InvalidInput(f"tenant {slug!r} already exists", detail={"slug": ["already exists"]})
+    key = naming.slug_env_key(slug)
+    # Same expression as the model's unique constraint (the backstop under a race).
+    twin = (
+        Tenant.objects.annotate(env_key=Upper(Replace("slug", Value("-"), Value("_"))))
+        .filter(env_key=key)
+        .values_list("slug", flat=True)
+        .first()
+    )
+    if twin is not None:
+        message = (
+            f"is too close to tenant {twin!r}: both would read the secret variables "
+            f"{naming.ENV_PREFIX}{key}{naming.ENV_SEPARATOR}*"
+        )
+        raise InvalidInput(f"slug {slug!r} {message}", detail={"slug": [message]})
+    found = naming.invisible_char(name)
+    if found:
+        message = f"must not contain bidi controls or invisible characters (found {found})"
+        raise InvalidInput(f"tenant name {message}", detail={"name": [message]})
     tenant = Tenant.objects.create(slug=slug, name=name or slug)
     TenantQuota.objects.create(tenant=tenant)
     audit_record(
@@ -61,6 +84,10 @@ def token_issue(
     name = name.strip()
     if not name:
         raise InvalidInput("token name is required", detail={"name": ["is required"]})
+    found = naming.invisible_char(name)
+    if found:
+        message = f"must not contain bidi controls or invisible characters (found {found})"
+        raise InvalidInput(f"token name {message}", detail={"name": [message]})
     if expires_at is not None and expires_at <= timezone.now():
         raise InvalidInput(
             "expiry must be in the future", detail={"expires_at": ["must be in the future"]}

@@ -16,6 +16,7 @@ from dispatch.exceptions import InvalidSchedule
 from dispatch.targets.common import clean_str, clean_timeout, require_keys
 from dispatch.targets.runtime import Aborted, Outcome, RunContext
 from tenants.models import Tenant
+from tenants.naming import RESERVED_SLUGS
 
 KEYS = {"type", "broker", "exchange", "routing_key", "body", "timeout_s"}
 NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,200}$")
@@ -31,23 +32,14 @@ def clean(config: dict[str, Any], *, tenant: Tenant) -> dict[str, Any]:
         )
     exchange = clean_str(config, "exchange", required=False, max_len=200, default="")
     routing_key = clean_str(config, "routing_key", required=True, max_len=200)
-    owned_prefix = f"{tenant.slug}."
     for key, value in (("exchange", exchange), ("routing_key", routing_key)):
         if value and not NAME.match(value):
             raise InvalidSchedule.field(
                 f"target.{key}", "may hold letters, digits and _ . : - only"
             )
-    # Tenants publish only into their own namespace: with the default exchange the
-    # routing key is the queue name, so it must carry the prefix too.
-    if exchange and not exchange.startswith(owned_prefix):
-        raise InvalidSchedule.field(
-            "target.exchange", f"must start with '{owned_prefix}' (the tenant's namespace)"
-        )
-    if not exchange and not routing_key.startswith(owned_prefix):
-        raise InvalidSchedule.field(
-            "target.routing_key",
-            f"must start with '{owned_prefix}' when publishing to the default exchange",
-        )
+    problem = namespace_problem(exchange, routing_key, tenant_slug=tenant.slug)
+    if problem:
+        raise InvalidSchedule.field(*problem)
     body = config.get("body", {})
     if not isinstance(body, (dict, list, str)):
         raise InvalidSchedule.field("target.body", "must be a string or JSON")
@@ -59,6 +51,34 @@ def clean(config: dict[str, Any], *, tenant: Tenant) -> dict[str, Any]:
         "body": body,
         "timeout_s": clean_timeout(config, default=30),
     }
+
+
+def namespace_problem(
+    exchange: str, routing_key: str, *, tenant_slug: str
+) -> tuple[str, str] | None:
+    """(field, message) if a publish would leave the tenant's namespace, else None.
+
+    Checked at save and again at run time: a row edited outside the API (or a
+    tenant created before its slug was reserved) must not reach another
+    tenant's exchange or the platform's own Celery queues.
+    """
+    if tenant_slug in RESERVED_SLUGS:
+        return (
+            "target.exchange" if exchange else "target.routing_key",
+            f"tenant '{tenant_slug}' has a slug reserved for the platform's queues; "
+            "queue targets are disabled for it",
+        )
+    owned_prefix = f"{tenant_slug}."
+    # Tenants publish only into their own namespace: with the default exchange the
+    # routing key is the queue name, so it must carry the prefix too.
+    if exchange and not exchange.startswith(owned_prefix):
+        return "target.exchange", f"must start with '{owned_prefix}' (the tenant's namespace)"
+    if not exchange and not routing_key.startswith(owned_prefix):
+        return (
+            "target.routing_key",
+            f"must start with '{owned_prefix}' when publishing to the default exchange",
+        )
+    return None
 
 
 # --- Execution (workers) ---------------------------------------------------
@@ -96,6 +116,15 @@ def run(ctx: RunContext) -> Outcome:
             f"broker {broker!r} is not configured on this platform",
             retryable=False,
             reason_code="unknown_broker",
+        )
+    problem = namespace_problem(
+        str(cfg.get("exchange") or ""),
+        str(cfg.get("routing_key") or ""),
+        tenant_slug=ctx.tenant_slug,
+    )
+    if problem:
+        return Outcome.failure(
+            f"not published: {problem[0]} {problem[1]}", retryable=False, reason_code="namespace"
         )
     message = message_for(ctx)
     headers = {
