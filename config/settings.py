@@ -258,8 +258,9 @@ WORKER_ID = get("WORKER_ID", "") or ""
 # Stored response / output excerpts are cut to this many bytes.
 RESPONSE_EXCERPT_BYTES = get_int("RESPONSE_EXCERPT_BYTES", 4096)
 # Secret references are resolved at run time by these backends ("env", "vault";
-# comma-separated). `env:NAME` reads SCHED_SECRET_<TENANT>_<NAME> from the
-# worker's environment (the embedded default); `vault:` reads Vault KV v2.
+# comma-separated). `env:NAME` reads SCHED_SECRET_<TENANT>__<NAME> from the
+# worker's environment (the embedded default); `vault:` reads Vault KV v2 on
+# VAULT_MOUNT only (README, "Secret reference grammar").
 VAULT_ADDR = get("VAULT_ADDR", "") or ""
 VAULT_TOKEN = get("VAULT_TOKEN", "") or ""  # VAULT_TOKEN_FILE works too (config/env.py)
 VAULT_MOUNT = get("VAULT_MOUNT", "kv") or "kv"

@@ -1,12 +1,14 @@
 """Secret backends: resolve a secret reference to its value at run time.
 
-References are stored in definitions; values never are. Two backends:
+References are stored in definitions; values never are. Two backends, with the
+grammar of dispatch.targets.common.parse_secret_ref (README, "Secret reference
+grammar"):
 
-* `vault:<mount>/<tenant>/<path>#<key>` — HashiCorp Vault KV v2 through hvac
-  (`read_secret_version`), with the platform's token;
+* `vault:<VAULT_MOUNT>/<tenant>/<path>#<key>` — HashiCorp Vault KV v2 through hvac
+  (`read_secret_version`), with the platform's token, on the platform's mount;
 * `env:<NAME>` — the worker's environment variable
-  `SCHED_SECRET_<TENANT_SLUG_UPPER>_<NAME>` (the embedded default), so one
-  tenant can never name another tenant's variable.
+  `SCHED_SECRET_<TENANT>__<NAME>` (the embedded default; TENANT is the slug
+  upper-cased, `-` as `_`), so one tenant can never name another tenant's variable.
 
 Which backends a platform accepts is `settings.SECRETS_BACKEND`. Errors say
 whether a later attempt may succeed (Vault down / 5xx / timeout) or not
@@ -17,47 +19,63 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import threading
 from typing import Any
 
 from django.conf import settings
 
-from dispatch.targets.common import SECRET_REF
+from dispatch.targets.common import BadSecretRef, parse_secret_ref
 from dispatch.targets.runtime import SecretError
+from tenants.naming import ENV_PREFIX, ENV_SEPARATOR, slug_env_key
 
 log = logging.getLogger(__name__)
 _local = threading.local()
 
 
 def env_name(tenant_slug: str, name: str) -> str:
-    """The environment variable behind `env:NAME` for a tenant."""
-    return f"SCHED_SECRET_{re.sub(r'[^A-Z0-9]', '_', tenant_slug.upper())}_{name}"
+    """The environment variable behind `env:NAME` for a tenant.
+
+    Injective: the tenant part never holds "__" (tenants.naming.slug_problem) and
+    NAME never does and starts with a letter (the grammar), so `alpha` + `EU_X`
+    (SCHED_SECRET_ALPHA__EU_X) and `alpha-eu` + `X` (SCHED_SECRET_ALPHA_EU__X) differ.
+    """
+    return f"{ENV_PREFIX}{slug_env_key(tenant_slug)}{ENV_SEPARATOR}{name}"
 
 
 def resolve(ref: str, *, tenant_slug: str) -> str:
-    """The value of secret reference `ref` for tenant `tenant_slug`, or SecretError."""
-    match = SECRET_REF.match(ref or "")
-    if not match:
-        raise SecretError(f"malformed secret reference {ref!r}", retryable=False)
-    backend = match.group(1) or match.group(6)
-    if backend not in settings.SECRETS_BACKEND:
+    """The value of secret reference `ref` for tenant `tenant_slug`, or SecretError.
+
+    Parsed again here with the save-time grammar: definitions outlive renames and
+    settings changes, and rows can be edited outside the API.
+    """
+    try:
+        parsed = parse_secret_ref(ref)
+    except BadSecretRef as bad:
         raise SecretError(
-            f"secret backend {backend!r} is not enabled on this platform "
+            f"malformed secret reference {ref!r}: {bad.message}", retryable=False
+        ) from None
+    if parsed.backend not in settings.SECRETS_BACKEND:
+        raise SecretError(
+            f"secret backend {parsed.backend!r} is not enabled on this platform "
             f"(enabled: {', '.join(settings.SECRETS_BACKEND) or 'none'})",
             retryable=False,
         )
-    if backend == "env":
-        return _from_env(match.group(7), tenant_slug=tenant_slug)
-    mount, owner, path, key = match.group(2), match.group(3), match.group(4), match.group(5)
-    # Checked at save time too; checked again because definitions outlive renames
-    # and rows can be edited outside the API.
-    if owner != tenant_slug:
+    if parsed.backend == "env":
+        return _from_env(parsed.name, tenant_slug=tenant_slug)
+    mount = settings.VAULT_MOUNT.strip("/")
+    if parsed.tenant != tenant_slug:
         raise SecretError(
             f"secret {ref!r} is outside this tenant's vault folder '{mount}/{tenant_slug}/'",
             retryable=False,
         )
-    return _from_vault(mount, f"{owner}/{path}", key, ref=ref)
+    # Built from the tenant's own folder, never from the reference's text.
+    path = "/".join((tenant_slug, *parsed.path))
+    if any(seg in {"", ".", ".."} for seg in path.split("/")) or "%" in path:
+        # Unreachable through the grammar; kept so a grammar change cannot reopen traversal.
+        raise SecretError(
+            f"secret {ref!r} has a path outside this tenant's folder", retryable=False
+        )
+    return _from_vault(mount, path, parsed.key, ref=ref)
 
 
 def _from_env(name: str, *, tenant_slug: str) -> str:

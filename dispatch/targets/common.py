@@ -3,16 +3,95 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
+
+from django.conf import settings
 
 from dispatch.exceptions import InvalidSchedule
 from tenants.models import Tenant
 
-# vault:<mount>/<tenant>/<path>#<key>  or  env:<NAME> (the embedded default's backend)
-SECRET_REF = re.compile(
-    r"^(vault):([A-Za-z0-9_-]+)/([A-Za-z0-9_.-]+)/([A-Za-z0-9_./-]+)#([A-Za-z0-9_.-]+)$|^(env):([A-Z][A-Z0-9_]{0,63})$"
-)
 MAX_TIMEOUT_S = 24 * 3600
+
+# The secret reference grammar (README, "Secret reference grammar"):
+#   vault:<VAULT_MOUNT>/<tenant>/<segment>[/<segment>…]#<key>
+#   env:<NAME>
+# A segment is ASCII letters, digits, _ - and dots, never starting or ending with
+# a dot: so no ".", "..", empty or %-encoded segment ever reaches a Vault URL,
+# where an HTTP library would resolve "alpha/../beta" to another tenant's folder.
+_SEGMENT = r"[A-Za-z0-9_-](?:[A-Za-z0-9_.-]{0,126}[A-Za-z0-9_-])?"
+_VAULT_REST = re.compile(
+    rf"(?P<tenant>[A-Za-z0-9_-]{{1,63}})/(?P<path>{_SEGMENT}(?:/{_SEGMENT}){{0,15}})"
+    r"#(?P<key>[A-Za-z0-9_.-]{1,128})"
+)
+# Starts with a letter and has no "__": the separator of SCHED_SECRET_<TENANT>__<NAME>.
+_ENV_NAME = re.compile(r"[A-Z](?:_?[A-Z0-9])*_?")
+MAX_ENV_NAME = 64
+MAX_REF = 512
+
+
+class BadSecretRef(ValueError):
+    """A reference that does not follow the grammar; `message` says which part and why."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+@dataclass(frozen=True)
+class SecretRef:
+    backend: str  # "vault" | "env"
+    tenant: str = ""  # vault: the owner folder named in the reference
+    path: tuple[str, ...] = ()  # vault: segments below the owner folder
+    key: str = ""  # vault: the key inside the secret
+    name: str = ""  # env: NAME
+
+
+def parse_secret_ref(ref: Any) -> SecretRef:
+    """Parse strictly; BadSecretRef otherwise. The mount is the platform's, never the tenant's."""
+    if not isinstance(ref, str) or not ref or len(ref) > MAX_REF:
+        raise BadSecretRef(f"must be a string of 1..{MAX_REF} characters")
+    if ref.startswith("env:"):
+        name = ref[4:]
+        if len(name) > MAX_ENV_NAME or not _ENV_NAME.fullmatch(name):
+            raise BadSecretRef(
+                "env:NAME takes upper-case letters, digits and single underscores, "
+                "starting with a letter (at most 64)"
+            )
+        return SecretRef(backend="env", name=name)
+    if not ref.startswith("vault:"):
+        raise BadSecretRef(
+            "secret reference must look like 'vault:kv/<tenant>/path#key' or 'env:NAME'"
+        )
+    mount = settings.VAULT_MOUNT.strip("/")
+    prefix = f"vault:{mount}/"
+    if not ref.startswith(prefix):
+        raise BadSecretRef(
+            f"vault references use this platform's mount: 'vault:{mount}/<tenant>/path#key'"
+        )
+    rest = ref[len(prefix) :]
+    match = _VAULT_REST.fullmatch(rest)
+    if not match:
+        before_key = rest.split("#", 1)[0]
+        segments = before_key.split("/")
+        if any(
+            seg in {"", ".", ".."} or seg.startswith(".") or seg.endswith(".") for seg in segments
+        ):
+            raise BadSecretRef(
+                "vault path segments may not be empty, '.', '..' or start or end with a dot"
+            )
+        if any(c in rest for c in "%\\?"):
+            raise BadSecretRef("vault paths may not hold '%', '\\' or '?' (no encoded segments)")
+        raise BadSecretRef(
+            f"must look like 'vault:{mount}/<tenant>/path#key': path segments of letters, "
+            "digits, _ - . (at most 16), a key of letters, digits, _ - ."
+        )
+    return SecretRef(
+        backend="vault",
+        tenant=match.group("tenant"),
+        path=tuple(match.group("path").split("/")),
+        key=match.group("key"),
+    )
 
 
 def require_keys(config: dict[str, Any], *, allowed: set[str], prefix: str = "target") -> None:
@@ -36,14 +115,14 @@ def clean_secret_ref(value: Any, *, field: str, tenant: Tenant) -> dict[str, str
             field, 'a secret must be a reference: {"secret": "vault:kv/<tenant>/path#key"}'
         )
     ref = value["secret"]
-    match = SECRET_REF.match(ref)
-    if not match:
+    try:
+        parsed = parse_secret_ref(ref)
+    except BadSecretRef as bad:
+        raise InvalidSchedule.field(field, bad.message) from None
+    if parsed.backend == "vault" and parsed.tenant != tenant.slug:
         raise InvalidSchedule.field(
-            field, "secret reference must look like 'vault:kv/<tenant>/path#key' or 'env:NAME'"
-        )
-    if match.group(1) == "vault" and match.group(3) != tenant.slug:
-        raise InvalidSchedule.field(
-            field, f"vault secrets of this tenant live under '<mount>/{tenant.slug}/'"
+            field,
+            f"vault secrets of this tenant live under '{settings.VAULT_MOUNT.strip('/')}/{tenant.slug}/'",
         )
     return {"secret": ref}
 

@@ -3,19 +3,23 @@ small server speaking Vault's KV v2 API reaches the outgoing request and nothing
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import quote, quote_plus
 
 import pytest
 from django.conf import settings
 from django.db import connection
 from rest_framework.test import APIClient
 
+from dispatch import vault as secret_backends
 from dispatch.models import Execution, ExecutionEvent
+from tenants import services as tenant_services
 from tenants.roles import Principal
 from tests.conftest import make_principal
 from tests.integration.worker_support import (
@@ -33,6 +37,13 @@ from tests.procs import Ledger, Proc
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 SENTINEL = "sntl-" + os.urandom(12).hex()
 ENV_SENTINEL = "envsntl-" + os.urandom(12).hex()
+# The other tenant's ("outsider", or "billing-eu" for env) secrets: billing must never get them.
+OTHER_SENTINEL = "othersntl-" + os.urandom(12).hex()
+EU_SENTINEL = "eusntl-" + os.urandom(12).hex()
+# Characters every transformation changes: URL-encoding, base64, case.
+FANCY = f"Fy/{os.urandom(6).hex()}+k=v&w x:Q~"
+# Not Latin-1: no HTTP header can carry it.
+SNOWMAN = f"snow-{os.urandom(6).hex()}\u2603x"
 VAULT_TOKEN = "platform-token-for-tests"
 ONE_SHOT = {"max_attempts": 1, "backoff": "fixed", "initial_s": 0, "max_s": 0}
 
@@ -58,6 +69,13 @@ class FakeVault:
                     )
                 elif path == "/v1/kv/data/billing/flaky":
                     return self._send(503, {"errors": ["Vault is sealed"]})
+                elif path == "/v1/kv/data/billing/fancy":
+                    data = {"token": FANCY}
+                elif path == "/v1/kv/data/billing/snowman":
+                    data = {"token": SNOWMAN}
+                elif path in ("/v1/kv/data/outsider/db", "/v1/other/data/billing/db"):
+                    # Another tenant's folder, and a mount the platform does not use.
+                    data = {"password": OTHER_SENTINEL}
                 else:
                     return self._send(404, {"errors": []})
                 self._send(
@@ -102,9 +120,32 @@ class FakeVault:
         self.server.server_close()
 
 
+def transformed(value: str) -> list[str]:
+    """How a careless target may echo a credential: encoded, escaped, re-cased, embedded."""
+    raw = value.encode()
+    return [
+        base64.b64encode(raw).decode(),
+        base64.b64encode(raw).decode().rstrip("="),
+        base64.urlsafe_b64encode(raw).decode(),
+        base64.b64encode(b"user:" + raw).decode(),  # Basic auth built around it
+        base64.b64encode(b"xy:" + raw + b":z").decode(),
+        quote(value, safe=""),
+        quote(value, safe="").lower(),
+        quote_plus(value),
+        value.upper(),
+        value.lower(),
+        raw.hex(),
+        raw.hex().upper(),
+        json.dumps(value)[1:-1],
+    ]
+
+
 def echo(req: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
     # A careless target that echoes the request, credentials included.
     status = 500 if req["path"] == "/fail" else 200
+    if req["path"] == "/transform":
+        forms = transformed(req["headers"]["Authorization"])
+        return 200, {}, ("\n".join(f"echo {i}: <{f}>" for i, f in enumerate(forms))).encode()
     return status, {}, json.dumps(req["headers"]).encode()
 
 
@@ -134,7 +175,11 @@ def worker(
             SECRETS_BACKEND="vault,env",
             VAULT_ADDR=vault.url,
             VAULT_TOKEN=VAULT_TOKEN,
-            SCHED_SECRET_BILLING_API_KEY=ENV_SENTINEL,
+            **{
+                secret_backends.env_name("billing", "API_KEY"): ENV_SENTINEL,
+                # Tenant billing-eu's DBPASS: it must not be billing's EU_DBPASS.
+                secret_backends.env_name("billing-eu", "DBPASS"): EU_SENTINEL,
+            },
         )
     purge(settings.CELERY_BROKER_URL)
 
@@ -163,8 +208,9 @@ def rows_containing(needle: str) -> dict[str, int]:
     with connection.cursor() as cur:
         cur.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
         for (table,) in cur.fetchall():
-            query = f'SELECT count(*) FROM "{table}" t WHERE t::text LIKE %s'  # noqa: S608 - catalog names
-            cur.execute(query, [f"%{needle}%"])
+            # strpos, not LIKE: a URL-encoded needle's "%" would be a wildcard.
+            query = f'SELECT count(*) FROM "{table}" t WHERE strpos(t::text, %s) > 0'  # noqa: S608 - catalog names
+            cur.execute(query, [needle])
             count = cur.fetchone()[0]
             if count:
                 found[table] = count
@@ -238,7 +284,66 @@ def test_env_secrets_are_tenant_scoped(
     count = len(ledger.requests)
     theirs = run(make_principal(other_tenant), target(ledger, "env:API_KEY"))
     assert theirs.state == "dead" and theirs.reason_code == "secret"
-    assert "SCHED_SECRET_OUTSIDER_API_KEY" in theirs.error
+    assert "SCHED_SECRET_OUTSIDER__API_KEY" in theirs.error
     assert len(ledger.requests) == count
     assert rows_containing(ENV_SENTINEL) == {}
     assert not ExecutionEvent.objects.filter(message__contains=ENV_SENTINEL).exists()
+
+
+def run_all(principal: Principal, targets: list[dict[str, Any]]) -> list[Execution]:
+    executions = [make_execution(make_schedule(principal, t, retry=ONE_SHOT)) for t in targets]
+    for execution in executions:
+        publish(execution.id, 1)
+    pump = Pump()
+    for execution in executions:
+        pump.until(final(execution), timeout=30)
+    for execution in executions:
+        execution.refresh_from_db()
+    return executions
+
+
+TRAVERSALS = [
+    "vault:kv/billing/../outsider/db#password",
+    "vault:kv/billing/x/../../outsider/db#password",
+    "vault:kv/billing/./../outsider/db#password",
+    "vault:kv/billing//../outsider/db#password",
+    "vault:kv/billing/db/../../outsider/db#password",
+    "vault:kv/billing/%2e%2e/outsider/db#password",
+    "vault:kv/billing/%2E%2E/outsider/db#password",
+    "vault:kv/billing/..%2foutsider/db#password",
+    "vault:kv/billing/..\\outsider/db#password",
+    "vault:kv/billing/.../outsider/db#password",
+    "vault:other/billing/db#password",  # a mount of the tenant's choosing
+]
+
+
+def test_vault_traversal_never_reads_another_tenants_secret_at_run_time(
+    worker: Proc, ledger: Ledger, vault: FakeVault, admin_principal: Principal
+) -> None:
+    """Rows written straight to the database (as an edit outside the API would):
+    the worker parses the reference again and builds the path itself."""
+    reads_before, requests_before = len(vault.reads), len(ledger.requests)
+    executions = run_all(admin_principal, [target(ledger, ref) for ref in TRAVERSALS])
+    for ref, execution in zip(TRAVERSALS, executions, strict=True):
+        assert execution.state == "dead" and execution.attempt == 1, (ref, execution.error)
+        assert execution.reason_code == "secret", (ref, execution.error)
+        assert OTHER_SENTINEL not in execution.error
+    # Nothing was asked of Vault, and no request carried anything.
+    assert vault.reads[reads_before:] == []
+    assert len(ledger.requests) == requests_before
+    assert rows_containing(OTHER_SENTINEL) == {}
+    assert OTHER_SENTINEL not in worker.output()
+
+
+def test_env_names_of_two_tenants_never_collide(
+    worker: Proc, ledger: Ledger, admin_principal: Principal
+) -> None:
+    """`billing` + EU_DBPASS and `billing-eu` + DBPASS were one variable."""
+    eu = tenant_services.tenant_create(slug="billing-eu", name="Billing EU")
+    mine, theirs = run_all(admin_principal, [target(ledger, "env:EU_DBPASS")])[0], None
+    assert mine.state == "dead" and mine.reason_code == "secret", mine.error
+    assert "SCHED_SECRET_BILLING__EU_DBPASS" in mine.error
+    assert all(EU_SENTINEL not in str(r["headers"]) for r in ledger.requests)
+    theirs = run_all(make_principal(eu), [target(ledger, "env:DBPASS")])[0]
+    assert theirs.state == "succeeded", theirs.error
+    assert ledger.requests[-1]["headers"]["Authorization"] == EU_SENTINEL

@@ -49,7 +49,7 @@ def worker(
             TARGET_TEST_ALLOW=ledger.allow_entry,
             TARGET_RATE_PER_HOST="2/s",
             SECRETS_BACKEND="env",
-            SCHED_SECRET_BILLING_CMD_TOKEN=CMD_SECRET,
+            SCHED_SECRET_BILLING__CMD_TOKEN=CMD_SECRET,
         )
     purge(settings.CELERY_BROKER_URL)
 
@@ -123,7 +123,7 @@ def test_command_runs_without_shell_env_minimal_secret_redacted(
         "CELERY_BROKER_URL",
         "REDIS_URL",
         "VAULT_TOKEN",
-        "SCHED_SECRET_BILLING_CMD_TOKEN",
+        "SCHED_SECRET_BILLING__CMD_TOKEN",
         "SECRET_KEY",
     }
     assert "PATH" in names and "API_TOKEN" in names

@@ -110,8 +110,22 @@ def test_parse_rate_rejects(text: str) -> None:
 
 
 def test_env_secret_names_are_tenant_scoped() -> None:
-    assert vault.env_name("billing", "API_TOKEN") == "SCHED_SECRET_BILLING_API_TOKEN"
-    assert vault.env_name("data-eng", "X") == "SCHED_SECRET_DATA_ENG_X"
+    assert vault.env_name("billing", "API_TOKEN") == "SCHED_SECRET_BILLING__API_TOKEN"
+    assert vault.env_name("data-eng", "X") == "SCHED_SECRET_DATA_ENG__X"
+
+
+def test_env_secret_names_are_injective() -> None:
+    # These pairs were one variable each with a single "_" between tenant and name.
+    assert vault.env_name("alpha", "EU_DBPASS") != vault.env_name("alpha-eu", "DBPASS")
+    assert vault.env_name("a", "B_C") != vault.env_name("a-b", "C")
+    slugs = ["a", "a-b", "a-b-c", "ab", "a1", "alpha", "alpha-eu", "alpha-eu-1"]
+    names = ["B", "B_C", "C", "EU_DBPASS", "DBPASS", "EU", "X_", "B_C_D", "C_D"]
+    seen: dict[str, tuple[str, str]] = {}
+    for slug in slugs:
+        for name in names:
+            var = vault.env_name(slug, name)
+            assert var not in seen, (var, seen.get(var), (slug, name))
+            seen[var] = (slug, name)
 
 
 def test_http_status_classification() -> None:
