@@ -29,7 +29,14 @@ from config.logs import log_context
 from dispatch import alerts, faults, leases, ratelimit, retry, vault
 from dispatch.leases import Claim, Event, Peek
 from dispatch.targets import KINDS
-from dispatch.targets.runtime import Aborted, Outcome, RunContext, SecretError, clip
+from dispatch.targets.runtime import (
+    Aborted,
+    Outcome,
+    RunContext,
+    SecretError,
+    clip,
+    describe_exception,
+)
 
 log = logging.getLogger("dispatch.worker")
 
@@ -333,15 +340,17 @@ def _call(module: ModuleType, ctx: RunContext) -> Outcome:
         )
     except Exception as exc:
         # Never let a target's exception (whose text may quote a header or an
-        # argv element) reach the logs or the row unredacted.
+        # argv element, or one character of a secret it could not encode) reach
+        # the logs or the row: the frames, and a description without the data.
         log.error(
-            "target %s of execution %s raised:\n%s",
+            "target %s of execution %s raised:\n%s%s",
             ctx.target.get("type"),
             ctx.execution_id,
-            ctx.redact("".join(traceback.format_exception(exc))),
+            "".join(traceback.format_tb(exc.__traceback__)),
+            ctx.redact(describe_exception(exc)),
         )
         return Outcome.failure(
-            ctx.redact(f"internal error: {type(exc).__name__}: {exc}"),
+            ctx.redact(f"internal error: {describe_exception(exc)}"),
             retryable=True,
             reason_code="internal",
             latency_ms=ctx.elapsed_ms(),

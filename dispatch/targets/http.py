@@ -326,6 +326,17 @@ def run(ctx: RunContext) -> Outcome:
                 retryable=False,
                 reason_code="bad_header",
             )
+        try:
+            resolved.encode("latin-1")
+        except UnicodeEncodeError:
+            # http.client would raise with the offending character and its
+            # position in the message: never let a secret's text reach an error.
+            return Outcome.failure(
+                f"the value of header {name} has characters HTTP headers cannot carry "
+                "(header values are Latin-1)",
+                retryable=False,
+                reason_code="bad_header",
+            )
         headers[name] = resolved
     timestamp = int(time.time())
     if content_type and not any(k.lower() == "content-type" for k in headers):

@@ -3,17 +3,27 @@ claimed attempt, its outcome, bounded output capture and secret redaction."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import contextlib
+import html
 import json
+import re
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
+from urllib.parse import quote, quote_plus
 
 REDACTED = "[redacted]"
 EVENT_MESSAGE_MAX = 1000
+# Below this many bytes a secret is redacted verbatim only: its derived forms
+# (a base64 fragment of two or three characters) would redact ordinary text.
+MIN_DERIVED_BYTES = 4
+MIN_BASE64_CORE = 6
 
 
 class SecretError(Exception):
@@ -96,21 +106,15 @@ class RunContext:
         return value
 
     def redact(self, text: str) -> str:
-        for value in self.secret_values:
-            for form in {value, json.dumps(value)[1:-1]}:
-                if form:
-                    text = text.replace(form, REDACTED)
-        return text
+        return _redactor(tuple(self.secret_values)).text(text)
 
     def redact_bytes(self, data: bytes) -> bytes:
-        for value in self.secret_values:
-            for form in {value, json.dumps(value)[1:-1]}:
-                if form:
-                    data = data.replace(form.encode(), REDACTED.encode())
-        return data
+        return _redactor(tuple(self.secret_values)).bytes(data)
 
     def capture(self, *, keep_tail: bool = False) -> Capture:
-        longest = max((len(v.encode()) for v in self.secret_values), default=0)
+        # Slack for the longest form a secret may take (URL- or JSON-escaped
+        # text is several times longer than the secret), so it is whole at a cut.
+        longest = _redactor(tuple(self.secret_values)).longest
         return Capture(self.excerpt_bytes, keep_tail=keep_tail, slack=max(256, longest + 16))
 
     # --- abort ---
@@ -192,6 +196,101 @@ class Capture:
         if not self.tail_limit:
             return _decode(head) + _cut_note(omitted)
         return _decode(head) + _cut_note(omitted) + _decode(tail)
+
+
+def secret_forms(value: str) -> tuple[set[str], set[str]]:
+    """The spellings of a secret a target may echo: (case-insensitive, case-sensitive).
+
+    Case-insensitive: the value itself (so upper- or lower-cased echoes too), JSON-,
+    URL-, HTML- and hex-encoded. Case-sensitive: base64 (standard and URL-safe, with
+    and without padding), plus the part of its base64 that does not depend on what
+    surrounds it, at each of the three byte alignments (a secret inside a larger
+    base64 blob, e.g. `Basic base64(user:secret)`).
+    """
+    raw = value.encode("utf-8", "surrogatepass")
+    loose = {value, value.upper(), value.lower(), json.dumps(value)[1:-1]}
+    exact: set[str] = set()
+    if len(raw) >= MIN_DERIVED_BYTES:
+        loose |= {
+            json.dumps(value, ensure_ascii=False)[1:-1],
+            quote(raw, safe=""),
+            quote(raw),
+            quote_plus(raw),
+            html.escape(value),
+            binascii.hexlify(raw).decode(),
+        }
+        for enc in (base64.b64encode(raw).decode(), base64.urlsafe_b64encode(raw).decode()):
+            exact |= {enc, enc.rstrip("=")}
+        for shift in range(3):
+            enc = base64.b64encode(b"\0" * shift + raw).decode()
+            # Character i covers bits 6i..6i+5; keep those inside the secret's bits.
+            start = -(-8 * shift // 6)
+            end = (8 * (shift + len(raw))) // 6
+            core = enc[start:end]
+            if len(core) >= MIN_BASE64_CORE:
+                exact |= {core, core.replace("+", "-").replace("/", "_")}
+    return {f for f in loose if f}, {f for f in exact if f}
+
+
+class _Redactor:
+    def __init__(self, values: tuple[str, ...]) -> None:
+        loose: set[str] = set()
+        exact: set[str] = set()
+        for value in values:
+            more_loose, more_exact = secret_forms(value)
+            loose |= more_loose
+            exact |= more_exact
+        self.longest = max(
+            (len(f.encode("utf-8", "surrogatepass")) for f in loose | exact), default=0
+        )
+        self._text = [_alternation(exact, 0), _alternation(loose, re.IGNORECASE)]
+        self._bytes = [_alternation_bytes(exact, 0), _alternation_bytes(loose, re.IGNORECASE)]
+
+    def text(self, text: str) -> str:
+        for pattern in self._text:
+            if pattern is not None:
+                text = pattern.sub(REDACTED, text)
+        return text
+
+    def bytes(self, data: bytes) -> bytes:
+        for pattern in self._bytes:
+            if pattern is not None:
+                data = pattern.sub(REDACTED.encode(), data)
+        return data
+
+
+def _alternation(forms: set[str], flags: int) -> re.Pattern[str] | None:
+    if not forms:
+        return None
+    # Longest first: a form that contains another is replaced whole.
+    return re.compile("|".join(re.escape(f) for f in sorted(forms, key=len, reverse=True)), flags)
+
+
+def _alternation_bytes(forms: set[str], flags: int) -> re.Pattern[bytes] | None:
+    encoded = {f.encode("utf-8", "surrogatepass") for f in forms}
+    if not encoded:
+        return None
+    ordered = sorted(encoded, key=len, reverse=True)
+    return re.compile(b"|".join(re.escape(f) for f in ordered), flags)
+
+
+@lru_cache(maxsize=64)
+def _redactor(values: tuple[str, ...]) -> _Redactor:
+    return _Redactor(values)
+
+
+def describe_exception(exc: BaseException) -> str:
+    """`Type: message` for an error record, with no data the exception quotes.
+
+    A UnicodeError's text names the character it choked on and its position —
+    when the string was a secret, one character of it (and its length) would be
+    stored and logged.
+    """
+    if isinstance(exc, UnicodeError):
+        encoding = getattr(exc, "encoding", "") or "text"
+        reason = getattr(exc, "reason", "") or "invalid character"
+        return f"{type(exc).__name__}: the {encoding} codec could not convert a value ({reason})"
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _decode(data: bytes) -> str:

@@ -347,3 +347,38 @@ def test_env_names_of_two_tenants_never_collide(
     theirs = run_all(make_principal(eu), [target(ledger, "env:DBPASS")])[0]
     assert theirs.state == "succeeded", theirs.error
     assert ledger.requests[-1]["headers"]["Authorization"] == EU_SENTINEL
+
+
+def test_transformed_echoes_of_a_secret_are_redacted(
+    worker: Proc, ledger: Ledger, admin_principal: Principal
+) -> None:
+    execution = run_all(
+        admin_principal, [target(ledger, "vault:kv/billing/fancy#token", path="/transform")]
+    )[0]
+    assert execution.state == "succeeded", execution.error
+    assert ledger.requests[-1]["headers"]["Authorization"] == FANCY
+    excerpt = execution.log_excerpt
+    forms = transformed(FANCY)
+    assert excerpt.count("[redacted]") >= len(forms), excerpt
+    for form in [FANCY, *forms]:
+        assert form not in excerpt, (form, excerpt)
+    # The secret's bits in the middle of the Basic-auth blob are gone too.
+    assert base64.b64encode(FANCY.encode()).decode()[4:-4] not in excerpt
+    for form in (FANCY, forms[0], forms[5], forms[8]):
+        assert rows_containing(form) == {}, form
+
+
+def test_a_secret_that_cannot_be_encoded_leaks_no_character(
+    worker: Proc, ledger: Ledger, admin_principal: Principal
+) -> None:
+    before = len(ledger.requests)
+    execution = run_all(admin_principal, [target(ledger, "vault:kv/billing/snowman#token")])[0]
+    assert execution.state == "dead" and execution.reason_code == "bad_header", execution.error
+    assert "Authorization" in execution.error
+    events = " ".join(
+        ExecutionEvent.objects.filter(execution=execution).values_list("message", flat=True)
+    )
+    for text in (execution.error, events, worker.output()):
+        assert "\u2603" not in text and "\\u2603" not in text and "position" not in text
+        assert SNOWMAN[:10] not in text
+    assert len(ledger.requests) == before

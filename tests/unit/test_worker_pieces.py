@@ -3,16 +3,18 @@ redaction, task message parsing, rate parsing, secret names."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import uuid
 from datetime import UTC, datetime
+from urllib.parse import quote, quote_plus
 
 import pytest
 
 from dispatch import ratelimit, vault
 from dispatch.targets import http
-from dispatch.targets.runtime import RunContext
+from dispatch.targets.runtime import RunContext, describe_exception
 from dispatch.tasks import parse_message
 
 
@@ -84,6 +86,46 @@ def test_redact_also_covers_the_json_escaped_form() -> None:
     c = ctx(['a"b/c'])
     c.secret("env:X")
     assert c.redact('{"h": "a\\"b/c"}') == '{"h": "[redacted]"}'
+
+
+def test_redact_covers_transformed_echoes() -> None:
+    secret = "Fy/s3cr+t=v&w x:Q"
+    c = ctx([secret])
+    c.secret("env:X")
+    raw = secret.encode()
+    echoes = [
+        base64.b64encode(raw).decode(),
+        base64.urlsafe_b64encode(raw).decode().rstrip("="),
+        quote(secret, safe=""),
+        quote(secret, safe="").lower(),
+        quote_plus(secret),
+        secret.upper(),
+        secret.swapcase(),
+        raw.hex().upper(),
+    ]
+    for echo in echoes:
+        assert c.redact(f"<{echo}>") == "<[redacted]>", echo
+        assert c.redact_bytes(f"<{echo}>".encode()) == b"<[redacted]>", echo
+    # Inside a larger base64 blob, at each alignment: the secret's own bits are gone.
+    for prefix in (b"u:", b"us:", b"use:"):
+        blob = base64.b64encode(prefix + raw + b"!").decode()
+        redacted = c.redact(blob)
+        assert "[redacted]" in redacted and len(redacted) < len(blob), blob
+
+
+def test_short_secrets_are_redacted_verbatim_only() -> None:
+    c = ctx(["ab1"])
+    c.secret("env:X")
+    assert c.redact("ab1 AB1 YWIx") == "[redacted] [redacted] YWIx"
+
+
+def test_encoding_errors_are_described_without_the_character() -> None:
+    try:
+        "ok\u2603ok".encode("latin-1")
+    except UnicodeEncodeError as exc:
+        text = describe_exception(exc)
+    assert "UnicodeEncodeError" in text and "latin-1" in text
+    assert "\u2603" not in text and "\\u2603" not in text and "position" not in text
 
 
 def test_parse_message() -> None:
