@@ -8,8 +8,11 @@ rule is not "deny private": it is
   2. private ranges and internal names only where the tenant's operator
      allow-list says so;
   3. everything else (public addresses) is allowed.
-IPv4 embedded in IPv6 (mapped, NAT64, 6to4, Teredo) is unwrapped and judged
-as the IPv4 address it reaches.
+IPv4 embedded in IPv6 (mapped, SIIT-translated, NAT64, 6to4, Teredo) is
+unwrapped and judged as the IPv4 address it reaches. At save time a host is read
+as a resolver reads it (NFKC, Unicode full stops as dots), so an IP address in
+look-alike spelling (full-width digits, ideographic dots, a trailing dot) is
+refused then, not only when the call is made.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import fnmatch
 import ipaddress
 import socket
+import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -50,6 +54,7 @@ ALWAYS_DENIED: tuple[tuple[str, str], ...] = (
     ("ff00::/8", "multicast"),
     ("100::/64", "discard-only"),
     ("2001:db8::/32", "documentation"),
+    ("2001:2::/48", "benchmarking"),
     ("2001:10::/28", "ORCHID"),
     ("2001:20::/28", "ORCHIDv2"),
     ("fd00:ec2::254/128", "cloud metadata"),
@@ -66,6 +71,8 @@ PRIVATE: tuple[tuple[str, str], ...] = (
 
 _DENIED_NETS = [(ipaddress.ip_network(n), why) for n, why in ALWAYS_DENIED]
 _PRIVATE_NETS = [(ipaddress.ip_network(n), why) for n, why in PRIVATE]
+# IPv4-translated (SIIT, RFC 2765/6145): ::ffff:0:a.b.c.d reaches a.b.c.d.
+_SIIT = ipaddress.ip_network("::ffff:0:0:0/96")
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 _NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")
 _6TO4 = ipaddress.ip_network("2002::/16")
@@ -85,6 +92,8 @@ def unwrap(ip: IPAddress) -> IPAddress:
     if isinstance(ip, ipaddress.IPv6Address):
         if ip.ipv4_mapped is not None:
             return ip.ipv4_mapped
+        if ip in _SIIT:
+            return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
         if ip in _NAT64 or ip in _NAT64_LOCAL:
             return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
         if ip.sixtofour is not None:
@@ -225,17 +234,36 @@ def parse_ip_literal(host: str) -> IPAddress | None:
     return None
 
 
+_UNICODE_DOTS = "\u3002\uff0e\uff61"  # the full stops IDNA treats as "."
+
+
+def canonical_host(host: str) -> str:
+    """`host` as a resolver reads it: NFKC (full-width → ASCII), Unicode full stops as dots."""
+    host = unicodedata.normalize("NFKC", host.strip("[]"))
+    for dot in _UNICODE_DOTS:
+        host = host.replace(dot, ".")
+    return host.lower()
+
+
 def check_host_at_save(host: str, *, allow: AllowList, port: int | None = None) -> None:
     """Save-time check: IP literals are judged now; names are judged when called.
 
     A name that does not resolve yet is accepted (DESIGN.md §8): it is checked
     on its resolved address at connect time.
     """
-    ip = parse_ip_literal(host)
+    canonical = canonical_host(host)
+    name = canonical.rstrip(".")
+    ip = parse_ip_literal(name) if name else None
     if ip is not None:
+        if name != host.strip("[]").lower():
+            # A resolver maps these to the address; refuse the disguise itself,
+            # whatever the address, so no list can be fooled by the spelling.
+            raise Denied(
+                f"{host} is the IP address {ip} in a look-alike spelling (full-width "
+                f"digits, Unicode dots or a trailing dot); write it as {ip}"
+            )
         check_ip(ip, allow=allow, port=port)
         return
-    name = host.lower().rstrip(".")
     if name == "localhost" or name.endswith(".localhost"):
         raise Denied(f"{host} is a loopback name")
     infra_hosts, _ = infrastructure()

@@ -36,6 +36,11 @@ NO_ALLOW = netguard.AllowList()
         "2001:db8::1",
         "::127.0.0.1",
         "240.0.0.1",
+        "::ffff:0:127.0.0.1",  # SIIT (IPv4-translated)
+        "::ffff:0:7f00:1",
+        "::ffff:0:a9fe:a9fe",
+        "2001:2::1",  # IPv6 benchmarking
+        "2001:2:0:ffff::1",
     ],
 )
 def test_always_denied_addresses_are_refused_even_with_a_wide_allow_list(literal: str) -> None:
@@ -53,6 +58,7 @@ def test_always_denied_addresses_are_refused_even_with_a_wide_allow_list(literal
         "100.64.0.1",
         "fd12::1",
         "::ffff:10.0.0.1",
+        "::ffff:0:10.0.0.1",
         "64:ff9b::a00:1",
     ],
 )
@@ -84,6 +90,7 @@ def test_unwrap_reaches_the_embedded_ipv4_address() -> None:
         "::ffff:1.2.3.4": "1.2.3.4",
         "64:ff9b::102:304": "1.2.3.4",
         "2002:102:304::1": "1.2.3.4",
+        "::ffff:0:1.2.3.4": "1.2.3.4",
         "1.2.3.4": "1.2.3.4",
     }
     for wrapped, plain in cases.items():
@@ -96,3 +103,35 @@ def test_host_patterns_in_allow_list_match_names() -> None:
     assert not allow.allows_host("billing.internal.evil.com")
     assert allow.allows_ip(ipaddress.ip_address("10.20.3.4"))
     assert not allow.allows_ip(ipaddress.ip_address("10.21.3.4"))
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        "\uff11\uff12\uff17.\uff10.\uff10.\uff11",  # full-width digits: 127.0.0.1
+        "127\u30020\u30020\u30021",  # ideographic full stops
+        "127\uff0e0\uff0e0\uff0e1",  # full-width full stops
+        "127\uff610\uff610\uff611",  # half-width ideographic full stops
+        "127.0.0.1.",  # trailing dot
+        "0x7f.1.",
+        "8.8.8.8.",  # a public address in disguise is refused too
+        "\uff18.\uff18.\uff18.\uff18",
+    ],
+)
+def test_ip_look_alikes_are_refused_at_save(host: str) -> None:
+    allow_all = netguard.AllowList.parse(["0.0.0.0/0", "::/0", "*"])
+    with pytest.raises(netguard.Denied) as denied:
+        netguard.check_host_at_save(host, allow=allow_all)
+    assert "look-alike" in denied.value.reason
+
+
+def test_look_alike_names_of_loopback_are_refused_at_save() -> None:
+    for name in ["\uff4c\uff4f\uff43\uff41\uff4c\uff48\uff4f\uff53\uff54", "localhost."]:
+        with pytest.raises(netguard.Denied):
+            netguard.check_host_at_save(name, allow=NO_ALLOW)
+
+
+def test_benchmarking_range_neighbours_stay_public() -> None:
+    # 2001:2::/48 only: the next /48s are judged as before.
+    netguard.check_host_at_save("2001:3::1", allow=NO_ALLOW)
+    netguard.check_host_at_save("2001:2:1::1", allow=NO_ALLOW)
