@@ -94,6 +94,68 @@ def parse_secret_ref(ref: Any) -> SecretRef:
     )
 
 
+# Credential-looking names (headers and query parameters): their values must be
+# secret references. Matched on the name's words (split on anything not a letter
+# or digit) and on the words run together, so X-Auth, X-Hub-Signature, privateKey
+# and X-Amz-Signature are all caught.
+_CREDENTIAL_PARTS = (
+    "authoriz",
+    "token",
+    "secret",
+    "passw",
+    "passphrase",
+    "credential",
+    "signature",
+    "apikey",
+    "privatekey",
+    "accesskey",
+    "secretkey",
+    "signingkey",
+    "clientkey",
+    "session",
+    "cookie",
+    "bearer",
+    "jwt",
+    "hmac",
+)
+_CREDENTIAL_WORDS = {"auth", "key", "sig", "pwd", "pass", "otp", "sas", "saml"}
+# Words that make "key" a credential in a query parameter (sort_key is not one).
+_KEY_QUALIFIERS = {
+    "private",
+    "secret",
+    "access",
+    "api",
+    "auth",
+    "signing",
+    "client",
+    "master",
+    "subscription",
+    "app",
+    "license",
+    "encryption",
+    "ssh",
+}
+# Header names that carry "key" but no credential.
+_NOT_CREDENTIAL_HEADERS = {"idempotency-key", "x-idempotency-key"}
+
+
+def credential_like(name: str, *, query: bool = False) -> bool:
+    """Whether a header (or, with `query`, a URL query parameter) name suggests a credential."""
+    lowered = name.lower()
+    words = [w for w in re.split(r"[^a-z0-9]+", lowered) if w]
+    joined = "".join(words)
+    if any(part in joined for part in _CREDENTIAL_PARTS):
+        return True
+    hits = set(words) & _CREDENTIAL_WORDS
+    if not hits:
+        return False
+    if not query:
+        return lowered not in _NOT_CREDENTIAL_HEADERS
+    if hits != {"key"}:
+        return True
+    return words == ["key"] or bool(set(words) & _KEY_QUALIFIERS)
+
+
 def require_keys(config: dict[str, Any], *, allowed: set[str], prefix: str = "target") -> None:
     unknown = sorted(set(config) - allowed)
     if unknown:

@@ -29,7 +29,13 @@ from urllib.parse import parse_qsl, urlsplit
 from config import telemetry
 from dispatch import netguard, retry
 from dispatch.exceptions import InvalidSchedule
-from dispatch.targets.common import clean_secret_ref, clean_str, clean_timeout, require_keys
+from dispatch.targets.common import (
+    clean_secret_ref,
+    clean_str,
+    clean_timeout,
+    credential_like,
+    require_keys,
+)
 from dispatch.targets.runtime import Aborted, Outcome, RunContext
 from tenants.models import Tenant
 
@@ -61,14 +67,6 @@ FORBIDDEN_HEADERS = {
     "traceparent",
     "tracestate",
 }
-# Credential-bearing headers must be secret references, never literal values.
-SENSITIVE_HEADER = re.compile(
-    r"authorization|cookie|token|secret|password|passwd|api[-_]?key|credential|session", re.I
-)
-SENSITIVE_PARAM = re.compile(
-    r"^(.*token|.*secret|.*password|passwd|api[-_]?key|apikey|key|sig|signature|auth|access[-_]?key)$",
-    re.I,
-)
 
 
 def clean(config: dict[str, Any], *, tenant: Tenant) -> dict[str, Any]:
@@ -91,7 +89,7 @@ def clean(config: dict[str, Any], *, tenant: Tenant) -> dict[str, Any]:
     if any(c in url for c in "\r\n\t ") or any(ord(c) < 32 for c in url):
         raise InvalidSchedule.field("target.url", "contains whitespace or control characters")
     for name, _ in parse_qsl(parts.query, keep_blank_values=True):
-        if SENSITIVE_PARAM.match(name):
+        if credential_like(name, query=True):
             raise InvalidSchedule.field(
                 "target.url",
                 f"query parameter {name!r} looks like a credential; use a header with a secret reference",
@@ -125,7 +123,8 @@ def clean(config: dict[str, Any], *, tenant: Tenant) -> dict[str, Any]:
         if isinstance(value, dict):
             headers[name] = clean_secret_ref(value, field=field, tenant=tenant)
         elif isinstance(value, str):
-            if SENSITIVE_HEADER.search(name):
+            # Credential-bearing headers must be secret references, never literal values.
+            if credential_like(name):
                 raise InvalidSchedule.field(
                     field,
                     'carries a credential: give a secret reference {"secret": "vault:..."}, not the value',
