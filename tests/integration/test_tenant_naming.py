@@ -21,7 +21,7 @@ from tenants.exceptions import InvalidInput
 from tenants.models import ServiceToken, Tenant
 from tenants.naming import RESERVED_SLUGS
 from tenants.roles import Role
-from tests.integration.console_support import build_world
+from tests.integration.console_support import build_world, form_data
 
 pytestmark = pytest.mark.django_db
 
@@ -138,6 +138,20 @@ def test_console_token_form_shows_the_error_inline(db: Any) -> None:
     assert block is not None, html[:3000]
     assert "U+202E" in block.group(1)
     assert not ServiceToken.objects.filter(name__startswith="deploy").exists()
+
+
+def test_console_schedule_form_shows_the_error_inline(db: Any) -> None:
+    world = build_world()
+    before = Schedule.objects.count()
+    response = world.client("operator").post(
+        "/schedules/new", form_data(name="nightly\u202etxt.exe")
+    )
+    assert response.status_code == 400
+    html = response.content.decode()
+    block = re.search(r'<ul class="errorlist" id="id_name_error">(.*?)</ul>', html, re.S)
+    assert block is not None, html[:3000]
+    assert "name: " in block.group(1) and "U+202E" in block.group(1)
+    assert Schedule.objects.count() == before
 
 
 def test_a_tenant_with_a_reserved_slug_cannot_save_queue_targets(
