@@ -51,9 +51,8 @@ def resolve(ref: str, *, tenant_slug: str) -> str:
     try:
         parsed = parse_secret_ref(ref)
     except BadSecretRef as bad:
-        raise SecretError(
-            f"malformed secret reference {ref!r}: {bad.message}", retryable=False
-        ) from None
+        # Not quoted: a malformed "reference" may be a value pasted in its place.
+        raise SecretError(f"malformed secret reference: {bad.message}", retryable=False) from None
     if parsed.backend not in settings.SECRETS_BACKEND:
         raise SecretError(
             f"secret backend {parsed.backend!r} is not enabled on this platform "

@@ -315,6 +315,8 @@ TRAVERSALS = [
     "vault:kv/billing/.../outsider/db#password",
     "vault:other/billing/db#password",  # a mount of the tenant's choosing
 ]
+# A value pasted where the reference goes: refused, and never quoted in the error.
+PASTED = "pasted-" + os.urandom(8).hex()
 
 
 def test_vault_traversal_never_reads_another_tenants_secret_at_run_time(
@@ -323,11 +325,15 @@ def test_vault_traversal_never_reads_another_tenants_secret_at_run_time(
     """Rows written straight to the database (as an edit outside the API would):
     the worker parses the reference again and builds the path itself."""
     reads_before, requests_before = len(vault.reads), len(ledger.requests)
-    executions = run_all(admin_principal, [target(ledger, ref) for ref in TRAVERSALS])
-    for ref, execution in zip(TRAVERSALS, executions, strict=True):
+    refs = [*TRAVERSALS, PASTED]
+    executions = run_all(admin_principal, [target(ledger, ref) for ref in refs])
+    for ref, execution in zip(refs, executions, strict=True):
         assert execution.state == "dead" and execution.attempt == 1, (ref, execution.error)
         assert execution.reason_code == "secret", (ref, execution.error)
         assert OTHER_SENTINEL not in execution.error
+    assert PASTED not in executions[-1].error and rows_containing(PASTED) == {
+        "dispatch_schedule": 1
+    }
     # Nothing was asked of Vault, and no request carried anything.
     assert vault.reads[reads_before:] == []
     assert len(ledger.requests) == requests_before
