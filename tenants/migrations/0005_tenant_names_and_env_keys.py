@@ -7,8 +7,9 @@ and migrate again; nothing is renamed here, silently.
 """
 
 import django.db.models.functions.text
-import tenants.naming
 from django.db import migrations, models
+
+import tenants.naming
 
 
 class Migration(migrations.Migration):
