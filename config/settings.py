@@ -224,6 +224,14 @@ TARGET_DENY_EXTRA = get_list("TARGET_DENY_EXTRA", [])
 # Empty in production; the always-denied ranges stay denied for everything else.
 TARGET_TEST_ALLOW = get_list("TARGET_TEST_ALLOW", [])
 
+# --- Metrics ---
+# /metrics shows every tenant's slug and counts. With METRICS_TOKEN (or
+# METRICS_TOKEN_FILE) set, scrapes need `Authorization: Bearer <token>`; without
+# one they are served only when METRICS_PUBLIC allows it (the development
+# default; config/production.py defaults it to false).
+METRICS_TOKEN = get("METRICS_TOKEN", "") or ""
+METRICS_PUBLIC = get_bool("METRICS_PUBLIC", True)
+
 # "json" for structured logs (one object per line, with execution/schedule/tenant/trace ids).
 LOG_FORMAT = get("LOG_FORMAT", "plain") or "plain"
 LOGGING = {
@@ -293,4 +301,5 @@ EMAIL_BACKEND = (
 # A strict Content-Security-Policy on the console's pages (config/security.py):
 # scripts and styles only from our own static files; htmx is django-htmx's copy.
 MIDDLEWARE.append("config.security.ContentSecurityPolicyMiddleware")
-CSP_EXEMPT_PREFIXES = ["/admin/", "/v1/docs"]
+# The API docs (/v1/docs) get their own policy, config.security.DOCS_POLICY.
+CSP_EXEMPT_PREFIXES = ["/admin/"]

@@ -1,6 +1,6 @@
 from django.contrib import admin
 from django.urls import URLPattern, URLResolver, include, path
-from drf_spectacular.views import SpectacularJSONAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularJSONAPIView, SpectacularSwaggerSplitView
 from rest_framework.permissions import AllowAny
 
 from config import health, metrics
@@ -13,7 +13,10 @@ api_v1: list[URLPattern | URLResolver] = [
     ),
     path(
         "docs",
-        SpectacularSwaggerView.as_view(
+        # The split view serves its init script from /v1/docs?script= instead of
+        # inline, so the page runs under a Content-Security-Policy without
+        # 'unsafe-inline' scripts (config/security.py).
+        SpectacularSwaggerSplitView.as_view(
             url_name="openapi", permission_classes=[AllowAny], authentication_classes=[]
         ),
         name="api-docs",
