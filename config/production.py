@@ -34,4 +34,4 @@ ALLOWED_HOSTS = [
 ]
 # The loopback escape hatch of the SSRF guard is for development and tests only:
 # a production process ignores TARGET_TEST_ALLOW whatever its environment says.
-TARGET_TEST_ALLOW: list[str] = []
+TARGET_TEST_ALLOW = []

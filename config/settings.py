@@ -150,6 +150,17 @@ SECURE_REFERRER_POLICY = "same-origin"
 # Requests per token (or per client address when unauthenticated): "N/s|min|hour|day".
 API_RATE_LIMIT = get("API_RATE_LIMIT", "1200/min")
 API_MAX_BODY_BYTES = get_int("API_MAX_BODY_BYTES", 64 * 1024)
+# Brute-force limits (tenants/limits.py): failed attempts per window, counted
+# atomically in Redis. A console or admin login is refused (inline message) once
+# its username or its client address is over the limit, even with the right
+# password; a client address over the token-failure limit gets 429 for every
+# failed API authentication (a valid token still works from it).
+LOGIN_FAILURES_PER_USER = get("LOGIN_FAILURES_PER_USER", "10/15min") or "10/15min"
+LOGIN_FAILURES_PER_ADDRESS = get("LOGIN_FAILURES_PER_ADDRESS", "50/15min") or "50/15min"
+API_AUTH_FAILURES_PER_ADDRESS = get("API_AUTH_FAILURES_PER_ADDRESS", "100/15min") or "100/15min"
+# Reverse proxies in front of the web process that append to X-Forwarded-For:
+# the client address is the entry this many hops from the right (0: REMOTE_ADDR).
+TRUSTED_PROXY_COUNT = get_int("TRUSTED_PROXY_COUNT", 0)
 DATA_UPLOAD_MAX_MEMORY_SIZE = API_MAX_BODY_BYTES
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["tenants.api.authentication.ServiceTokenAuthentication"],

@@ -4,6 +4,10 @@ from drf_spectacular.views import SpectacularJSONAPIView, SpectacularSwaggerSpli
 from rest_framework.permissions import AllowAny
 
 from config import health, metrics
+from tenants.login import AdminLoginForm
+
+# The admin's log-in has the console's brute-force limits (tenants/login.py).
+admin.site.login_form = AdminLoginForm
 
 api_v1: list[URLPattern | URLResolver] = [
     path(

@@ -166,3 +166,24 @@ def signing_key_rotate(*, tenant: Tenant, actor: Principal | None) -> str:
         object_id=str(tenant.pk),
     )
     return tenant.signing_key
+
+
+@transaction.atomic
+def auth_failure_record(
+    *, action: str, address: str, surface: str, subject: str = "", object_type: str = ""
+) -> None:
+    """Audit a failed (or throttled) log-in or token authentication by an anonymous client.
+
+    `subject` is what was tried (the username, or a token's visible prefix),
+    never a secret; the client address is in the label, so operators can search by it.
+    """
+    audit_record(
+        actor=None,
+        actor_kind="anonymous",
+        actor_label=f"anonymous@{address}"[:200],
+        action=action,
+        object_type=object_type,
+        object_id=subject[:64],
+        after={"address": address, "surface": surface},
+        outcome="denied",
+    )
