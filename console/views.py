@@ -278,11 +278,13 @@ def schedule_preview(
     choices = selectors.schedule_choices(tenant=principal.tenant)
     form = console_forms.ScheduleForm(request.POST, schedule_choices=choices)
     ctx: dict[str, Any] = {"schedule": schedule, "errors": [], "rows": []}
-    seed_raw = request.POST.get("preview_seed", "")
-    try:
-        seed = uuid.UUID(str(schedule.id) if schedule else seed_raw)
-    except ValueError:
-        seed = uuid.uuid4()
+    # Only a seed this server issued (console/forms.py); an altered one is
+    # reported by the form and previewed with a throwaway id.
+    seed = (
+        schedule.id
+        if schedule
+        else (console_forms.read_seed(request.POST.get("preview_seed", "")) or uuid.uuid4())
+    )
     ctx["provisional_seed"] = schedule is None
     if not form.is_valid():
         ctx["errors"] = [str(e) for errs in form.errors.values() for e in errs]

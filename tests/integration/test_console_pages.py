@@ -121,25 +121,66 @@ def test_preview_resolves_h_and_marks_it_provisional_before_saving(world: World)
     assert "Resolved: <code>" in html and "H values are fixed per schedule" in html
 
 
-def test_saved_schedule_keeps_the_h_values_its_preview_showed(world: World) -> None:
-    import uuid
+def issued_seed(client: Any) -> str:
+    """The preview seed the create form was given by the server."""
+    page = text(client.get("/schedules/new"))
+    found = re.search(r'name="preview_seed" value="([^"]+)"', page)
+    assert found is not None, "the create form carries a server-issued preview seed"
+    return found.group(1)
 
+
+def test_saved_schedule_keeps_the_h_values_its_preview_showed(world: World) -> None:
+    from console.forms import read_seed
     from dispatch import cron
 
-    seed = str(uuid.uuid4())
     client = world.client("operator")
+    seed = issued_seed(client)
     data = form_data(cron="H H * * *", name="hashed", preview_seed=seed)
     preview = text(client.post("/schedules/preview", data))
     shown = re.search(r"Resolved: <code>([^<]+)</code>", preview)
     assert shown is not None
     assert client.post("/schedules/new", data).status_code == 302
     saved = Schedule.objects.get(name="hashed")
-    assert str(saved.id) == seed
+    assert saved.id == read_seed(seed)
     assert cron.resolve(saved.cron, seed=str(saved.id)) == shown.group(1)
     # Submitting the same form again cannot reuse the id (nor reveal anything about it).
     again = client.post("/schedules/new", data | {"name": "hashed-2"})
     assert again.status_code == 400 and "already submitted" in text(again)
     assert Schedule.objects.filter(name="hashed-2").count() == 0
+
+
+def test_preview_seed_is_not_an_oracle_nor_a_choice_of_id(world: World) -> None:
+    """A client-made seed (another tenant's schedule id, or an id picked for its
+    partition) is refused with one answer, and never becomes a schedule's id."""
+    import uuid
+
+    from console import forms as console_forms
+
+    client = world.client("operator")
+    theirs = str(world.other_schedule.id)
+    picked = str(uuid.uuid4())
+    answers = []
+    for n, seed in enumerate((theirs, picked, issued_seed(client) + "x")):
+        res = client.post("/schedules/new", form_data(name=f"forged-{n}", preview_seed=seed))
+        answers.append((res.status_code, re.findall(r'role="alert"><p>([^<]+)</p>', text(res))))
+    assert answers == [(400, [f"preview_seed: {console_forms.SEED_INVALID}"])] * 3
+    assert not Schedule.objects.filter(name__startswith="forged-").exists()
+    assert not Schedule.objects.filter(id=picked).exists()
+    # The live preview does not compute with a client-made seed either.
+    preview = text(client.post("/schedules/preview", form_data(preview_seed=theirs)))
+    assert console_forms.SEED_INVALID in preview
+
+
+def test_an_expired_preview_seed_asks_for_a_reload(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from console import forms as console_forms
+
+    client = world.client("operator")
+    seed = issued_seed(client)
+    monkeypatch.setattr(console_forms, "SEED_MAX_AGE_S", -1)
+    res = client.post("/schedules/new", form_data(name="stale", preview_seed=seed))
+    assert res.status_code == 400 and console_forms.SEED_INVALID in text(res)
 
 
 def test_preview_shows_dst_notes(world: World) -> None:
