@@ -722,16 +722,18 @@ def members(request: HttpRequest, principal: Principal) -> HttpResponse:
     status = 200
     if request.method == "POST":
         if form.is_valid():
-            user = tenant_selectors.user_by_username(username=form.cleaned_data["username"])
-            if user is None:
-                form.add_error("username", "username: no such user")
-            else:
-                tenant_services.membership_set(
+            # Only platform staff add accounts (tenants/services.py); one answer otherwise.
+            try:
+                tenant_services.membership_attach(
                     tenant=principal.tenant,
-                    user=user,
+                    username=form.cleaned_data["username"],
                     role=Role.parse(form.cleaned_data["role"]),
                     actor=principal,
+                    by_staff=request.user.is_staff,
                 )
+            except TenantsError as exc:
+                form.add_error("username", f"username: {exc.message}")
+            else:
                 return redirect("console-members")
         status = 400
     ctx = base_context(

@@ -9,6 +9,7 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.text import slugify
 
+from tenants import selectors as tenant_selectors
 from tenants import tokens
 from tenants.audit import audit_record
 from tenants.exceptions import InvalidInput, NotFound
@@ -137,6 +138,37 @@ def membership_set(
         after={"user": user.get_username(), "role": role.label} if role else None,
     )
     return result
+
+
+MEMBER_ADD_REFUSED = "no account that can be added by that name (platform staff add members)"
+
+
+def membership_attach(
+    *, tenant: Tenant, username: str, role: Role, actor: Principal, by_staff: bool
+) -> Membership:
+    """Add an existing account to a tenant: platform staff only.
+
+    Accounts span tenants, so attaching one is a platform decision: a tenant
+    admin could otherwise pull in another tenant's users or staff, and learn
+    from the answers which usernames exist. Staff attach active, non-staff
+    accounts (staff already act as admin everywhere); tenant admins change
+    roles and remove members. Every refusal — unknown, inactive or staff
+    account, or a caller who is not staff — gets the same answer, audited.
+    """
+    user = tenant_selectors.user_by_username(username=username) if by_staff else None
+    if user is None or user.is_staff:
+        audit_record(
+            actor=actor,
+            tenant=tenant,
+            action="member.add",
+            object_type="membership",
+            after={"username": username[:150], "role": role.label},
+            outcome="denied",
+        )
+        raise InvalidInput(MEMBER_ADD_REFUSED, detail={"username": [MEMBER_ADD_REFUSED]})
+    membership = membership_set(tenant=tenant, user=user, role=role, actor=actor)
+    assert membership is not None  # noqa: S101 - a role was given
+    return membership
 
 
 @transaction.atomic

@@ -14,6 +14,7 @@ import pytest
 from dispatch import services
 from dispatch.models import BeatNode, Execution, ExecutionEvent, Schedule, SchedulerPartition
 from tenants.models import AuditEvent, Membership, ServiceToken
+from tenants.services import MEMBER_ADD_REFUSED
 from tests.integration.console_support import World, build_world, form_data, user
 
 pytestmark = pytest.mark.django_db
@@ -479,10 +480,12 @@ def test_token_create_list_and_revoke(world: World) -> None:
 def test_members_add_change_and_remove(world: World) -> None:
     client = world.client("admin")
     newbie = user("newbie")
-    assert client.post("/members/", {"username": "newbie", "role": "operator"}).status_code == 302
+    staff = world.client("staff")
+    staff.post("/tenant", {"tenant": "billing"})
+    assert staff.post("/members/", {"username": "newbie", "role": "operator"}).status_code == 302
     assert Membership.objects.get(user=newbie, tenant=world.tenant).role == "operator"
-    missing = client.post("/members/", {"username": "nobody", "role": "viewer"})
-    assert missing.status_code == 400 and "username: no such user" in text(missing)
+    missing = staff.post("/members/", {"username": "nobody", "role": "viewer"})
+    assert missing.status_code == 400 and MEMBER_ADD_REFUSED in text(missing)
     assert client.post(f"/members/{newbie.pk}/role", {"role": "admin"}).status_code == 302
     assert Membership.objects.get(user=newbie, tenant=world.tenant).role == "admin"
     assert client.post(f"/members/{newbie.pk}/remove").status_code == 302
@@ -492,6 +495,31 @@ def test_members_add_change_and_remove(world: World) -> None:
         AuditEvent.objects.filter(action__startswith="member.").values_list("action", flat=True)
     )
     assert {"member.add", "member.role_change", "member.remove"} <= set(actions)
+
+
+def test_tenant_admins_cannot_attach_accounts_nor_learn_which_exist(world: World) -> None:
+    """Another tenant's user, a staff account, an unattached account and an unknown
+    name all get the same answer, and nobody is added."""
+    client = world.client("admin")
+    user("newbie")
+    page = text(client.get("/members/"))
+    assert "added by platform staff" in page and "Add member" not in page
+    answers = set()
+    for name in ("oscar", "root", "newbie", "nobody"):
+        res = client.post("/members/", {"username": name, "role": "admin"})
+        answers.add((res.status_code, tuple(re.findall(r"username: [^<]+", text(res)))))
+    assert answers == {(400, (f"username: {MEMBER_ADD_REFUSED}",))}
+    assert not Membership.objects.filter(
+        tenant=world.tenant, user__username__in=["oscar", "root", "newbie"]
+    ).exists()
+    denied = AuditEvent.objects.filter(action="member.add", outcome="denied")
+    assert sorted(e.after["username"] for e in denied) == ["newbie", "nobody", "oscar", "root"]
+    # Staff add existing non-staff accounts; a staff account gets the same refusal.
+    staff = world.client("staff")
+    staff.post("/tenant", {"tenant": "billing"})
+    assert staff.post("/members/", {"username": "oscar", "role": "viewer"}).status_code == 302
+    refused = staff.post("/members/", {"username": "root", "role": "viewer"})
+    assert refused.status_code == 400 and MEMBER_ADD_REFUSED in text(refused)
 
 
 # --- time zones -----------------------------------------------------------------------------------------
