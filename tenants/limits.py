@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from django.core.checks import Error
 from django.http import HttpRequest
 
 from dispatch.ratelimit import redis_client
@@ -39,9 +40,16 @@ end
 return {n, ttl}
 """
 
-_RATE = re.compile(r"^\s*(\d+)\s*/\s*(\d*)\s*(s|sec|second|m|min|minute|h|hour|d|day)\s*$")
+_RATE = re.compile(r"^\s*(\d+)\s*/\s*(\d*)\s*([a-z]+)\s*$")
 _UNIT_S = {"s": 1, "sec": 1, "second": 1, "m": 60, "min": 60, "minute": 60}
 _UNIT_S |= {"h": 3600, "hour": 3600, "d": 86400, "day": 86400}
+_UNIT_S |= {f"{unit}s": n for unit, n in list(_UNIT_S.items()) if len(unit) > 1}
+SETTINGS = (
+    "API_RATE_LIMIT",
+    "API_AUTH_FAILURES_PER_ADDRESS",
+    "LOGIN_FAILURES_PER_USER",
+    "LOGIN_FAILURES_PER_ADDRESS",
+)
 
 _script: Any = None
 _script_client: Any = None
@@ -56,7 +64,7 @@ class Rate:
 def parse_rate(text: str) -> Rate:
     """'1200/min', '10/15min', '100/hour', '5/day' → count per window."""
     match = _RATE.match(text or "")
-    if not match:
+    if not match or match.group(3) not in _UNIT_S:
         raise ValueError(f"rate {text!r} must look like '1200/min', '10/15min' or '100/hour'")
     count, multiple, unit = int(match.group(1)), int(match.group(2) or 1), match.group(3)
     if count <= 0 or multiple <= 0:
@@ -92,6 +100,17 @@ def hit(scope: str, ident: str, rate: Rate, *, amount: int = 1) -> Hit:
         log.warning("limit counter %s unavailable (%s); not limiting", scope, type(exc).__name__)
         return Hit(count=0, limit=rate.limit, retry_after_s=0)
     return Hit(count=int(count), limit=rate.limit, retry_after_s=max(1, -(-int(ttl_ms) // 1000)))
+
+
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """System check: a mistyped limit is an error at start-up, not a 500 per request."""
+    errors = []
+    for name in SETTINGS:
+        try:
+            parse_rate(str(getattr(settings, name)))
+        except ValueError as exc:
+            errors.append(Error(f"{name}: {exc}", id="tenants.E001"))
+    return errors
 
 
 def client_address(request: HttpRequest) -> str:
