@@ -9,12 +9,12 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.text import slugify
 
-from tenants import selectors as tenant_selectors
 from tenants import tokens
 from tenants.audit import audit_record
 from tenants.exceptions import InvalidInput, NotFound
 from tenants.models import Membership, ServiceToken, Tenant, TenantQuota
 from tenants.roles import Principal, Role
+from tenants.selectors import user_by_username
 
 
 def _token_view(token: ServiceToken) -> dict[str, object]:
@@ -155,7 +155,7 @@ def membership_attach(
     roles and remove members. Every refusal — unknown, inactive or staff
     account, or a caller who is not staff — gets the same answer, audited.
     """
-    user = tenant_selectors.user_by_username(username=username) if by_staff else None
+    user = user_by_username(username=username) if by_staff else None
     if user is None or user.is_staff:
         audit_record(
             actor=actor,
