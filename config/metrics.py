@@ -4,7 +4,8 @@ The database is the one place every beat and worker writes to, so a scrape of
 any web process sees the whole fleet (fire lag, states, fencing rejections…)
 without a metrics pipeline between processes. Per-process OpenTelemetry
 metrics and traces go over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set.
-Set METRICS_TOKEN to require `Authorization: Bearer <token>` on scrapes.
+Set METRICS_TOKEN to require `Authorization: Bearer <token>` on scrapes; without
+one, production serves them only with METRICS_PUBLIC=1.
 """
 
 from __future__ import annotations
@@ -156,11 +157,24 @@ class DatabaseCollector(Collector):
 
 
 def metrics_view(request: HttpRequest) -> HttpResponse:
-    token = getattr(settings, "METRICS_TOKEN", "")
+    token: str = settings.METRICS_TOKEN
     if token:
-        given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
-        if not hmac.compare_digest(given, token):
-            return HttpResponse("metrics token required\n", status=401, content_type="text/plain")
+        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(
+            given.strip().encode(), token.encode()
+        ):
+            response = HttpResponse(
+                "metrics token required\n", status=401, content_type="text/plain"
+            )
+            response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+            return response
+    elif not settings.METRICS_PUBLIC:
+        # Production without a token: every tenant's slug and counts would be public.
+        return HttpResponse(
+            "metrics are not public: set METRICS_TOKEN (or METRICS_PUBLIC=1)\n",
+            status=403,
+            content_type="text/plain",
+        )
     registry = CollectorRegistry()
     registry.register(DatabaseCollector())
     return HttpResponse(

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from django.core.exceptions import ImproperlyConfigured
 
-from config.env import get, get_bool, get_int
+from config.env import get, get_bool, get_int, get_list
 from config.settings import *  # noqa: F403
 
 DEBUG = False
@@ -24,3 +24,14 @@ CSRF_COOKIE_SECURE = True
 SESSION_COOKIE_SAMESITE = "Lax"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
+
+# Tenant slugs and counts are not public: without METRICS_TOKEN, /metrics answers
+# 403 unless the operator says otherwise (METRICS_PUBLIC=1, e.g. behind a private scrape network).
+METRICS_PUBLIC = get_bool("METRICS_PUBLIC", False)
+# "testserver" is the Django test client's host name: no real client uses it.
+ALLOWED_HOSTS = [
+    h for h in get_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"]) if h != "testserver"
+]
+# The loopback escape hatch of the SSRF guard is for development and tests only:
+# a production process ignores TARGET_TEST_ALLOW whatever its environment says.
+TARGET_TEST_ALLOW = []

@@ -150,6 +150,17 @@ SECURE_REFERRER_POLICY = "same-origin"
 # Requests per token (or per client address when unauthenticated): "N/s|min|hour|day".
 API_RATE_LIMIT = get("API_RATE_LIMIT", "1200/min")
 API_MAX_BODY_BYTES = get_int("API_MAX_BODY_BYTES", 64 * 1024)
+# Brute-force limits (tenants/limits.py): failed attempts per window, counted
+# atomically in Redis. A console or admin login is refused (inline message) once
+# its username or its client address is over the limit, even with the right
+# password; a client address over the token-failure limit gets 429 for every
+# failed API authentication (a valid token still works from it).
+LOGIN_FAILURES_PER_USER = get("LOGIN_FAILURES_PER_USER", "10/15min") or "10/15min"
+LOGIN_FAILURES_PER_ADDRESS = get("LOGIN_FAILURES_PER_ADDRESS", "50/15min") or "50/15min"
+API_AUTH_FAILURES_PER_ADDRESS = get("API_AUTH_FAILURES_PER_ADDRESS", "100/15min") or "100/15min"
+# Reverse proxies in front of the web process that append to X-Forwarded-For:
+# the client address is the entry this many hops from the right (0: REMOTE_ADDR).
+TRUSTED_PROXY_COUNT = get_int("TRUSTED_PROXY_COUNT", 0)
 DATA_UPLOAD_MAX_MEMORY_SIZE = API_MAX_BODY_BYTES
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["tenants.api.authentication.ServiceTokenAuthentication"],
@@ -224,6 +235,14 @@ TARGET_DENY_EXTRA = get_list("TARGET_DENY_EXTRA", [])
 # Empty in production; the always-denied ranges stay denied for everything else.
 TARGET_TEST_ALLOW = get_list("TARGET_TEST_ALLOW", [])
 
+# --- Metrics ---
+# /metrics shows every tenant's slug and counts. With METRICS_TOKEN (or
+# METRICS_TOKEN_FILE) set, scrapes need `Authorization: Bearer <token>`; without
+# one they are served only when METRICS_PUBLIC allows it (the development
+# default; config/production.py defaults it to false).
+METRICS_TOKEN = get("METRICS_TOKEN", "") or ""
+METRICS_PUBLIC = get_bool("METRICS_PUBLIC", True)
+
 # "json" for structured logs (one object per line, with execution/schedule/tenant/trace ids).
 LOG_FORMAT = get("LOG_FORMAT", "plain") or "plain"
 LOGGING = {
@@ -294,4 +313,5 @@ EMAIL_BACKEND = (
 # A strict Content-Security-Policy on the console's pages (config/security.py):
 # scripts and styles only from our own static files; htmx is django-htmx's copy.
 MIDDLEWARE.append("config.security.ContentSecurityPolicyMiddleware")
-CSP_EXEMPT_PREFIXES = ["/admin/", "/v1/docs"]
+# The API docs (/v1/docs) get their own policy, config.security.DOCS_POLICY.
+CSP_EXEMPT_PREFIXES = ["/admin/"]

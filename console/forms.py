@@ -11,6 +11,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from django import forms
+from django.core import signing
 
 from dispatch import cron
 from dispatch.models import DurationClass, Misfire, Overlap, Priority, Schedule
@@ -40,6 +41,28 @@ ERROR_FIELDS = {
     "jitter_s": "jitter_s",
     "depends_on": "depends_on",
 }
+
+
+# The create form's hidden `preview_seed` becomes the new schedule's id, so the
+# H values and jitter its live preview shows are the ones it keeps. The server
+# issues it: a fresh random id, signed (salted, with an age limit), so a client
+# can neither name an existing id (an existence oracle across tenants) nor pick
+# ids to land in a partition of its choosing.
+SEED_SALT = "console.schedule.preview_seed"
+SEED_MAX_AGE_S = 24 * 3600
+SEED_INVALID = "this form has expired or was altered; reload it"
+
+
+def issue_seed() -> str:
+    return signing.dumps(uuid.uuid4().hex, salt=SEED_SALT)
+
+
+def read_seed(value: str) -> uuid.UUID | None:
+    """The id inside a seed this server issued within SEED_MAX_AGE_S, else None."""
+    try:
+        return uuid.UUID(str(signing.loads(value, salt=SEED_SALT, max_age=SEED_MAX_AGE_S)))
+    except (signing.BadSignature, ValueError, TypeError):
+        return None
 
 
 def field_for_error(key: str) -> str | None:
@@ -107,18 +130,16 @@ class ScheduleForm(forms.Form):
 
     def preview_seed_id(self) -> uuid.UUID | None:
         """The id the live preview used, so the saved schedule gets the H values it showed."""
-        try:
-            return uuid.UUID(str(self.cleaned_data.get("preview_seed") or ""))
-        except ValueError:
-            return None
+        return read_seed(str(self.cleaned_data.get("preview_seed") or ""))
 
     def __init__(self, *args: Any, schedule_choices: list[tuple[str, str]], **kwargs: Any):
         super().__init__(*args, **kwargs)
         field = self.fields["depends_on"]
         assert isinstance(field, forms.MultipleChoiceField)  # noqa: S101 - declared above
         field.choices = schedule_choices
-        if not self.initial.get("preview_seed"):
-            self.initial["preview_seed"] = str(uuid.uuid4())
+        if not self.initial.get("preview_seed") and not self.initial.get("version"):
+            # A new schedule (an edit form keeps its schedule's id and carries no seed).
+            self.initial["preview_seed"] = issue_seed()
 
     LIVE_FIELDS = ("name", "kind", "cron", "run_at", "timezone", "jitter_s", "target")
 
@@ -163,7 +184,6 @@ class ScheduleForm(forms.Form):
             "jitter_s": schedule.jitter_s,
             "depends_on": [str(d.id) for d in schedule.depends_on.all()],
             "version": schedule.version,
-            "preview_seed": str(schedule.id),
         }
 
     def clean_target(self) -> dict[str, Any]:
@@ -178,6 +198,12 @@ class ScheduleForm(forms.Form):
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
+        # Empty (no preview was shown) lets the service pick the id; anything else
+        # must be a seed this server issued: one answer for every other value.
+        # Shown above the form, as the field is hidden.
+        seed = str(data.get("preview_seed") or "")
+        if seed and read_seed(seed) is None:
+            self.add_error(None, f"preview_seed: {SEED_INVALID}")
         kind = data.get("kind")
         if kind == "cron" and not (data.get("cron") or "").strip():
             self.add_error("cron", "cron: is required for a recurring schedule")

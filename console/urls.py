@@ -2,9 +2,16 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from console import views
+from tenants.login import ConsoleLoginForm
 
 urlpatterns = [
-    path("login/", auth_views.LoginView.as_view(template_name="console/login.html"), name="login"),
+    path(
+        "login/",
+        auth_views.LoginView.as_view(
+            template_name="console/login.html", authentication_form=ConsoleLoginForm
+        ),
+        name="login",
+    ),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", views.home, name="console-home"),
     path("dashboard/live", views.dashboard_live, name="console-dashboard-live"),

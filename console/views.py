@@ -278,11 +278,13 @@ def schedule_preview(
     choices = selectors.schedule_choices(tenant=principal.tenant)
     form = console_forms.ScheduleForm(request.POST, schedule_choices=choices)
     ctx: dict[str, Any] = {"schedule": schedule, "errors": [], "rows": []}
-    seed_raw = request.POST.get("preview_seed", "")
-    try:
-        seed = uuid.UUID(str(schedule.id) if schedule else seed_raw)
-    except ValueError:
-        seed = uuid.uuid4()
+    # Only a seed this server issued (console/forms.py); an altered one is
+    # reported by the form and previewed with a throwaway id.
+    seed = (
+        schedule.id
+        if schedule
+        else (console_forms.read_seed(request.POST.get("preview_seed", "")) or uuid.uuid4())
+    )
     ctx["provisional_seed"] = schedule is None
     if not form.is_valid():
         ctx["errors"] = [str(e) for errs in form.errors.values() for e in errs]
@@ -720,16 +722,18 @@ def members(request: HttpRequest, principal: Principal) -> HttpResponse:
     status = 200
     if request.method == "POST":
         if form.is_valid():
-            user = tenant_selectors.user_by_username(username=form.cleaned_data["username"])
-            if user is None:
-                form.add_error("username", "username: no such user")
-            else:
-                tenant_services.membership_set(
+            # Only platform staff add accounts (tenants/services.py); one answer otherwise.
+            try:
+                tenant_services.membership_attach(
                     tenant=principal.tenant,
-                    user=user,
+                    username=form.cleaned_data["username"],
                     role=Role.parse(form.cleaned_data["role"]),
                     actor=principal,
+                    by_staff=request.user.is_staff,
                 )
+            except TenantsError as exc:
+                form.add_error("username", f"username: {exc.message}")
+            else:
                 return redirect("console-members")
         status = 400
     ctx = base_context(

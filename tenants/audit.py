@@ -20,10 +20,11 @@ def audit_record(
     after: dict[str, Any] | None = None,
     outcome: str = "ok",
     actor_label: str = "",
+    actor_kind: str = "",
 ) -> AuditEvent:
     return AuditEvent.objects.create(
         tenant=tenant if tenant is not None else (actor.tenant if actor else None),
-        actor_kind=actor.actor_kind if actor else "system",
+        actor_kind=actor.actor_kind if actor else (actor_kind or "system"),
         actor_id=actor.actor_id if actor else "",
         actor_label=actor.label if actor else (actor_label or "system"),
         action=action,

@@ -16,6 +16,7 @@ from tenants.audit import audit_record
 from tenants.exceptions import InvalidInput, NotFound
 from tenants.models import Membership, ServiceToken, Tenant, TenantQuota
 from tenants.roles import Principal, Role
+from tenants.selectors import user_by_username
 
 
 def _token_view(token: ServiceToken) -> dict[str, object]:
@@ -166,6 +167,37 @@ def membership_set(
     return result
 
 
+MEMBER_ADD_REFUSED = "no account that can be added by that name (platform staff add members)"
+
+
+def membership_attach(
+    *, tenant: Tenant, username: str, role: Role, actor: Principal, by_staff: bool
+) -> Membership:
+    """Add an existing account to a tenant: platform staff only.
+
+    Accounts span tenants, so attaching one is a platform decision: a tenant
+    admin could otherwise pull in another tenant's users or staff, and learn
+    from the answers which usernames exist. Staff attach active, non-staff
+    accounts (staff already act as admin everywhere); tenant admins change
+    roles and remove members. Every refusal — unknown, inactive or staff
+    account, or a caller who is not staff — gets the same answer, audited.
+    """
+    user = user_by_username(username=username) if by_staff else None
+    if user is None or user.is_staff:
+        audit_record(
+            actor=actor,
+            tenant=tenant,
+            action="member.add",
+            object_type="membership",
+            after={"username": username[:150], "role": role.label},
+            outcome="denied",
+        )
+        raise InvalidInput(MEMBER_ADD_REFUSED, detail={"username": [MEMBER_ADD_REFUSED]})
+    membership = membership_set(tenant=tenant, user=user, role=role, actor=actor)
+    assert membership is not None  # noqa: S101 - a role was given
+    return membership
+
+
 @transaction.atomic
 def user_ensure(*, username: str, password: str, is_staff: bool = False) -> User:
     user_model = User
@@ -193,3 +225,24 @@ def signing_key_rotate(*, tenant: Tenant, actor: Principal | None) -> str:
         object_id=str(tenant.pk),
     )
     return tenant.signing_key
+
+
+@transaction.atomic
+def auth_failure_record(
+    *, action: str, address: str, surface: str, subject: str = "", object_type: str = ""
+) -> None:
+    """Audit a failed (or throttled) log-in or token authentication by an anonymous client.
+
+    `subject` is what was tried (the username, or a token's visible prefix),
+    never a secret; the client address is in the label, so operators can search by it.
+    """
+    audit_record(
+        actor=None,
+        actor_kind="anonymous",
+        actor_label=f"anonymous@{address}"[:200],
+        action=action,
+        object_type=object_type,
+        object_id=subject[:64],
+        after={"address": address, "surface": surface},
+        outcome="denied",
+    )

@@ -203,3 +203,57 @@ class Ledger:
 
     def dump(self) -> str:
         return json.dumps(self.requests, indent=1, default=str)
+
+
+class WebServer:
+    """gunicorn serving the project on a free loopback port (threads, so requests really overlap)."""
+
+    def __init__(self, start: Callable[..., Proc], name: str = "web", **env: str) -> None:
+        from dispatch.bench.common import free_port
+
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc = start(
+            name,
+            [
+                sys.executable,
+                "-m",
+                "gunicorn",
+                "config.wsgi:application",
+                "--bind",
+                f"127.0.0.1:{self.port}",
+                "--workers",
+                env.pop("WEB_WORKERS", "2"),
+                "--worker-class",
+                "gthread",
+                "--threads",
+                env.pop("WEB_THREADS", "16"),
+            ],
+            **env,
+        )
+        wait_for(self._up, timeout=60, interval=0.2, what=f"{name} to answer")
+
+    def _up(self) -> bool:
+        import urllib.request
+
+        if not self.proc.alive():
+            raise AssertionError(f"{self.proc.name} exited:\n{self.proc.output()[-3000:]}")
+        try:
+            with urllib.request.urlopen(f"{self.url}/healthz", timeout=2) as res:
+                return bool(res.status == 200)
+        except OSError:
+            return False
+
+    def request(
+        self, method: str, path: str, *, headers: dict[str, str] | None = None, body: bytes = b""
+    ) -> tuple[int, dict[str, str], bytes]:
+        """One request on its own connection: (status, headers, body)."""
+        import http.client
+
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        try:
+            conn.request(method, path, body=body or None, headers=headers or {})
+            res = conn.getresponse()
+            return res.status, {k.lower(): v for k, v in res.getheaders()}, res.read()
+        finally:
+            conn.close()

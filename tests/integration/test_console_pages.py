@@ -14,6 +14,7 @@ import pytest
 from dispatch import services
 from dispatch.models import BeatNode, Execution, ExecutionEvent, Schedule, SchedulerPartition
 from tenants.models import AuditEvent, Membership, ServiceToken
+from tenants.services import MEMBER_ADD_REFUSED
 from tests.integration.console_support import World, build_world, form_data, user
 
 pytestmark = pytest.mark.django_db
@@ -121,25 +122,66 @@ def test_preview_resolves_h_and_marks_it_provisional_before_saving(world: World)
     assert "Resolved: <code>" in html and "H values are fixed per schedule" in html
 
 
-def test_saved_schedule_keeps_the_h_values_its_preview_showed(world: World) -> None:
-    import uuid
+def issued_seed(client: Any) -> str:
+    """The preview seed the create form was given by the server."""
+    page = text(client.get("/schedules/new"))
+    found = re.search(r'name="preview_seed" value="([^"]+)"', page)
+    assert found is not None, "the create form carries a server-issued preview seed"
+    return found.group(1)
 
+
+def test_saved_schedule_keeps_the_h_values_its_preview_showed(world: World) -> None:
+    from console.forms import read_seed
     from dispatch import cron
 
-    seed = str(uuid.uuid4())
     client = world.client("operator")
+    seed = issued_seed(client)
     data = form_data(cron="H H * * *", name="hashed", preview_seed=seed)
     preview = text(client.post("/schedules/preview", data))
     shown = re.search(r"Resolved: <code>([^<]+)</code>", preview)
     assert shown is not None
     assert client.post("/schedules/new", data).status_code == 302
     saved = Schedule.objects.get(name="hashed")
-    assert str(saved.id) == seed
+    assert saved.id == read_seed(seed)
     assert cron.resolve(saved.cron, seed=str(saved.id)) == shown.group(1)
     # Submitting the same form again cannot reuse the id (nor reveal anything about it).
     again = client.post("/schedules/new", data | {"name": "hashed-2"})
     assert again.status_code == 400 and "already submitted" in text(again)
     assert Schedule.objects.filter(name="hashed-2").count() == 0
+
+
+def test_preview_seed_is_not_an_oracle_nor_a_choice_of_id(world: World) -> None:
+    """A client-made seed (another tenant's schedule id, or an id picked for its
+    partition) is refused with one answer, and never becomes a schedule's id."""
+    import uuid
+
+    from console import forms as console_forms
+
+    client = world.client("operator")
+    theirs = str(world.other_schedule.id)
+    picked = str(uuid.uuid4())
+    answers = []
+    for n, seed in enumerate((theirs, picked, issued_seed(client) + "x")):
+        res = client.post("/schedules/new", form_data(name=f"forged-{n}", preview_seed=seed))
+        answers.append((res.status_code, re.findall(r'role="alert"><p>([^<]+)</p>', text(res))))
+    assert answers == [(400, [f"preview_seed: {console_forms.SEED_INVALID}"])] * 3
+    assert not Schedule.objects.filter(name__startswith="forged-").exists()
+    assert not Schedule.objects.filter(id=picked).exists()
+    # The live preview does not compute with a client-made seed either.
+    preview = text(client.post("/schedules/preview", form_data(preview_seed=theirs)))
+    assert console_forms.SEED_INVALID in preview
+
+
+def test_an_expired_preview_seed_asks_for_a_reload(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from console import forms as console_forms
+
+    client = world.client("operator")
+    seed = issued_seed(client)
+    monkeypatch.setattr(console_forms, "SEED_MAX_AGE_S", -1)
+    res = client.post("/schedules/new", form_data(name="stale", preview_seed=seed))
+    assert res.status_code == 400 and console_forms.SEED_INVALID in text(res)
 
 
 def test_preview_shows_dst_notes(world: World) -> None:
@@ -438,10 +480,12 @@ def test_token_create_list_and_revoke(world: World) -> None:
 def test_members_add_change_and_remove(world: World) -> None:
     client = world.client("admin")
     newbie = user("newbie")
-    assert client.post("/members/", {"username": "newbie", "role": "operator"}).status_code == 302
+    staff = world.client("staff")
+    staff.post("/tenant", {"tenant": "billing"})
+    assert staff.post("/members/", {"username": "newbie", "role": "operator"}).status_code == 302
     assert Membership.objects.get(user=newbie, tenant=world.tenant).role == "operator"
-    missing = client.post("/members/", {"username": "nobody", "role": "viewer"})
-    assert missing.status_code == 400 and "username: no such user" in text(missing)
+    missing = staff.post("/members/", {"username": "nobody", "role": "viewer"})
+    assert missing.status_code == 400 and MEMBER_ADD_REFUSED in text(missing)
     assert client.post(f"/members/{newbie.pk}/role", {"role": "admin"}).status_code == 302
     assert Membership.objects.get(user=newbie, tenant=world.tenant).role == "admin"
     assert client.post(f"/members/{newbie.pk}/remove").status_code == 302
@@ -451,6 +495,31 @@ def test_members_add_change_and_remove(world: World) -> None:
         AuditEvent.objects.filter(action__startswith="member.").values_list("action", flat=True)
     )
     assert {"member.add", "member.role_change", "member.remove"} <= set(actions)
+
+
+def test_tenant_admins_cannot_attach_accounts_nor_learn_which_exist(world: World) -> None:
+    """Another tenant's user, a staff account, an unattached account and an unknown
+    name all get the same answer, and nobody is added."""
+    client = world.client("admin")
+    user("newbie")
+    page = text(client.get("/members/"))
+    assert "added by platform staff" in page and "Add member" not in page
+    answers = set()
+    for name in ("oscar", "root", "newbie", "nobody"):
+        res = client.post("/members/", {"username": name, "role": "admin"})
+        answers.add((res.status_code, tuple(re.findall(r"username: [^<]+", text(res)))))
+    assert answers == {(400, (f"username: {MEMBER_ADD_REFUSED}",))}
+    assert not Membership.objects.filter(
+        tenant=world.tenant, user__username__in=["oscar", "root", "newbie"]
+    ).exists()
+    denied = AuditEvent.objects.filter(action="member.add", outcome="denied")
+    assert sorted(e.after["username"] for e in denied) == ["newbie", "nobody", "oscar", "root"]
+    # Staff add existing non-staff accounts; a staff account gets the same refusal.
+    staff = world.client("staff")
+    staff.post("/tenant", {"tenant": "billing"})
+    assert staff.post("/members/", {"username": "oscar", "role": "viewer"}).status_code == 302
+    refused = staff.post("/members/", {"username": "root", "role": "viewer"})
+    assert refused.status_code == 400 and MEMBER_ADD_REFUSED in text(refused)
 
 
 # --- time zones -----------------------------------------------------------------------------------------

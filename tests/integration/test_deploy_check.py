@@ -52,3 +52,39 @@ def test_secret_key_can_come_from_a_file(tmp_path: Path) -> None:
     )
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == key_file.read_text()
+
+
+def test_production_ignores_the_test_escape_hatches() -> None:
+    """TARGET_TEST_ALLOW and the test client's `testserver` host exist for tests only."""
+    env = dict(
+        os.environ,
+        DJANGO_SETTINGS_MODULE="config.production",
+        SECRET_KEY=secrets.token_urlsafe(50),
+        TARGET_TEST_ALLOW="127.0.0.1:9911",
+        ALLOWED_HOSTS="scheduler.example.com,testserver",
+    )
+    env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+    code = (
+        "import django, ipaddress; django.setup()\n"
+        "from django.conf import settings\n"
+        "from dispatch import netguard\n"
+        "print(settings.TARGET_TEST_ALLOW, settings.ALLOWED_HOSTS)\n"
+        "try:\n"
+        "    netguard.check_ip(ipaddress.ip_address('127.0.0.1'), allow=netguard.AllowList.parse([]), port=9911)\n"
+        "    print('loopback allowed')\n"
+        "except netguard.Denied as exc:\n"
+        "    print('denied:', exc)\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines()[0] == "[] ['scheduler.example.com']"
+    assert "denied: 127.0.0.1 is a loopback address" in res.stdout
+    # Without ALLOWED_HOSTS the local defaults apply, still without `testserver`.
+    env.pop("ALLOWED_HOSTS")
+    res = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert res.returncode == 0, res.stderr
+    assert "testserver" not in res.stdout.splitlines()[0]
