@@ -484,7 +484,7 @@ def schedule_pause(
         )
     except DispatchError as exc:
         return _action_error(request, principal, exc, exc.status)
-    return _action_redirect(schedule.id, "Paused.")
+    return _action_redirect(schedule.id, "Pause changed." if schedule.paused else "Paused.")
 
 
 @require_POST
@@ -498,6 +498,9 @@ def schedule_resume(
         services.schedule_resume(actor=principal, schedule_id=schedule.id)
     except DispatchError as exc:
         return _action_error(request, principal, exc, exc.status)
+    if not schedule.paused:
+        # Resume is idempotent (a double click, a stale page): nothing was changed.
+        return _action_redirect(schedule.id, "It was not paused: nothing changed.")
     return _action_redirect(schedule.id, f"Resumed. {plan}".strip())
 
 
