@@ -8,6 +8,7 @@ from typing import Any
 
 from rest_framework import serializers
 
+from dispatch.explain import CODE_MEANINGS
 from dispatch.models import (
     DurationClass,
     Execution,
@@ -243,3 +244,24 @@ class PreviewDoc(serializers.Serializer[Any]):
     occurrences = OccurrenceDoc(many=True)
     description = serializers.CharField()
     resolved = serializers.CharField()
+
+
+class EvidenceDoc(serializers.Serializer[Any]):
+    kind = serializers.ChoiceField(choices=["execution", "event", "audit", "schedule"])
+    id = serializers.CharField()
+    label = serializers.CharField(required=False)
+    url = serializers.CharField(required=False, help_text="where an API client reads it")
+
+
+class ExplanationDoc(serializers.Serializer[Any]):
+    code = serializers.ChoiceField(
+        choices=list(CODE_MEANINGS),
+        help_text="what happened, machine-readable: "
+        + "; ".join(f"`{code}`: {meaning}" for code, meaning in CODE_MEANINGS.items()),
+    )
+    sentence = serializers.CharField(help_text="the answer in words, fit to show a user")
+    evidence = EvidenceDoc(many=True)
+    at = serializers.DateTimeField()
+    occurrence = serializers.DateTimeField(allow_null=True)
+    execution_id = serializers.UUIDField(allow_null=True)
+    notes = serializers.ListField(child=serializers.CharField(), help_text="DST notes")

@@ -17,6 +17,7 @@ from dispatch import cron, explain, selectors, services
 from dispatch.api.serializers import (
     EmptySerializer,
     ExecutionOutDoc,
+    ExplanationDoc,
     JobInSerializer,
     PauseInSerializer,
     PreviewDoc,
@@ -289,7 +290,7 @@ class ScheduleExplainView(APIView):
 
     @extend_schema(
         parameters=[OpenApiParameter("at", str, required=True, description="ISO 8601 instant")],
-        responses={200: None},
+        responses={200: ExplanationDoc},
     )
     def get(self, request: Request, pk: str) -> Response:
         schedule = selectors.schedule_get_including_deleted(
