@@ -536,51 +536,6 @@ def schedule_delete(
 # --------------------------------------------------------------------------- executions
 
 
-@dataclass
-class TimelineItem:
-    at: datetime
-    kind: str
-    message: str
-    actor: str = ""
-    data: Any = None
-
-
-def _timeline(execution: Execution, events: list[Any]) -> list[TimelineItem]:
-    items: list[TimelineItem] = [
-        TimelineItem(execution.created_at, "created", f"record created ({execution.trigger})"),
-        TimelineItem(
-            execution.scheduled_for, "scheduled_for", "nominal occurrence time (scheduled_for)"
-        ),
-    ]
-    jitter = (execution.due_at - execution.scheduled_for).total_seconds()
-    if jitter:
-        items.append(TimelineItem(execution.due_at, "due", f"due after {jitter:g} s of jitter"))
-    if execution.enqueued_at:
-        items.append(
-            TimelineItem(
-                execution.enqueued_at,
-                "published",
-                f"published to queue {execution.queue or '?'}",
-            )
-        )
-    if execution.republished_at:
-        items.append(
-            TimelineItem(
-                execution.republished_at, "republished", "published again (the broker lost it)"
-            )
-        )
-    if execution.started_at:
-        items.append(TimelineItem(execution.started_at, "started", "last attempt started"))
-    if execution.finished_at:
-        items.append(
-            TimelineItem(execution.finished_at, "finished", f"finished: {execution.state}")
-        )
-    for ev in events:
-        items.append(TimelineItem(ev.at, ev.kind, ev.message, ev.actor, ev.data))
-    items.sort(key=lambda i: i.at)
-    return items
-
-
 @require_GET
 @tenant_view(Role.VIEWER)
 def execution_detail(
@@ -596,7 +551,7 @@ def execution_detail(
         principal,
         execution=execution,
         schedule=execution.schedule,
-        timeline=_timeline(execution, events),
+        timeline=selectors.execution_timeline(execution=execution, events=events),
         zone=execution.schedule.timezone,
     )
     if _is_htmx(request) and request.headers.get("HX-Target") == "execution-live":

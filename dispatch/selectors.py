@@ -7,7 +7,7 @@ import binascii
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from django.db import connection
 from django.db.models import Count, Max, Model, Q, QuerySet
@@ -164,6 +164,59 @@ def execution_events(*, execution: Execution) -> QuerySet[ExecutionEvent]:
     return ExecutionEvent.objects.filter(
         tenant_id=execution.tenant_id, execution=execution
     ).order_by("at", "id")
+
+
+@dataclass
+class TimelineItem:
+    at: datetime
+    kind: str
+    message: str
+    actor: str = ""
+    data: Any = None
+
+
+def execution_timeline(
+    *, execution: Execution, events: list[ExecutionEvent] | None = None
+) -> list[TimelineItem]:
+    """The execution's steps in time order: its row's timestamps (scheduled, due,
+    published, started, finished) merged with its events. The console and the API
+    show the same list."""
+    if events is None:
+        events = list(execution_events(execution=execution))
+    items: list[TimelineItem] = [
+        TimelineItem(execution.created_at, "created", f"record created ({execution.trigger})"),
+        TimelineItem(
+            execution.scheduled_for, "scheduled", "nominal occurrence time (scheduled_for)"
+        ),
+    ]
+    jitter = (execution.due_at - execution.scheduled_for).total_seconds()
+    if jitter:
+        items.append(TimelineItem(execution.due_at, "due", f"due after {jitter:g} s of jitter"))
+    if execution.enqueued_at:
+        items.append(
+            TimelineItem(
+                execution.enqueued_at,
+                "published",
+                f"published to queue {execution.queue or '?'}",
+            )
+        )
+    if execution.republished_at:
+        items.append(
+            TimelineItem(
+                execution.republished_at, "republished", "published again (the broker lost it)"
+            )
+        )
+    if execution.started_at:
+        items.append(TimelineItem(execution.started_at, "started", "last attempt started"))
+    if execution.finished_at:
+        items.append(
+            TimelineItem(execution.finished_at, "finished", f"finished: {execution.state}")
+        )
+    for ev in events:
+        items.append(TimelineItem(ev.at, ev.kind, ev.message, ev.actor, ev.data))
+    # Stable: at equal times the row's own steps come before the events.
+    items.sort(key=lambda i: i.at)
+    return items
 
 
 def schedule_preview(*, schedule: Schedule, after: datetime, count: int) -> list[cron.Occurrence]:

@@ -201,6 +201,16 @@ def event_out(ev: ExecutionEvent) -> dict[str, Any]:
     }
 
 
+def timeline_out(item: Any) -> dict[str, Any]:
+    return {
+        "at": iso_z(item.at),
+        "kind": item.kind,
+        "message": item.message,
+        "actor": item.actor or None,
+        "data": item.data,
+    }
+
+
 # Documentation-only serializers for the OpenAPI document.
 class ScheduleOutDoc(serializers.Serializer[Any]):
     id = serializers.UUIDField()
@@ -231,6 +241,22 @@ class ExecutionOutDoc(serializers.Serializer[Any]):
     attempt = serializers.IntegerField()
     state = serializers.CharField()
     fencing_token = serializers.IntegerField()
+
+
+class TimelineItemDoc(serializers.Serializer[Any]):
+    at = serializers.DateTimeField()
+    kind = serializers.CharField(
+        help_text="created, scheduled, due, published, republished, started, finished, "
+        "or an event kind (claimed, held_*, attempt_*, retry, dead, cancelled, ...)"
+    )
+    message = serializers.CharField()
+    actor = serializers.CharField(allow_null=True)
+    data = serializers.JSONField(allow_null=True)
+
+
+class ExecutionDetailDoc(ExecutionOutDoc):
+    events = serializers.ListField(child=serializers.JSONField())
+    timeline = TimelineItemDoc(many=True, help_text="row steps and events, in time order")
 
 
 class OccurrenceDoc(serializers.Serializer[Any]):

@@ -16,6 +16,7 @@ from rest_framework.views import APIView
 from dispatch import cron, explain, selectors, services
 from dispatch.api.serializers import (
     EmptySerializer,
+    ExecutionDetailDoc,
     ExecutionOutDoc,
     ExplanationDoc,
     JobInSerializer,
@@ -28,6 +29,7 @@ from dispatch.api.serializers import (
     execution_out,
     iso_z,
     schedule_out,
+    timeline_out,
 )
 from dispatch.exceptions import InvalidSchedule
 from tenants.roles import Principal, Role
@@ -277,11 +279,18 @@ class ExecutionListView(APIView):
 
 
 class ExecutionDetailView(APIView):
-    @extend_schema(responses={200: ExecutionOutDoc})
+    @extend_schema(responses={200: ExecutionDetailDoc})
     def get(self, request: Request, pk: str) -> Response:
         execution = selectors.execution_get(tenant=principal(request).tenant, execution_id=pk)
         body = execution_out(execution)
-        body["events"] = [event_out(ev) for ev in selectors.execution_events(execution=execution)]
+        events = list(selectors.execution_events(execution=execution))
+        body["events"] = [event_out(ev) for ev in events]
+        # The whole story in time order: scheduled / due / published / started /
+        # finished steps (row timestamps) merged with the events, as the console shows it.
+        body["timeline"] = [
+            timeline_out(item)
+            for item in selectors.execution_timeline(execution=execution, events=events)
+        ]
         return Response(body)
 
 
