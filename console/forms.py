@@ -1,6 +1,7 @@
 """Console forms: shape only (types, lengths, JSON). Meaning is checked by the
 services (dispatch/schedule_fields.py), whose InvalidSchedule errors are put
-back on the field they name."""
+back on the field they name. The one lookup here turns schedule names typed
+into a picker into the ids the services take (a read, through the selectors)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ from zoneinfo import ZoneInfo
 
 from django import forms
 
-from dispatch import cron
+from dispatch import cron, selectors
 from dispatch.models import DurationClass, Misfire, Overlap, Priority, Schedule
+from tenants.models import Tenant
 from tenants.roles import Role
 
 DEFAULT_TARGET = '{"type": "http", "url": "https://service.internal/hook", "method": "POST"}'
@@ -63,6 +65,18 @@ def parse_local(value: str, zone: ZoneInfo) -> datetime:
     return parsed
 
 
+class ScheduleRefsWidget(forms.Textarea):
+    """One schedule (name or id) per line. Repeated fields (`depends_on=<id>&depends_on=<id>`,
+    as a multiple select posted) are read as lines too, so no value is ever dropped."""
+
+    def value_from_datadict(self, data: Any, files: Any, name: str) -> Any:
+        if hasattr(data, "getlist"):
+            values = data.getlist(name)
+            return "\n".join(values) if values else None
+        value = data.get(name)
+        return "\n".join(value) if isinstance(value, list | tuple) else value
+
+
 class ScheduleForm(forms.Form):
     name = forms.CharField(max_length=200)
     kind = forms.ChoiceField(
@@ -101,7 +115,12 @@ class ScheduleForm(forms.Form):
     misfire_grace_s = forms.IntegerField(initial=60, label="Misfire grace (s)")
     catch_up_limit = forms.IntegerField(initial=10, label="Catch-up limit")
     jitter_s = forms.IntegerField(initial=0, label="Jitter (s)")
-    depends_on = forms.MultipleChoiceField(required=False, label="Runs after (upstream schedules)")
+    depends_on = forms.CharField(
+        required=False,
+        label="Runs after (upstream schedules)",
+        help_text="one schedule per line: its name or its id",
+        widget=ScheduleRefsWidget(attrs={"rows": 3, "spellcheck": "false", "autocomplete": "off"}),
+    )
     version = forms.IntegerField(required=False, widget=forms.HiddenInput)
     preview_seed = forms.CharField(required=False, widget=forms.HiddenInput)
 
@@ -112,11 +131,12 @@ class ScheduleForm(forms.Form):
         except ValueError:
             return None
 
-    def __init__(self, *args: Any, schedule_choices: list[tuple[str, str]], **kwargs: Any):
+    def __init__(
+        self, *args: Any, tenant: Tenant, schedule_id: uuid.UUID | None = None, **kwargs: Any
+    ):
         super().__init__(*args, **kwargs)
-        field = self.fields["depends_on"]
-        assert isinstance(field, forms.MultipleChoiceField)  # noqa: S101 - declared above
-        field.choices = schedule_choices
+        self.tenant = tenant
+        self.schedule_id = schedule_id
         if not self.initial.get("preview_seed"):
             self.initial["preview_seed"] = str(uuid.uuid4())
 
@@ -161,7 +181,12 @@ class ScheduleForm(forms.Form):
             "misfire_grace_s": schedule.misfire_grace_s,
             "catch_up_limit": schedule.catch_up_limit,
             "jitter_s": schedule.jitter_s,
-            "depends_on": [str(d.id) for d in schedule.depends_on.all()],
+            # Every live upstream, by name (no cap: what is not shown would be dropped on save).
+            "depends_on": "\n".join(
+                schedule.depends_on.filter(deleted_at__isnull=True)
+                .order_by("name")
+                .values_list("name", flat=True)
+            ),
             "version": schedule.version,
             "preview_seed": str(schedule.id),
         }
@@ -175,6 +200,27 @@ class ScheduleForm(forms.Form):
         if not isinstance(value, dict):
             raise forms.ValidationError('target: must be a JSON object, e.g. {"type": "http", …}')
         return value
+
+    def clean_depends_on(self) -> list[str]:
+        """The upstream schedules typed, as ids; an unknown one is an error on the field."""
+        raw = self.cleaned_data.get("depends_on") or ""
+        ids: list[str] = []
+        unknown: list[str] = []
+        for line in raw.splitlines():
+            ref = line.strip()
+            if not ref:
+                continue
+            found = selectors.schedule_resolve(tenant=self.tenant, ref=ref)
+            if found is None:
+                unknown.append(ref)
+            elif found.id == self.schedule_id:
+                raise forms.ValidationError("depends_on: a schedule cannot depend on itself")
+            elif str(found.id) not in ids:
+                ids.append(str(found.id))
+        if unknown:
+            shown = ", ".join(repr(u[:80]) for u in unknown[:3])
+            raise forms.ValidationError(f"depends_on: no schedule with the name or id {shown}")
+        return ids
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}

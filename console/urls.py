@@ -13,6 +13,7 @@ urlpatterns = [
     path("schedules/", views.schedule_list, name="console-schedules"),
     path("schedules/new", views.schedule_create, name="console-schedule-new"),
     path("schedules/preview", views.schedule_preview, name="console-schedule-preview"),
+    path("schedules/pick", views.schedule_pick, name="console-schedule-pick"),
     path("schedules/<uuid:schedule_id>/", views.schedule_detail, name="console-schedule"),
     path("schedules/<uuid:schedule_id>/edit", views.schedule_edit, name="console-schedule-edit"),
     path(

@@ -7,6 +7,7 @@ object is a 404, like a missing one. No GET changes state.
 
 from __future__ import annotations
 
+import re
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -41,6 +42,7 @@ from tenants.exceptions import TenantsError
 from tenants.roles import Principal, Role
 
 PREVIEW_COUNT = 10
+PICK_TARGET = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,40}")
 HISTORY_LIMIT = 50
 QUEUE_NAMES = [f"{p}.{d}" for p in ("high", "default", "low") for d in ("short", "long")]
 
@@ -189,8 +191,7 @@ def _apply_errors(form: console_forms.ScheduleForm, exc: DispatchError) -> None:
 @require_http_methods(["GET", "POST"])
 @tenant_view(Role.OPERATOR)
 def schedule_create(request: HttpRequest, principal: Principal) -> HttpResponse:
-    choices = selectors.schedule_choices(tenant=principal.tenant)
-    form = console_forms.ScheduleForm(request.POST or None, schedule_choices=choices)
+    form = console_forms.ScheduleForm(request.POST or None, tenant=principal.tenant)
     if request.method == "POST" and form.is_valid():
         try:
             schedule = services.schedule_create(
@@ -219,11 +220,10 @@ def schedule_edit(
     request: HttpRequest, principal: Principal, schedule_id: uuid.UUID
 ) -> HttpResponse:
     schedule = _schedule_or_404(principal, schedule_id)
-    choices = [
-        c for c in selectors.schedule_choices(tenant=principal.tenant) if c[0] != str(schedule.id)
-    ]
     if request.method == "POST":
-        form = console_forms.ScheduleForm(request.POST, schedule_choices=choices)
+        form = console_forms.ScheduleForm(
+            request.POST, tenant=principal.tenant, schedule_id=schedule.id
+        )
         if form.is_valid():
             try:
                 services.schedule_update(
@@ -239,7 +239,9 @@ def schedule_edit(
         status = 400
     else:
         form = console_forms.ScheduleForm(
-            initial=console_forms.ScheduleForm.initial_from(schedule), schedule_choices=choices
+            initial=console_forms.ScheduleForm.initial_from(schedule),
+            tenant=principal.tenant,
+            schedule_id=schedule.id,
         )
         status = 200
     preview_url = reverse("console-schedule-edit-preview", kwargs={"schedule_id": schedule.id})
@@ -275,8 +277,9 @@ def schedule_preview(
 ) -> HttpResponse:
     """Live validation and preview of the form as typed (htmx POST; writes nothing)."""
     schedule = _schedule_or_404(principal, schedule_id) if schedule_id else None
-    choices = selectors.schedule_choices(tenant=principal.tenant)
-    form = console_forms.ScheduleForm(request.POST, schedule_choices=choices)
+    form = console_forms.ScheduleForm(
+        request.POST, tenant=principal.tenant, schedule_id=schedule.id if schedule else None
+    )
     ctx: dict[str, Any] = {"schedule": schedule, "errors": [], "rows": []}
     seed_raw = request.POST.get("preview_seed", "")
     try:
@@ -533,6 +536,31 @@ def schedule_delete(
     return render(request, "console/schedule_delete.html", ctx)
 
 
+@require_GET
+@tenant_view(Role.VIEWER)
+def schedule_pick(request: HttpRequest, principal: Principal) -> HttpResponse:
+    """Search results for a schedule picker (htmx fragment): tenant-scoped, bounded.
+
+    `target` names the text field a result fills (`mode=add` appends a line to a
+    list of names, otherwise it replaces the value); `exclude` leaves one
+    schedule out (a schedule cannot depend on itself)."""
+    q = (request.GET.get("q") or request.GET.get("schedule") or "").strip()[:200]
+    target = request.GET.get("target", "")
+    if not PICK_TARGET.fullmatch(target):
+        target = ""
+    exclude = selectors.as_uuid(request.GET.get("exclude") or "")
+    rows, more = selectors.schedule_search(tenant=principal.tenant, q=q, exclude=exclude)
+    ctx = {
+        "rows": rows,
+        "more": more,
+        "q": q,
+        "target": target,
+        "mode": "add" if request.GET.get("mode") == "add" else "set",
+        "results_id": f"{target}-results" if target else "pick-results",
+    }
+    return render(request, "console/schedule_pick.html", ctx)
+
+
 # --------------------------------------------------------------------------- executions
 
 
@@ -565,20 +593,25 @@ def execution_detail(
 @require_GET
 @tenant_view(Role.VIEWER)
 def explain_page(request: HttpRequest, principal: Principal) -> HttpResponse:
-    choices = selectors.schedule_choices(tenant=principal.tenant)
-    sid = request.GET.get("schedule", "")
+    sid = request.GET.get("schedule", "").strip()[:200]
     at_raw = request.GET.get("at", "").strip()
     at_utc = request.GET.get("at_utc", "").strip()
     answer: explain.Explanation | None = None
     error = ""
     schedule: Schedule | None = None
     if sid:
-        try:
-            schedule = selectors.schedule_get_including_deleted(
-                tenant=principal.tenant, schedule_id=sid
-            )
-        except NotFound:
-            raise Http404("schedule not found") from None
+        # A name or an id (the picker is a text field): any of the tenant's
+        # schedules, not only the first few hundred a dropdown could list.
+        schedule = selectors.schedule_resolve(
+            tenant=principal.tenant, ref=sid, include_deleted=True
+        )
+        if schedule is None:
+            if selectors.as_uuid(sid) is not None:
+                # Another tenant's id is indistinguishable from a missing one.
+                raise Http404("schedule not found")
+            error = f"schedule: no schedule with the name {sid!r}"
+        elif schedule.deleted_at is None:
+            sid = schedule.name
     if schedule is not None and (at_raw or at_utc):
         zone = cron.get_zone(schedule.timezone)
         try:
@@ -603,7 +636,6 @@ def explain_page(request: HttpRequest, principal: Principal) -> HttpResponse:
     ctx = base_context(
         request,
         principal,
-        choices=choices,
         schedule=schedule,
         sid=sid,
         at_value=at_raw,

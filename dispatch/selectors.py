@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
 
 from django.db import connection
-from django.db.models import Count, Max, Model, Q, QuerySet
+from django.db.models import Case, Count, Max, Model, Q, QuerySet, Value, When
 
 from dispatch import cron
 from dispatch.exceptions import InvalidSchedule, NotFound
@@ -350,13 +350,51 @@ def schedule_dependents(*, tenant: Tenant, schedule: Schedule) -> list[Schedule]
     )
 
 
-def schedule_choices(*, tenant: Tenant) -> list[tuple[str, str]]:
-    return [
-        (str(pk), name)
-        for pk, name in Schedule.objects.filter(tenant=tenant, deleted_at__isnull=True)
-        .order_by("name")
-        .values_list("id", "name")[:MAX_PAGE]
-    ]
+PICK_LIMIT = 20
+
+
+def schedule_search(
+    *, tenant: Tenant, q: str, limit: int = PICK_LIMIT, exclude: uuid.UUID | None = None
+) -> tuple[list[Schedule], bool]:
+    """Live schedules whose name contains `q` (or whose id is `q`), names starting
+    with it first; at most `limit`, and whether there are more. The console's
+    pickers search with this instead of listing every schedule of the tenant."""
+    qs = Schedule.objects.filter(tenant=tenant, deleted_at__isnull=True)
+    if exclude is not None:
+        qs = qs.exclude(pk=exclude)
+    q = q.strip()
+    if q:
+        pk = as_uuid(q)
+        qs = qs.filter(Q(name__icontains=q) | Q(pk=pk)) if pk else qs.filter(name__icontains=q)
+        qs = qs.annotate(
+            prefix=Case(When(name__istartswith=q, then=Value(0)), default=Value(1))
+        ).order_by("prefix", "name", "id")
+    else:
+        qs = qs.order_by("name", "id")
+    rows = list(qs[: limit + 1])
+    return rows[:limit], len(rows) > limit
+
+
+def schedule_resolve(*, tenant: Tenant, ref: str, include_deleted: bool = False) -> Schedule | None:
+    """The tenant's schedule a user typed: its id, its exact name, or a name that
+    matches one live schedule ignoring case. None when nothing (or several) match."""
+    ref = ref.strip()
+    if not ref:
+        return None
+    pk = as_uuid(ref)
+    if pk is not None:
+        by_id = Schedule.objects.filter(tenant=tenant, pk=pk)
+        if not include_deleted:
+            by_id = by_id.filter(deleted_at__isnull=True)
+        found = by_id.first()
+        if found is not None:
+            return found
+    live = Schedule.objects.filter(tenant=tenant, deleted_at__isnull=True)
+    exact = live.filter(name=ref).first()
+    if exact is not None:
+        return exact
+    loose = list(live.filter(name__iexact=ref)[:2])
+    return loose[0] if len(loose) == 1 else None
 
 
 # --- platform operators (cross-tenant, staff only) -----------------------------------------
