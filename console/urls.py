@@ -8,6 +8,7 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", views.home, name="console-home"),
     path("dashboard/live", views.dashboard_live, name="console-dashboard-live"),
+    path("upcoming", views.upcoming, name="console-upcoming"),
     path("tenant", views.tenant_switch, name="console-tenant-switch"),
     path("prefs/tz", views.set_timezone, name="console-set-tz"),
     path("schedules/", views.schedule_list, name="console-schedules"),

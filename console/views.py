@@ -105,11 +105,16 @@ def _dashboard_context(principal: Principal) -> dict[str, Any]:
     now = services.db_now()
     day_start = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     usage = selectors.tenant_usage(tenant=principal.tenant, day_start=day_start)
+    total, capped = selectors.upcoming_count(
+        tenant=principal.tenant, now=now, horizon=timedelta(hours=1)
+    )
     return {
         "now": now,
         "upcoming": selectors.upcoming_fires(
             tenant=principal.tenant, now=now, horizon=timedelta(hours=1)
         ),
+        "upcoming_total": total,
+        "upcoming_capped": capped,
         "running": selectors.executions_running(tenant=principal.tenant),
         "troubled": selectors.executions_troubled(
             tenant=principal.tenant, since=now - timedelta(days=1)
@@ -130,6 +135,42 @@ def home(request: HttpRequest, principal: Principal) -> HttpResponse:
 def dashboard_live(request: HttpRequest, principal: Principal) -> HttpResponse:
     ctx = base_context(request, principal, **_dashboard_context(principal))
     return render(request, "console/dashboard.html#live", ctx)
+
+
+UPCOMING_PAGE = 200
+
+
+@require_GET
+@tenant_view(Role.VIEWER)
+def upcoming(request: HttpRequest, principal: Principal) -> HttpResponse:
+    """Every fire due in the next hour (the dashboard shows the first 50), by pages."""
+    try:
+        page = max(1, int(request.GET.get("page", "1")))
+    except ValueError:
+        page = 1
+    page = min(page, selectors.UPCOMING_COUNT_CAP // UPCOMING_PAGE)
+    now = services.db_now()
+    horizon = timedelta(hours=1)
+    rows = selectors.upcoming_fires(
+        tenant=principal.tenant, now=now, horizon=horizon, limit=page * UPCOMING_PAGE
+    )
+    total, capped = selectors.upcoming_count(tenant=principal.tenant, now=now, horizon=horizon)
+    start = (page - 1) * UPCOMING_PAGE
+    shown = rows[start:]
+    ctx = base_context(
+        request,
+        principal,
+        now=now,
+        rows=shown,
+        first=start + 1,
+        last=start + len(shown),
+        total=total,
+        capped=capped,
+        page=page,
+        prev_page=page - 1 if page > 1 else None,
+        next_page=page + 1 if start + len(shown) < total else None,
+    )
+    return render(request, "console/upcoming.html", ctx)
 
 
 # --------------------------------------------------------------------------- schedules
@@ -435,7 +476,7 @@ def schedule_detail(
         schedule=schedule,
         description=description,
         resolved=resolved if resolved != schedule.cron else "",
-        upcoming=selectors.schedule_preview(schedule=schedule, after=now, count=PREVIEW_COUNT),
+        upcoming=selectors.schedule_next_runs(schedule=schedule, after=now, count=PREVIEW_COUNT),
         history=_history(schedule, executions, now),
         upstream=list(schedule.depends_on.filter(deleted_at__isnull=True).order_by("name")),
         downstream=selectors.schedule_dependents(tenant=principal.tenant, schedule=schedule),

@@ -236,6 +236,15 @@ def schedule_preview(*, schedule: Schedule, after: datetime, count: int) -> list
     )
 
 
+def schedule_next_runs(*, schedule: Schedule, after: datetime, count: int) -> list[cron.Occurrence]:
+    """The runs a user will see happen: a schedule paused until T runs nothing before T
+    (the beat resumes it then), so the occurrences inside the pause are left out."""
+    until = schedule.paused_until if schedule.paused else None
+    if until is not None and until > after:
+        after = until - timedelta(microseconds=1)
+    return schedule_preview(schedule=schedule, after=after, count=count)
+
+
 def schedule_get_including_deleted(*, tenant: Tenant, schedule_id: uuid.UUID | str) -> Schedule:
     """A schedule of the tenant even if soft-deleted (the explainer answers for those too)."""
     pk = as_uuid(schedule_id)
@@ -263,15 +272,47 @@ def upcoming_fires(
         ).order_by("next_run_at", "id")[:limit]
     )
     out: list[tuple[Schedule, cron.Occurrence]] = []
+    per_schedule = min(limit, int(horizon.total_seconds() // 60) + 1, cron.PREVIEW_MAX)
     for schedule in schedules:
         next_run = schedule.next_run_at or now
         after = min(now, next_run) - timedelta(microseconds=1)
-        for occ in schedule_preview(schedule=schedule, after=after, count=limit):
+        for occ in schedule_preview(schedule=schedule, after=after, count=per_schedule):
             if occ.scheduled_for > end:
                 break
             out.append((schedule, occ))
     out.sort(key=lambda pair: (pair[1].due_at, str(pair[0].id)))
     return out[:limit]
+
+
+UPCOMING_COUNT_CAP = 2_000
+
+
+def upcoming_count(*, tenant: Tenant, now: datetime, horizon: timedelta) -> tuple[int, bool]:
+    """How many occurrences `upcoming_fires` would list without its limit, and whether
+    the count stopped at UPCOMING_COUNT_CAP (a dashboard must say "50 of 426", not stop
+    silently at 50, yet not expand every schedule of a huge tenant on each refresh)."""
+    end = now + horizon
+    due = Schedule.objects.filter(
+        tenant=tenant,
+        deleted_at__isnull=True,
+        paused=False,
+        next_run_at__isnull=False,
+        next_run_at__lte=end,
+    ).order_by("next_run_at", "id")
+    # A cron fires at most once a minute: no schedule has more occurrences than this.
+    per_schedule = min(int(horizon.total_seconds() // 60) + 1, cron.PREVIEW_MAX)
+    total = 0
+    for schedule in due.iterator(chunk_size=500):
+        next_run = schedule.next_run_at or now
+        after = min(now, next_run) - timedelta(microseconds=1)
+        room = UPCOMING_COUNT_CAP - total
+        for occ in schedule_preview(schedule=schedule, after=after, count=min(room, per_schedule)):
+            if occ.scheduled_for > end:
+                break
+            total += 1
+        if total >= UPCOMING_COUNT_CAP:
+            return UPCOMING_COUNT_CAP, True
+    return total, False
 
 
 def executions_running(*, tenant: Tenant, limit: int = 20) -> list[Execution]:

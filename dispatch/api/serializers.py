@@ -270,6 +270,9 @@ class PreviewDoc(serializers.Serializer[Any]):
     occurrences = OccurrenceDoc(many=True)
     description = serializers.CharField()
     resolved = serializers.CharField()
+    note = serializers.CharField(
+        allow_null=True, help_text="set when paused until a time: earlier runs are left out"
+    )
 
 
 class EvidenceDoc(serializers.Serializer[Any]):

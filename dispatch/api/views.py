@@ -213,7 +213,8 @@ class SchedulePreviewView(APIView):
         schedule = selectors.schedule_get(tenant=principal(request).tenant, schedule_id=pk)
         count = _int_param(request, "count", 10, 1, settings.PREVIEW_MAX_COUNT)
         after = _instant(request, "from") or services.db_now()
-        occurrences = selectors.schedule_preview(schedule=schedule, after=after, count=count)
+        # A schedule paused until T fires nothing before T: those are not listed.
+        occurrences = selectors.schedule_next_runs(schedule=schedule, after=after, count=count)
         seed = str(schedule.id)
         if schedule.kind == "cron":
             description = cron.describe(schedule.cron, seed=seed)
@@ -235,6 +236,12 @@ class SchedulePreviewView(APIView):
                 "description": description,
                 "resolved": resolved,
                 "timezone": schedule.timezone,
+                "note": (
+                    f"paused until {iso_z(schedule.paused_until)}: "
+                    "occurrences before then are not listed"
+                )
+                if schedule.paused and schedule.paused_until
+                else None,
             }
         )
 
