@@ -39,6 +39,7 @@ ERROR_FIELDS = {
     "misfire": "misfire",
     "misfire_grace_s": "misfire_grace_s",
     "catch_up_limit": "catch_up_limit",
+    "target.timeout_s": "timeout_s",
     "jitter_s": "jitter_s",
     "depends_on": "depends_on",
 }
@@ -85,11 +86,12 @@ class ScheduleForm(forms.Form):
     cron = forms.CharField(
         max_length=200,
         required=False,
-        help_text="5 fields; H, H(a-b), H/n and @hourly…@yearly allowed",
+        help_text="recurring only: 5 fields; H, H(a-b), H/n and @hourly…@yearly allowed",
     )
     run_at = forms.CharField(
         required=False,
-        help_text="one-off: a date and time in the schedule's time zone",
+        label="Run at",
+        help_text="one-off only: a date and time in the schedule's time zone",
         widget=forms.DateTimeInput(attrs={"type": "datetime-local", "step": "1"}),
     )
     timezone = forms.CharField(max_length=64, initial="UTC")
@@ -97,6 +99,12 @@ class ScheduleForm(forms.Form):
         initial=DEFAULT_TARGET,
         widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false"}),
         help_text='JSON: {"type": "http"|"queue"|"command", …}; secrets only as {"secret": "vault:…"}',
+    )
+    timeout_s = forms.IntegerField(
+        required=False,
+        min_value=1,
+        label="Timeout (s)",
+        help_text="an attempt is stopped after this long; empty: the target's default",
     )
     retry_max_attempts = forms.IntegerField(initial=3, label="Max attempts")
     retry_backoff = forms.ChoiceField(
@@ -113,7 +121,12 @@ class ScheduleForm(forms.Form):
     )
     misfire = forms.ChoiceField(choices=Misfire.choices, initial=Misfire.SKIP)
     misfire_grace_s = forms.IntegerField(initial=60, label="Misfire grace (s)")
-    catch_up_limit = forms.IntegerField(initial=10, label="Catch-up limit")
+    catch_up_limit = forms.IntegerField(
+        initial=10,
+        required=False,
+        label="Catch-up limit",
+        help_text="catch_up only: at most this many missed runs are made up",
+    )
     jitter_s = forms.IntegerField(initial=0, label="Jitter (s)")
     depends_on = forms.CharField(
         required=False,
@@ -139,6 +152,28 @@ class ScheduleForm(forms.Form):
         self.schedule_id = schedule_id
         if not self.initial.get("preview_seed"):
             self.initial["preview_seed"] = str(uuid.uuid4())
+
+    def ignored_fields(self) -> set[str]:
+        """Fields of the other kind (or of another misfire policy) in a submission: the
+        form may show them (no JS, no CSS :has), but their values mean nothing here."""
+        if not self.is_bound:
+            return set()
+        ignored = {"run_at"} if self.data.get("kind", "cron") == "cron" else {"cron"}
+        if self.data.get("misfire") != "catch_up":
+            ignored.add("catch_up_limit")
+        return ignored
+
+    def full_clean(self) -> None:
+        # A disabled field takes its initial value and is never validated: what was typed
+        # into a field of the other kind cannot make the form invalid nor be saved.
+        ignored = self.ignored_fields()
+        for name in ignored:
+            self.fields[name].disabled = True
+        try:
+            super().full_clean()
+        finally:
+            for name in ignored:
+                self.fields[name].disabled = False
 
     LIVE_FIELDS = ("name", "kind", "cron", "run_at", "timezone", "jitter_s", "target")
 
@@ -169,7 +204,11 @@ class ScheduleForm(forms.Form):
             "cron": schedule.cron,
             "run_at": run_at,
             "timezone": schedule.timezone,
-            "target": json.dumps(schedule.target, indent=1),
+            # timeout_s has its own field: the JSON shows the rest of the target.
+            "target": json.dumps(
+                {k: v for k, v in (schedule.target or {}).items() if k != "timeout_s"}, indent=1
+            ),
+            "timeout_s": schedule.timeout_s,
             "retry_max_attempts": retry.get("max_attempts", 3),
             "retry_backoff": retry.get("backoff", "exponential"),
             "retry_initial_s": retry.get("initial_s", 10),
@@ -245,10 +284,13 @@ class ScheduleForm(forms.Form):
     def to_service_data(self) -> dict[str, Any]:
         """The definition in the services' vocabulary (the API's field names)."""
         d = self.cleaned_data
+        target = dict(d["target"])
+        if d.get("timeout_s") is not None:
+            target["timeout_s"] = d["timeout_s"]
         data: dict[str, Any] = {
             "name": d["name"],
             "timezone": (d.get("timezone") or "UTC").strip(),
-            "target": d["target"],
+            "target": target,
             "retry": {
                 "max_attempts": d["retry_max_attempts"],
                 "backoff": d["retry_backoff"],
@@ -260,10 +302,12 @@ class ScheduleForm(forms.Form):
             "concurrency": d["concurrency"],
             "misfire": d["misfire"],
             "misfire_grace_s": d["misfire_grace_s"],
-            "catch_up_limit": d["catch_up_limit"],
             "jitter_s": d["jitter_s"],
             "depends_on": list(d.get("depends_on") or []),
         }
+        # Only catch_up uses the limit; otherwise the stored (or default) one is kept.
+        if d.get("misfire") == "catch_up" and d.get("catch_up_limit") is not None:
+            data["catch_up_limit"] = d["catch_up_limit"]
         if d.get("kind") == "once":
             data["run_at"] = d.get("run_at_instant")
             data["cron"] = None
