@@ -251,7 +251,8 @@ class TimelineItemDoc(serializers.Serializer[Any]):
     )
     message = serializers.CharField()
     actor = serializers.CharField(allow_null=True)
-    data = serializers.JSONField(allow_null=True)
+    # The metaclass moves declared fields off the class: no clash with Serializer.data.
+    data = serializers.JSONField(allow_null=True)  # type: ignore[assignment]
 
 
 class ExecutionDetailDoc(ExecutionOutDoc):
@@ -278,7 +279,7 @@ class PreviewDoc(serializers.Serializer[Any]):
 class EvidenceDoc(serializers.Serializer[Any]):
     kind = serializers.ChoiceField(choices=["execution", "event", "audit", "schedule"])
     id = serializers.CharField()
-    label = serializers.CharField(required=False)
+    label = serializers.CharField(required=False)  # type: ignore[assignment]
     url = serializers.CharField(required=False, help_text="where an API client reads it")
 
 
