@@ -32,7 +32,8 @@ CODE_MEANINGS = {
     "timed_out": "the occurrence ran and was stopped at its timeout",
     "dead": "the occurrence failed on every allowed attempt",
     "pending": "not due yet, or due and not yet started (scheduled, queued, beat behind)",
-    "held": "held back by a concurrency, capacity or rate limit (the sentence says how it went)",
+    "held": "held back by a concurrency, capacity or rate limit; not started yet "
+    "(once it starts, the code is its outcome and the sentence tells the wait)",
     "not_an_occurrence": "the schedule has no occurrence at that time",
     "dst_shifted": "that wall time was moved by a DST change; the answer is about the moved run",
     "paused": "the schedule was (or is) paused at that time",
@@ -647,6 +648,9 @@ def _about_execution(
         first = held[0]
         why = first.message.removeprefix("waiting: ")
         if execution.started_at is not None:
+            # Held, then started: the code is what became of it (a held run that died is
+            # `dead`); the sentence tells the wait.
+            answer.code = OUTCOME_CODES.get(ExecutionState(state), "ran")
             answer.sentence = (
                 f"held at {when}: {why} (from {_clock(first.at, zone)}); it ran at "
                 f"{_clock(execution.started_at, zone)} and {_outcome(execution, zone)}"

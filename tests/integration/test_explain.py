@@ -404,13 +404,37 @@ def test_held_at_the_concurrency_limit_then_ran(tenant: Tenant) -> None:
         actor="beat",
     )
     answer = explain(schedule=s, at=MON_0900, now=NOW)
-    assert answer.code == "held"
+    assert answer.code == "ran"
     assert answer.sentence == (
         "held at 2026-01-05 09:00 CET (2026-01-05 08:00 UTC): tenant billing at its concurrency limit 2 "
         "(from 2026-01-05 09:00:01 CET); it ran at 2026-01-05 09:03:10 CET and succeeded at "
         "2026-01-05 09:03:11 CET (HTTP 204), attempt 1"
     )
     assert str(held.pk) in ids(answer, "event")
+
+
+def test_held_then_dead_answers_dead(tenant: Tenant) -> None:
+    s = weekday_9am(make_principal(tenant))
+    e = execution(
+        s,
+        MON_0900,
+        state="dead",
+        attempt=3,
+        started_at=MON_0900 + timedelta(minutes=3),
+        finished_at=MON_0900 + timedelta(minutes=9),
+        reason="HTTP 503 — attempts exhausted (3 of 3)",
+    )
+    event(
+        s,
+        "held_concurrency",
+        "waiting: tenant billing at its concurrency limit 2",
+        MON_0900,
+        execution=e,
+    )
+    answer = explain(schedule=s, at=MON_0900, now=NOW)
+    assert answer.code == "dead"
+    assert answer.sentence.startswith("held at 2026-01-05 09:00 CET")
+    assert "is dead after 3 attempt(s)" in answer.sentence
 
 
 def test_still_held_has_not_started(tenant: Tenant) -> None:
