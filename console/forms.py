@@ -1,6 +1,7 @@
 """Console forms: shape only (types, lengths, JSON). Meaning is checked by the
 services (dispatch/schedule_fields.py), whose InvalidSchedule errors are put
-back on the field they name."""
+back on the field they name. The one lookup here turns schedule names typed
+into a picker into the ids the services take (a read, through the selectors)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from zoneinfo import ZoneInfo
 from django import forms
 from django.core import signing
 
-from dispatch import cron
+from dispatch import cron, selectors
 from dispatch.models import DurationClass, Misfire, Overlap, Priority, Schedule
+from tenants.models import Tenant
 from tenants.roles import Role
 
 DEFAULT_TARGET = '{"type": "http", "url": "https://service.internal/hook", "method": "POST"}'
@@ -38,6 +40,7 @@ ERROR_FIELDS = {
     "misfire": "misfire",
     "misfire_grace_s": "misfire_grace_s",
     "catch_up_limit": "catch_up_limit",
+    "target.timeout_s": "timeout_s",
     "jitter_s": "jitter_s",
     "depends_on": "depends_on",
 }
@@ -86,6 +89,18 @@ def parse_local(value: str, zone: ZoneInfo) -> datetime:
     return parsed
 
 
+class ScheduleRefsWidget(forms.Textarea):
+    """One schedule (name or id) per line. Repeated fields (`depends_on=<id>&depends_on=<id>`,
+    as a multiple select posted) are read as lines too, so no value is ever dropped."""
+
+    def value_from_datadict(self, data: Any, files: Any, name: str) -> Any:
+        if hasattr(data, "getlist"):
+            values = data.getlist(name)
+            return "\n".join(values) if values else None
+        value = data.get(name)
+        return "\n".join(value) if isinstance(value, list | tuple) else value
+
+
 class ScheduleForm(forms.Form):
     name = forms.CharField(max_length=200)
     kind = forms.ChoiceField(
@@ -94,11 +109,12 @@ class ScheduleForm(forms.Form):
     cron = forms.CharField(
         max_length=200,
         required=False,
-        help_text="5 fields; H, H(a-b), H/n and @hourly…@yearly allowed",
+        help_text="recurring only: 5 fields; H, H(a-b), H/n and @hourly…@yearly allowed",
     )
     run_at = forms.CharField(
         required=False,
-        help_text="one-off: a date and time in the schedule's time zone",
+        label="Run at",
+        help_text="one-off only: a date and time in the schedule's time zone",
         widget=forms.DateTimeInput(attrs={"type": "datetime-local", "step": "1"}),
     )
     timezone = forms.CharField(max_length=64, initial="UTC")
@@ -106,6 +122,12 @@ class ScheduleForm(forms.Form):
         initial=DEFAULT_TARGET,
         widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false"}),
         help_text='JSON: {"type": "http"|"queue"|"command", …}; secrets only as {"secret": "vault:…"}',
+    )
+    timeout_s = forms.IntegerField(
+        required=False,
+        min_value=1,
+        label="Timeout (s)",
+        help_text="an attempt is stopped after this long; empty: the target's default",
     )
     retry_max_attempts = forms.IntegerField(initial=3, label="Max attempts")
     retry_backoff = forms.ChoiceField(
@@ -122,9 +144,19 @@ class ScheduleForm(forms.Form):
     )
     misfire = forms.ChoiceField(choices=Misfire.choices, initial=Misfire.SKIP)
     misfire_grace_s = forms.IntegerField(initial=60, label="Misfire grace (s)")
-    catch_up_limit = forms.IntegerField(initial=10, label="Catch-up limit")
+    catch_up_limit = forms.IntegerField(
+        initial=10,
+        required=False,
+        label="Catch-up limit",
+        help_text="catch_up only: at most this many missed runs are made up",
+    )
     jitter_s = forms.IntegerField(initial=0, label="Jitter (s)")
-    depends_on = forms.MultipleChoiceField(required=False, label="Runs after (upstream schedules)")
+    depends_on = forms.CharField(
+        required=False,
+        label="Runs after (upstream schedules)",
+        help_text="one schedule per line: its name or its id",
+        widget=ScheduleRefsWidget(attrs={"rows": 3, "spellcheck": "false", "autocomplete": "off"}),
+    )
     version = forms.IntegerField(required=False, widget=forms.HiddenInput)
     preview_seed = forms.CharField(required=False, widget=forms.HiddenInput)
 
@@ -132,14 +164,37 @@ class ScheduleForm(forms.Form):
         """The id the live preview used, so the saved schedule gets the H values it showed."""
         return read_seed(str(self.cleaned_data.get("preview_seed") or ""))
 
-    def __init__(self, *args: Any, schedule_choices: list[tuple[str, str]], **kwargs: Any):
+    def __init__(
+        self, *args: Any, tenant: Tenant, schedule_id: uuid.UUID | None = None, **kwargs: Any
+    ):
         super().__init__(*args, **kwargs)
-        field = self.fields["depends_on"]
-        assert isinstance(field, forms.MultipleChoiceField)  # noqa: S101 - declared above
-        field.choices = schedule_choices
+        self.tenant = tenant
+        self.schedule_id = schedule_id
         if not self.initial.get("preview_seed") and not self.initial.get("version"):
             # A new schedule (an edit form keeps its schedule's id and carries no seed).
             self.initial["preview_seed"] = issue_seed()
+
+    def ignored_fields(self) -> set[str]:
+        """Fields of the other kind (or of another misfire policy) in a submission: the
+        form may show them (no JS, no CSS :has), but their values mean nothing here."""
+        if not self.is_bound:
+            return set()
+        ignored = {"run_at"} if self.data.get("kind", "cron") == "cron" else {"cron"}
+        if self.data.get("misfire") != "catch_up":
+            ignored.add("catch_up_limit")
+        return ignored
+
+    def full_clean(self) -> None:
+        # A disabled field takes its initial value and is never validated: what was typed
+        # into a field of the other kind cannot make the form invalid nor be saved.
+        ignored = self.ignored_fields()
+        for name in ignored:
+            self.fields[name].disabled = True
+        try:
+            super().full_clean()
+        finally:
+            for name in ignored:
+                self.fields[name].disabled = False
 
     LIVE_FIELDS = ("name", "kind", "cron", "run_at", "timezone", "jitter_s", "target")
 
@@ -170,7 +225,11 @@ class ScheduleForm(forms.Form):
             "cron": schedule.cron,
             "run_at": run_at,
             "timezone": schedule.timezone,
-            "target": json.dumps(schedule.target, indent=1),
+            # timeout_s has its own field: the JSON shows the rest of the target.
+            "target": json.dumps(
+                {k: v for k, v in (schedule.target or {}).items() if k != "timeout_s"}, indent=1
+            ),
+            "timeout_s": schedule.timeout_s,
             "retry_max_attempts": retry.get("max_attempts", 3),
             "retry_backoff": retry.get("backoff", "exponential"),
             "retry_initial_s": retry.get("initial_s", 10),
@@ -182,7 +241,12 @@ class ScheduleForm(forms.Form):
             "misfire_grace_s": schedule.misfire_grace_s,
             "catch_up_limit": schedule.catch_up_limit,
             "jitter_s": schedule.jitter_s,
-            "depends_on": [str(d.id) for d in schedule.depends_on.all()],
+            # Every live upstream, by name (no cap: what is not shown would be dropped on save).
+            "depends_on": "\n".join(
+                schedule.depends_on.filter(deleted_at__isnull=True)
+                .order_by("name")
+                .values_list("name", flat=True)
+            ),
             "version": schedule.version,
         }
 
@@ -195,6 +259,27 @@ class ScheduleForm(forms.Form):
         if not isinstance(value, dict):
             raise forms.ValidationError('target: must be a JSON object, e.g. {"type": "http", …}')
         return value
+
+    def clean_depends_on(self) -> list[str]:
+        """The upstream schedules typed, as ids; an unknown one is an error on the field."""
+        raw = self.cleaned_data.get("depends_on") or ""
+        ids: list[str] = []
+        unknown: list[str] = []
+        for line in raw.splitlines():
+            ref = line.strip()
+            if not ref:
+                continue
+            found = selectors.schedule_resolve(tenant=self.tenant, ref=ref)
+            if found is None:
+                unknown.append(ref)
+            elif found.id == self.schedule_id:
+                raise forms.ValidationError("depends_on: a schedule cannot depend on itself")
+            elif str(found.id) not in ids:
+                ids.append(str(found.id))
+        if unknown:
+            shown = ", ".join(repr(u[:80]) for u in unknown[:3])
+            raise forms.ValidationError(f"depends_on: no schedule with the name or id {shown}")
+        return ids
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
@@ -225,10 +310,13 @@ class ScheduleForm(forms.Form):
     def to_service_data(self) -> dict[str, Any]:
         """The definition in the services' vocabulary (the API's field names)."""
         d = self.cleaned_data
+        target = dict(d["target"])
+        if d.get("timeout_s") is not None:
+            target["timeout_s"] = d["timeout_s"]
         data: dict[str, Any] = {
             "name": d["name"],
             "timezone": (d.get("timezone") or "UTC").strip(),
-            "target": d["target"],
+            "target": target,
             "retry": {
                 "max_attempts": d["retry_max_attempts"],
                 "backoff": d["retry_backoff"],
@@ -240,10 +328,12 @@ class ScheduleForm(forms.Form):
             "concurrency": d["concurrency"],
             "misfire": d["misfire"],
             "misfire_grace_s": d["misfire_grace_s"],
-            "catch_up_limit": d["catch_up_limit"],
             "jitter_s": d["jitter_s"],
             "depends_on": list(d.get("depends_on") or []),
         }
+        # Only catch_up uses the limit; otherwise the stored (or default) one is kept.
+        if d.get("misfire") == "catch_up" and d.get("catch_up_limit") is not None:
+            data["catch_up_limit"] = d["catch_up_limit"]
         if d.get("kind") == "once":
             data["run_at"] = d.get("run_at_instant")
             data["cron"] = None

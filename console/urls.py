@@ -15,11 +15,13 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", views.home, name="console-home"),
     path("dashboard/live", views.dashboard_live, name="console-dashboard-live"),
+    path("upcoming", views.upcoming, name="console-upcoming"),
     path("tenant", views.tenant_switch, name="console-tenant-switch"),
     path("prefs/tz", views.set_timezone, name="console-set-tz"),
     path("schedules/", views.schedule_list, name="console-schedules"),
     path("schedules/new", views.schedule_create, name="console-schedule-new"),
     path("schedules/preview", views.schedule_preview, name="console-schedule-preview"),
+    path("schedules/pick", views.schedule_pick, name="console-schedule-pick"),
     path("schedules/<uuid:schedule_id>/", views.schedule_detail, name="console-schedule"),
     path("schedules/<uuid:schedule_id>/edit", views.schedule_edit, name="console-schedule-edit"),
     path(

@@ -7,6 +7,7 @@ object is a 404, like a missing one. No GET changes state.
 
 from __future__ import annotations
 
+import re
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -41,6 +42,7 @@ from tenants.exceptions import TenantsError
 from tenants.roles import Principal, Role
 
 PREVIEW_COUNT = 10
+PICK_TARGET = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,40}")
 HISTORY_LIMIT = 50
 QUEUE_NAMES = [f"{p}.{d}" for p in ("high", "default", "low") for d in ("short", "long")]
 
@@ -103,11 +105,16 @@ def _dashboard_context(principal: Principal) -> dict[str, Any]:
     now = services.db_now()
     day_start = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     usage = selectors.tenant_usage(tenant=principal.tenant, day_start=day_start)
+    total, capped = selectors.upcoming_count(
+        tenant=principal.tenant, now=now, horizon=timedelta(hours=1)
+    )
     return {
         "now": now,
         "upcoming": selectors.upcoming_fires(
             tenant=principal.tenant, now=now, horizon=timedelta(hours=1)
         ),
+        "upcoming_total": total,
+        "upcoming_capped": capped,
         "running": selectors.executions_running(tenant=principal.tenant),
         "troubled": selectors.executions_troubled(
             tenant=principal.tenant, since=now - timedelta(days=1)
@@ -128,6 +135,42 @@ def home(request: HttpRequest, principal: Principal) -> HttpResponse:
 def dashboard_live(request: HttpRequest, principal: Principal) -> HttpResponse:
     ctx = base_context(request, principal, **_dashboard_context(principal))
     return render(request, "console/dashboard.html#live", ctx)
+
+
+UPCOMING_PAGE = 200
+
+
+@require_GET
+@tenant_view(Role.VIEWER)
+def upcoming(request: HttpRequest, principal: Principal) -> HttpResponse:
+    """Every fire due in the next hour (the dashboard shows the first 50), by pages."""
+    try:
+        page = max(1, int(request.GET.get("page", "1")))
+    except ValueError:
+        page = 1
+    page = min(page, selectors.UPCOMING_COUNT_CAP // UPCOMING_PAGE)
+    now = services.db_now()
+    horizon = timedelta(hours=1)
+    rows = selectors.upcoming_fires(
+        tenant=principal.tenant, now=now, horizon=horizon, limit=page * UPCOMING_PAGE
+    )
+    total, capped = selectors.upcoming_count(tenant=principal.tenant, now=now, horizon=horizon)
+    start = (page - 1) * UPCOMING_PAGE
+    shown = rows[start:]
+    ctx = base_context(
+        request,
+        principal,
+        now=now,
+        rows=shown,
+        first=start + 1,
+        last=start + len(shown),
+        total=total,
+        capped=capped,
+        page=page,
+        prev_page=page - 1 if page > 1 else None,
+        next_page=page + 1 if start + len(shown) < total else None,
+    )
+    return render(request, "console/upcoming.html", ctx)
 
 
 # --------------------------------------------------------------------------- schedules
@@ -189,8 +232,7 @@ def _apply_errors(form: console_forms.ScheduleForm, exc: DispatchError) -> None:
 @require_http_methods(["GET", "POST"])
 @tenant_view(Role.OPERATOR)
 def schedule_create(request: HttpRequest, principal: Principal) -> HttpResponse:
-    choices = selectors.schedule_choices(tenant=principal.tenant)
-    form = console_forms.ScheduleForm(request.POST or None, schedule_choices=choices)
+    form = console_forms.ScheduleForm(request.POST or None, tenant=principal.tenant)
     if request.method == "POST" and form.is_valid():
         try:
             schedule = services.schedule_create(
@@ -219,11 +261,10 @@ def schedule_edit(
     request: HttpRequest, principal: Principal, schedule_id: uuid.UUID
 ) -> HttpResponse:
     schedule = _schedule_or_404(principal, schedule_id)
-    choices = [
-        c for c in selectors.schedule_choices(tenant=principal.tenant) if c[0] != str(schedule.id)
-    ]
     if request.method == "POST":
-        form = console_forms.ScheduleForm(request.POST, schedule_choices=choices)
+        form = console_forms.ScheduleForm(
+            request.POST, tenant=principal.tenant, schedule_id=schedule.id
+        )
         if form.is_valid():
             try:
                 services.schedule_update(
@@ -239,7 +280,9 @@ def schedule_edit(
         status = 400
     else:
         form = console_forms.ScheduleForm(
-            initial=console_forms.ScheduleForm.initial_from(schedule), schedule_choices=choices
+            initial=console_forms.ScheduleForm.initial_from(schedule),
+            tenant=principal.tenant,
+            schedule_id=schedule.id,
         )
         status = 200
     preview_url = reverse("console-schedule-edit-preview", kwargs={"schedule_id": schedule.id})
@@ -275,8 +318,9 @@ def schedule_preview(
 ) -> HttpResponse:
     """Live validation and preview of the form as typed (htmx POST; writes nothing)."""
     schedule = _schedule_or_404(principal, schedule_id) if schedule_id else None
-    choices = selectors.schedule_choices(tenant=principal.tenant)
-    form = console_forms.ScheduleForm(request.POST, schedule_choices=choices)
+    form = console_forms.ScheduleForm(
+        request.POST, tenant=principal.tenant, schedule_id=schedule.id if schedule else None
+    )
     ctx: dict[str, Any] = {"schedule": schedule, "errors": [], "rows": []}
     # Only a seed this server issued (console/forms.py); an altered one is
     # reported by the form and previewed with a throwaway id.
@@ -434,7 +478,7 @@ def schedule_detail(
         schedule=schedule,
         description=description,
         resolved=resolved if resolved != schedule.cron else "",
-        upcoming=selectors.schedule_preview(schedule=schedule, after=now, count=PREVIEW_COUNT),
+        upcoming=selectors.schedule_next_runs(schedule=schedule, after=now, count=PREVIEW_COUNT),
         history=_history(schedule, executions, now),
         upstream=list(schedule.depends_on.filter(deleted_at__isnull=True).order_by("name")),
         downstream=selectors.schedule_dependents(tenant=principal.tenant, schedule=schedule),
@@ -486,7 +530,7 @@ def schedule_pause(
         )
     except DispatchError as exc:
         return _action_error(request, principal, exc, exc.status)
-    return _action_redirect(schedule.id, "Paused.")
+    return _action_redirect(schedule.id, "Pause changed." if schedule.paused else "Paused.")
 
 
 @require_POST
@@ -500,6 +544,9 @@ def schedule_resume(
         services.schedule_resume(actor=principal, schedule_id=schedule.id)
     except DispatchError as exc:
         return _action_error(request, principal, exc, exc.status)
+    if not schedule.paused:
+        # Resume is idempotent (a double click, a stale page): nothing was changed.
+        return _action_redirect(schedule.id, "It was not paused: nothing changed.")
     return _action_redirect(schedule.id, f"Resumed. {plan}".strip())
 
 
@@ -532,52 +579,32 @@ def schedule_delete(
     return render(request, "console/schedule_delete.html", ctx)
 
 
+@require_GET
+@tenant_view(Role.VIEWER)
+def schedule_pick(request: HttpRequest, principal: Principal) -> HttpResponse:
+    """Search results for a schedule picker (htmx fragment): tenant-scoped, bounded.
+
+    `target` names the text field a result fills (`mode=add` appends a line to a
+    list of names, otherwise it replaces the value); `exclude` leaves one
+    schedule out (a schedule cannot depend on itself)."""
+    q = (request.GET.get("q") or request.GET.get("schedule") or "").strip()[:200]
+    target = request.GET.get("target", "")
+    if not PICK_TARGET.fullmatch(target):
+        target = ""
+    exclude = selectors.as_uuid(request.GET.get("exclude") or "")
+    rows, more = selectors.schedule_search(tenant=principal.tenant, q=q, exclude=exclude)
+    ctx = {
+        "rows": rows,
+        "more": more,
+        "q": q,
+        "target": target,
+        "mode": "add" if request.GET.get("mode") == "add" else "set",
+        "results_id": f"{target}-results" if target else "pick-results",
+    }
+    return render(request, "console/schedule_pick.html", ctx)
+
+
 # --------------------------------------------------------------------------- executions
-
-
-@dataclass
-class TimelineItem:
-    at: datetime
-    kind: str
-    message: str
-    actor: str = ""
-    data: Any = None
-
-
-def _timeline(execution: Execution, events: list[Any]) -> list[TimelineItem]:
-    items: list[TimelineItem] = [
-        TimelineItem(execution.created_at, "created", f"record created ({execution.trigger})"),
-        TimelineItem(
-            execution.scheduled_for, "scheduled_for", "nominal occurrence time (scheduled_for)"
-        ),
-    ]
-    jitter = (execution.due_at - execution.scheduled_for).total_seconds()
-    if jitter:
-        items.append(TimelineItem(execution.due_at, "due", f"due after {jitter:g} s of jitter"))
-    if execution.enqueued_at:
-        items.append(
-            TimelineItem(
-                execution.enqueued_at,
-                "published",
-                f"published to queue {execution.queue or '?'}",
-            )
-        )
-    if execution.republished_at:
-        items.append(
-            TimelineItem(
-                execution.republished_at, "republished", "published again (the broker lost it)"
-            )
-        )
-    if execution.started_at:
-        items.append(TimelineItem(execution.started_at, "started", "last attempt started"))
-    if execution.finished_at:
-        items.append(
-            TimelineItem(execution.finished_at, "finished", f"finished: {execution.state}")
-        )
-    for ev in events:
-        items.append(TimelineItem(ev.at, ev.kind, ev.message, ev.actor, ev.data))
-    items.sort(key=lambda i: i.at)
-    return items
 
 
 @require_GET
@@ -595,7 +622,7 @@ def execution_detail(
         principal,
         execution=execution,
         schedule=execution.schedule,
-        timeline=_timeline(execution, events),
+        timeline=selectors.execution_timeline(execution=execution, events=events),
         zone=execution.schedule.timezone,
     )
     if _is_htmx(request) and request.headers.get("HX-Target") == "execution-live":
@@ -609,20 +636,25 @@ def execution_detail(
 @require_GET
 @tenant_view(Role.VIEWER)
 def explain_page(request: HttpRequest, principal: Principal) -> HttpResponse:
-    choices = selectors.schedule_choices(tenant=principal.tenant)
-    sid = request.GET.get("schedule", "")
+    sid = request.GET.get("schedule", "").strip()[:200]
     at_raw = request.GET.get("at", "").strip()
     at_utc = request.GET.get("at_utc", "").strip()
     answer: explain.Explanation | None = None
     error = ""
     schedule: Schedule | None = None
     if sid:
-        try:
-            schedule = selectors.schedule_get_including_deleted(
-                tenant=principal.tenant, schedule_id=sid
-            )
-        except NotFound:
-            raise Http404("schedule not found") from None
+        # A name or an id (the picker is a text field): any of the tenant's
+        # schedules, not only the first few hundred a dropdown could list.
+        schedule = selectors.schedule_resolve(
+            tenant=principal.tenant, ref=sid, include_deleted=True
+        )
+        if schedule is None:
+            if selectors.as_uuid(sid) is not None:
+                # Another tenant's id is indistinguishable from a missing one.
+                raise Http404("schedule not found")
+            error = f"schedule: no schedule with the name {sid!r}"
+        elif schedule.deleted_at is None:
+            sid = schedule.name
     if schedule is not None and (at_raw or at_utc):
         zone = cron.get_zone(schedule.timezone)
         try:
@@ -647,7 +679,6 @@ def explain_page(request: HttpRequest, principal: Principal) -> HttpResponse:
     ctx = base_context(
         request,
         principal,
-        choices=choices,
         schedule=schedule,
         sid=sid,
         at_value=at_raw,

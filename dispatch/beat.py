@@ -35,9 +35,10 @@ from django.db import connection, transaction
 
 from config import telemetry
 from dispatch import cron, dependencies, faults, retention
-from dispatch.models import ExecutionEvent
-from dispatch.services import WAKE_CHANNEL
+from dispatch.models import ExecutionEvent, Schedule
+from dispatch.services import WAKE_CHANNEL, schedule_snapshot
 from dispatch.sql import queries
+from tenants.models import AuditEvent
 
 log = logging.getLogger("dispatch.beat")
 
@@ -777,9 +778,10 @@ class Beat:
                             "resumed",
                             "resumed automatically: the pause's end time passed",
                         )
-                        for sid, tid in resumed
+                        for sid, tid, _ in resumed
                     ]
                 )
+                _audit_auto_resumed(resumed)
         if stale:
             again = [
                 Pending(0, str(eid), attempt, queue or "default.short", 0, -1)
@@ -843,6 +845,33 @@ def _events(items: list[tuple[Any, Any, Any, str, str]]) -> None:
             for sid, tid, eid, kind, msg in items
         ]
     )
+
+
+def _audit_auto_resumed(rows: list[tuple[Any, Any, Any]]) -> None:
+    """One audit row per schedule that resumed by itself, as a user's resume writes one:
+    the audit log must show every pause ending, not only the ones a person ended."""
+    ends = {sid: until for sid, _, until in rows}
+    audits = []
+    for schedule in Schedule.objects.filter(id__in=list(ends)):
+        after = schedule_snapshot(schedule) | {"paused_until": None}
+        before = after | {
+            "paused": True,
+            "paused_until": ends[schedule.id].isoformat() if ends[schedule.id] else None,
+            "version": schedule.version - 1,
+        }
+        audits.append(
+            AuditEvent(
+                tenant_id=schedule.tenant_id,
+                actor_kind="system",
+                actor_label="beat",
+                action="schedule.resume",
+                object_type="schedule",
+                object_id=str(schedule.id),
+                before=before,
+                after=after,
+            )
+        )
+    AuditEvent.objects.bulk_create(audits)
 
 
 class _FirePlan:

@@ -887,12 +887,15 @@ def _previous(sched: _Schedule, zone: ZoneInfo, at: datetime) -> datetime | None
     return found[0] if found else None
 
 
-def would_run_at(expr: str, tz: str, *, seed: str, at: datetime) -> WouldRun:
+def would_run_at(
+    expr: str, tz: str, *, seed: str, at: datetime, now: datetime | None = None
+) -> WouldRun:
     """Whether the schedule runs at ``at`` (floored to the minute), and its neighbours.
 
     ``previous`` looks back at most 400 days. ``note`` explains DST cases: a
     repeated wall-clock time, or an instant just after a gap whose swallowed
-    times were moved to the gap's end.
+    times were moved to the gap's end. It is worded in the past tense unless
+    ``at`` is after ``now`` (a question about the future: "runs", "does not exist").
     """
     sched, zone = _compile(expr, seed), get_zone(tz)
     at = _aware_utc(at, "at").replace(second=0, microsecond=0)
@@ -903,15 +906,16 @@ def would_run_at(expr: str, tz: str, *, seed: str, at: datetime) -> WouldRun:
     previous = _previous(sched, zone, at)
 
     note: str | None = None
+    past = now is None or at <= now
     wall = _local_naive(at, zone)
     if _classify(wall, zone)[0] == _FOLD and _matches(sched, wall):
-        note = _fold_note(sched, zone, wall, past=True)
+        note = _fold_note(sched, zone, wall, past=past)
     else:
         anchor = at if is_occurrence else previous
         if anchor is not None:
             times = _gap_times(sched, zone, anchor)
             if times and at - anchor < _gap_length(zone, anchor):
-                note = _gap_note(sched, zone, anchor, times, past=True)
+                note = _gap_note(sched, zone, anchor, times, past=past)
     return WouldRun(
         at=at,
         is_occurrence=is_occurrence,

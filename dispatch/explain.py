@@ -22,22 +22,44 @@ from dispatch import cron
 from dispatch.models import Execution, ExecutionEvent, ExecutionState, Kind, Schedule, Trigger
 from tenants.models import AuditEvent
 
-CODES = (
-    "not_an_occurrence",
-    "dst_shifted",
-    "paused",
-    "not_created_yet",
-    "deleted",
-    "skipped_misfire",
-    "skipped_overlap",
-    "skipped_upstream",
-    "skipped",
-    "held",
-    "cancelled",
-    "ran",
-    "pending",
-    "missing",
-)
+# Every code an answer can carry, with its meaning (the API documents these as an enum).
+# A service reading only `code` can tell every outcome apart; `sentence` adds the detail.
+CODE_MEANINGS = {
+    "ran": "the occurrence ran and succeeded",
+    "running": "the occurrence is running now",
+    "retrying": "an attempt failed; another attempt is scheduled",
+    "failed": "the occurrence ran and failed (no retry left for this failure)",
+    "timed_out": "the occurrence ran and was stopped at its timeout",
+    "dead": "the occurrence failed on every allowed attempt",
+    "pending": "not due yet, or due and not yet started (scheduled, queued, beat behind)",
+    "held": "held back by a concurrency, capacity or rate limit; not started yet "
+    "(once it starts, the code is its outcome and the sentence tells the wait)",
+    "not_an_occurrence": "the schedule has no occurrence at that time",
+    "dst_shifted": "that wall time was moved by a DST change; the answer is about the moved run",
+    "paused": "the schedule was (or is) paused at that time",
+    "not_created_yet": "the schedule did not exist yet",
+    "deleted": "the schedule had been deleted",
+    "skipped_misfire": "skipped by the misfire policy (the scheduler reached it too late)",
+    "skipped_overlap": "skipped: the previous run was still active (overlap forbid)",
+    "skipped_upstream": "skipped: an upstream schedule did not succeed",
+    "skipped_quota": "skipped: the tenant was over its executions-per-day quota",
+    "skipped": "skipped for another recorded reason (the sentence names it)",
+    "cancelled": "the run was cancelled (replaced, or by the platform)",
+    "missing": "no record at all: the scheduler never fired it (report to operators)",
+}
+CODES = tuple(CODE_MEANINGS)
+# What became of an execution that was started, by its state.
+OUTCOME_CODES = {
+    ExecutionState.SUCCEEDED: "ran",
+    ExecutionState.RUNNING: "running",
+    ExecutionState.RETRY_SCHEDULED: "retrying",
+    # Queued or scheduled again after an attempt started: a retry on its way.
+    ExecutionState.QUEUED: "retrying",
+    ExecutionState.SCHEDULED: "retrying",
+    ExecutionState.FAILED: "failed",
+    ExecutionState.TIMED_OUT: "timed_out",
+    ExecutionState.DEAD: "dead",
+}
 HELD_KINDS = ("held_concurrency", "held_capacity", "held_rate_limit")
 AUDIT_MATCH_S = 5.0
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
@@ -228,14 +250,25 @@ def _interval(
     )
 
 
-def _pause_covering(schedule: Schedule, instant: datetime) -> PauseInterval | None:
+def _pause_covering(
+    schedule: Schedule, instant: datetime, *, now: datetime | None = None
+) -> PauseInterval | None:
     for interval in pause_intervals(schedule):
-        if interval.start <= instant and (interval.end is None or instant < interval.end):
+        end = interval.end
+        if end is None and now is not None and instant > now:
+            # A pause still in force with an end time: the beat resumes it then,
+            # so it covers only the future up to that end.
+            end = schedule.paused_until if schedule.paused else None
+        if interval.start <= instant and (end is None or instant < end):
             return interval
     return None
 
 
-def _pause_sentence(p: PauseInterval, zone: ZoneInfo) -> str:
+def _pause_sentence(p: PauseInterval, zone: ZoneInfo, *, future: bool = False) -> str:
+    if future:
+        text = f"the schedule is paused (by {p.by} since {_clock(p.start, zone)}"
+        text += f', "{p.reason}")' if p.reason else ")"
+        return text + " and will not run until it is resumed"
     text = f"the schedule was paused by {p.by} at {_clock(p.start, zone)}"
     if p.reason:
         text += f' ("{p.reason}")'
@@ -278,14 +311,14 @@ def explain(*, schedule: Schedule, at: datetime, now: datetime | None = None) ->
 
     if schedule.kind == Kind.CRON and expr:
         try:
-            would = cron.would_run_at(expr, tz, seed=str(schedule.id), at=at)
+            would = cron.would_run_at(expr, tz, seed=str(schedule.id), at=at, now=now)
         except cron.CronError as exc:
             return Explanation("not_an_occurrence", exc.message, at)
         if would.note:
             notes.append(would.note)
         if would.is_occurrence:
             occurrence = would.scheduled_for
-        elif would.note and would.previous is not None and "did not exist" in would.note:
+        elif would.note and would.previous is not None and "not exist" in would.note:
             # A wall time swallowed by a spring-forward gap ran at the gap's end.
             answer = _about_occurrence(schedule, would.previous, at, now, zone)
             answer.code = "dst_shifted"
@@ -303,7 +336,7 @@ def explain(*, schedule: Schedule, at: datetime, now: datetime | None = None) ->
             manual = _manual_near(schedule, at)
             if manual is not None:
                 return _about_execution(schedule, manual, at, now, zone, notes)
-            return _not_an_occurrence(schedule, at, expr, tz, would, zone)
+            return _not_an_occurrence(schedule, at, expr, tz, would, zone, now)
     else:
         target = run_at or schedule.run_at
         if target is not None and target.replace(second=0, microsecond=0) == at.replace(
@@ -352,12 +385,19 @@ def _manual_near(schedule: Schedule, at: datetime) -> Execution | None:
 
 
 def _not_an_occurrence(
-    schedule: Schedule, at: datetime, expr: str, tz: str, would: cron.WouldRun, zone: ZoneInfo
+    schedule: Schedule,
+    at: datetime,
+    expr: str,
+    tz: str,
+    would: cron.WouldRun,
+    zone: ZoneInfo,
+    now: datetime,
 ) -> Explanation:
     description = cron.describe(expr, seed=str(schedule.id))
     parts = [f"{_both(would.at, zone)} is not an occurrence of '{expr}' ({description}) in {tz}"]
     if would.previous is not None:
-        parts.append(f"the previous one was {_both(would.previous, zone)}")
+        verb = "was" if would.previous <= now else "is"
+        parts.append(f"the previous one {verb} {_both(would.previous, zone)}")
     if would.next is not None:
         parts.append(f"the next one is {_both(would.next, zone)}")
     return Explanation(
@@ -408,15 +448,18 @@ def _about_occurrence(
             *_audit_evidence(schedule, "schedule.delete"),
         ]
         return base
-    pause = _pause_covering(schedule, occurrence)
+    pause = _pause_covering(schedule, occurrence, now=now)
     if pause is not None:
         base.code = "paused"
-        base.sentence = f"not run at {when}: {_pause_sentence(pause, zone)}"
+        if occurrence > now:
+            base.sentence = f"will not run at {when}: {_pause_sentence(pause, zone, future=True)}"
+        else:
+            base.sentence = f"not run at {when}: {_pause_sentence(pause, zone)}"
         base.evidence = list(pause.evidence)
         return base
     if occurrence > now:
         base.code = "pending"
-        base.sentence = f"the occurrence at {when} is still to come"
+        base.sentence = f"not due yet: it will run at {when}"
         base.evidence = [Evidence("schedule", str(schedule.id), schedule.name)]
         return base
     bulk = (
@@ -567,6 +610,12 @@ def _about_execution(
             if linked is not None:
                 answer.evidence.append(linked)
             return answer
+        if code == "quota_exhausted":
+            answer.code = "skipped_quota"
+            answer.sentence = (
+                f"skipped at {when}: {reason or 'the tenant was over its daily quota'}"
+            )
+            return answer
         answer.code = "skipped"
         answer.sentence = f"skipped at {when}: {reason or 'no reason recorded'}"
         return answer
@@ -599,6 +648,9 @@ def _about_execution(
         first = held[0]
         why = first.message.removeprefix("waiting: ")
         if execution.started_at is not None:
+            # Held, then started: the code is what became of it (a held run that died is
+            # `dead`); the sentence tells the wait.
+            answer.code = OUTCOME_CODES.get(ExecutionState(state), "ran")
             answer.sentence = (
                 f"held at {when}: {why} (from {_clock(first.at, zone)}); it ran at "
                 f"{_clock(execution.started_at, zone)} and {_outcome(execution, zone)}"
@@ -627,7 +679,7 @@ def _about_execution(
             )
         return answer
 
-    answer.code = "ran"
+    answer.code = OUTCOME_CODES.get(ExecutionState(state), "ran")
     attempts = ExecutionEvent.objects.filter(
         tenant_id=schedule.tenant_id,
         execution=execution,

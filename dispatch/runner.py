@@ -254,7 +254,7 @@ def _run_claimed_attempt(claim: Claim, *, lease_s: float) -> str:
         tenant_id=claim.tenant_id,
         schedule_id=claim.schedule_id,
         kind="attempt_started",
-        message=f"attempt {claim.attempt} started by {claim.owner} (deadline {claim.timeout_s} s)",
+        message=f"attempt {claim.attempt} started by {claim.owner} (timeout {claim.timeout_s} s)",
         data={
             "attempt": claim.attempt,
             "fencing_token": claim.fencing_token,
@@ -327,7 +327,7 @@ def _call(module: ModuleType, ctx: RunContext) -> Outcome:
     except Aborted:
         if ctx.abort_reason == "deadline":
             return Outcome.failure(
-                f"stopped at the {ctx.timeout_s:g} s deadline",
+                f"stopped at its {ctx.timeout_s:g} s timeout",
                 retryable=True,
                 reason_code="timeout",
                 latency_ms=ctx.elapsed_ms(),

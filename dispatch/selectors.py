@@ -7,10 +7,10 @@ import binascii
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from django.db import connection
-from django.db.models import Count, Max, Model, Q, QuerySet
+from django.db.models import Case, Count, Max, Model, Q, QuerySet, Value, When
 
 from dispatch import cron
 from dispatch.exceptions import InvalidSchedule, NotFound
@@ -166,6 +166,59 @@ def execution_events(*, execution: Execution) -> QuerySet[ExecutionEvent]:
     ).order_by("at", "id")
 
 
+@dataclass
+class TimelineItem:
+    at: datetime
+    kind: str
+    message: str
+    actor: str = ""
+    data: Any = None
+
+
+def execution_timeline(
+    *, execution: Execution, events: list[ExecutionEvent] | None = None
+) -> list[TimelineItem]:
+    """The execution's steps in time order: its row's timestamps (scheduled, due,
+    published, started, finished) merged with its events. The console and the API
+    show the same list."""
+    if events is None:
+        events = list(execution_events(execution=execution))
+    items: list[TimelineItem] = [
+        TimelineItem(execution.created_at, "created", f"record created ({execution.trigger})"),
+        TimelineItem(
+            execution.scheduled_for, "scheduled", "nominal occurrence time (scheduled_for)"
+        ),
+    ]
+    jitter = (execution.due_at - execution.scheduled_for).total_seconds()
+    if jitter:
+        items.append(TimelineItem(execution.due_at, "due", f"due after {jitter:g} s of jitter"))
+    if execution.enqueued_at:
+        items.append(
+            TimelineItem(
+                execution.enqueued_at,
+                "published",
+                f"published to queue {execution.queue or '?'}",
+            )
+        )
+    if execution.republished_at:
+        items.append(
+            TimelineItem(
+                execution.republished_at, "republished", "published again (the broker lost it)"
+            )
+        )
+    if execution.started_at:
+        items.append(TimelineItem(execution.started_at, "started", "last attempt started"))
+    if execution.finished_at:
+        items.append(
+            TimelineItem(execution.finished_at, "finished", f"finished: {execution.state}")
+        )
+    for ev in events:
+        items.append(TimelineItem(ev.at, ev.kind, ev.message, ev.actor, ev.data))
+    # Stable: at equal times the row's own steps come before the events.
+    items.sort(key=lambda i: i.at)
+    return items
+
+
 def schedule_preview(*, schedule: Schedule, after: datetime, count: int) -> list[cron.Occurrence]:
     if schedule.kind == Kind.ONCE:
         run_at = schedule.run_at
@@ -181,6 +234,15 @@ def schedule_preview(*, schedule: Schedule, after: datetime, count: int) -> list
         count=count,
         jitter_s=schedule.jitter_s,
     )
+
+
+def schedule_next_runs(*, schedule: Schedule, after: datetime, count: int) -> list[cron.Occurrence]:
+    """The runs a user will see happen: a schedule paused until T runs nothing before T
+    (the beat resumes it then), so the occurrences inside the pause are left out."""
+    until = schedule.paused_until if schedule.paused else None
+    if until is not None and until > after:
+        after = until - timedelta(microseconds=1)
+    return schedule_preview(schedule=schedule, after=after, count=count)
 
 
 def schedule_get_including_deleted(*, tenant: Tenant, schedule_id: uuid.UUID | str) -> Schedule:
@@ -210,15 +272,47 @@ def upcoming_fires(
         ).order_by("next_run_at", "id")[:limit]
     )
     out: list[tuple[Schedule, cron.Occurrence]] = []
+    per_schedule = min(limit, int(horizon.total_seconds() // 60) + 1, cron.PREVIEW_MAX)
     for schedule in schedules:
         next_run = schedule.next_run_at or now
         after = min(now, next_run) - timedelta(microseconds=1)
-        for occ in schedule_preview(schedule=schedule, after=after, count=limit):
+        for occ in schedule_preview(schedule=schedule, after=after, count=per_schedule):
             if occ.scheduled_for > end:
                 break
             out.append((schedule, occ))
     out.sort(key=lambda pair: (pair[1].due_at, str(pair[0].id)))
     return out[:limit]
+
+
+UPCOMING_COUNT_CAP = 2_000
+
+
+def upcoming_count(*, tenant: Tenant, now: datetime, horizon: timedelta) -> tuple[int, bool]:
+    """How many occurrences `upcoming_fires` would list without its limit, and whether
+    the count stopped at UPCOMING_COUNT_CAP (a dashboard must say "50 of 426", not stop
+    silently at 50, yet not expand every schedule of a huge tenant on each refresh)."""
+    end = now + horizon
+    due = Schedule.objects.filter(
+        tenant=tenant,
+        deleted_at__isnull=True,
+        paused=False,
+        next_run_at__isnull=False,
+        next_run_at__lte=end,
+    ).order_by("next_run_at", "id")
+    # A cron fires at most once a minute: no schedule has more occurrences than this.
+    per_schedule = min(int(horizon.total_seconds() // 60) + 1, cron.PREVIEW_MAX)
+    total = 0
+    for schedule in due.iterator(chunk_size=500):
+        next_run = schedule.next_run_at or now
+        after = min(now, next_run) - timedelta(microseconds=1)
+        room = UPCOMING_COUNT_CAP - total
+        for occ in schedule_preview(schedule=schedule, after=after, count=min(room, per_schedule)):
+            if occ.scheduled_for > end:
+                break
+            total += 1
+        if total >= UPCOMING_COUNT_CAP:
+            return UPCOMING_COUNT_CAP, True
+    return total, False
 
 
 def executions_running(*, tenant: Tenant, limit: int = 20) -> list[Execution]:
@@ -297,13 +391,51 @@ def schedule_dependents(*, tenant: Tenant, schedule: Schedule) -> list[Schedule]
     )
 
 
-def schedule_choices(*, tenant: Tenant) -> list[tuple[str, str]]:
-    return [
-        (str(pk), name)
-        for pk, name in Schedule.objects.filter(tenant=tenant, deleted_at__isnull=True)
-        .order_by("name")
-        .values_list("id", "name")[:MAX_PAGE]
-    ]
+PICK_LIMIT = 20
+
+
+def schedule_search(
+    *, tenant: Tenant, q: str, limit: int = PICK_LIMIT, exclude: uuid.UUID | None = None
+) -> tuple[list[Schedule], bool]:
+    """Live schedules whose name contains `q` (or whose id is `q`), names starting
+    with it first; at most `limit`, and whether there are more. The console's
+    pickers search with this instead of listing every schedule of the tenant."""
+    qs = Schedule.objects.filter(tenant=tenant, deleted_at__isnull=True)
+    if exclude is not None:
+        qs = qs.exclude(pk=exclude)
+    q = q.strip()
+    if q:
+        pk = as_uuid(q)
+        qs = qs.filter(Q(name__icontains=q) | Q(pk=pk)) if pk else qs.filter(name__icontains=q)
+        qs = qs.annotate(
+            prefix=Case(When(name__istartswith=q, then=Value(0)), default=Value(1))
+        ).order_by("prefix", "name", "id")
+    else:
+        qs = qs.order_by("name", "id")
+    rows = list(qs[: limit + 1])
+    return rows[:limit], len(rows) > limit
+
+
+def schedule_resolve(*, tenant: Tenant, ref: str, include_deleted: bool = False) -> Schedule | None:
+    """The tenant's schedule a user typed: its id, its exact name, or a name that
+    matches one live schedule ignoring case. None when nothing (or several) match."""
+    ref = ref.strip()
+    if not ref:
+        return None
+    pk = as_uuid(ref)
+    if pk is not None:
+        by_id = Schedule.objects.filter(tenant=tenant, pk=pk)
+        if not include_deleted:
+            by_id = by_id.filter(deleted_at__isnull=True)
+        found = by_id.first()
+        if found is not None:
+            return found
+    live = Schedule.objects.filter(tenant=tenant, deleted_at__isnull=True)
+    exact = live.filter(name=ref).first()
+    if exact is not None:
+        return exact
+    loose = list(live.filter(name__iexact=ref)[:2])
+    return loose[0] if len(loose) == 1 else None
 
 
 # --- platform operators (cross-tenant, staff only) -----------------------------------------

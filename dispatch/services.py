@@ -297,10 +297,19 @@ def schedule_pause(
     reason: str = "",
     until: datetime | None = None,
 ) -> Schedule:
+    """Pause, with an optional reason and end (the beat resumes it at `until`).
+
+    Pausing a schedule that is already paused changes the pause: its reason and
+    end are replaced, and that is audited (`schedule.pause_update`, before and
+    after) instead of silently overwriting the first pause. The pause keeps its
+    start time and who started it: it is still the same interval.
+    """
     schedule = _live(actor, schedule_id)
     now = db_now()
     if until is not None and until <= now:
         raise InvalidSchedule.field("until", "must be in the future")
+    if schedule.paused:
+        return _pause_update(actor, schedule, reason=reason, until=until)
     before = schedule_snapshot(schedule)
     schedule.paused = True
     schedule.paused_at = now
@@ -338,10 +347,50 @@ def schedule_pause(
     return schedule
 
 
+def _pause_state(schedule: Schedule) -> dict[str, Any]:
+    return schedule_snapshot(schedule) | {
+        "paused_at": schedule.paused_at.isoformat() if schedule.paused_at else None,
+        "paused_until": schedule.paused_until.isoformat() if schedule.paused_until else None,
+        "paused_reason": schedule.paused_reason,
+        "paused_by": schedule.paused_by,
+    }
+
+
+def _pause_update(
+    actor: Principal, schedule: Schedule, *, reason: str, until: datetime | None
+) -> Schedule:
+    before = _pause_state(schedule)
+    schedule.paused_until = until
+    schedule.paused_reason = reason[:500]
+    schedule.version += 1
+    schedule.save(update_fields=["paused_until", "paused_reason", "version"])
+    msg = f"pause changed by {actor.label}" + (f' ("{reason}")' if reason else "")
+    msg += f" until {until.isoformat()}" if until else "; no end time"
+    _event(
+        schedule,
+        "pause_updated",
+        msg,
+        actor=actor,
+        data={
+            "reason": reason,
+            "until": until.isoformat() if until else None,
+            "before": {"reason": before["paused_reason"], "until": before["paused_until"]},
+        },
+    )
+    _audit(actor, "schedule.pause_update", schedule, before=before, after=_pause_state(schedule))
+    return schedule
+
+
 @transaction.atomic
 def schedule_resume(*, actor: Principal, schedule_id: uuid.UUID | str) -> Schedule:
-    """Resume; occurrences missed while paused are handled by the schedule's misfire policy."""
+    """Resume; occurrences missed while paused are handled by the schedule's misfire policy.
+
+    Resuming a schedule that is not paused changes nothing (no version bump, no
+    event, no audit row): resume is idempotent, so a retried request is harmless.
+    """
     schedule = _live(actor, schedule_id)
+    if not schedule.paused:
+        return schedule
     before = schedule_snapshot(schedule)
     now = db_now()
     schedule.paused = False

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -82,3 +83,10 @@ def seconds_between(later: datetime | None, earlier: datetime | None) -> str:
 @register.filter
 def who(label: str) -> str:
     return label.removeprefix("user:") if label else ""
+
+
+@register.filter
+def as_json(value: Any) -> str:
+    """A stored JSON value (a target, a retry policy) as pretty JSON, not a Python repr.
+    Targets hold secret references ({"secret": "vault:…"}) only, never their values."""
+    return json.dumps(value, indent=2, ensure_ascii=False, default=str)

@@ -8,6 +8,7 @@ from typing import Any
 
 from rest_framework import serializers
 
+from dispatch.explain import CODE_MEANINGS
 from dispatch.models import (
     DurationClass,
     Execution,
@@ -200,6 +201,16 @@ def event_out(ev: ExecutionEvent) -> dict[str, Any]:
     }
 
 
+def timeline_out(item: Any) -> dict[str, Any]:
+    return {
+        "at": iso_z(item.at),
+        "kind": item.kind,
+        "message": item.message,
+        "actor": item.actor or None,
+        "data": item.data,
+    }
+
+
 # Documentation-only serializers for the OpenAPI document.
 class ScheduleOutDoc(serializers.Serializer[Any]):
     id = serializers.UUIDField()
@@ -232,6 +243,23 @@ class ExecutionOutDoc(serializers.Serializer[Any]):
     fencing_token = serializers.IntegerField()
 
 
+class TimelineItemDoc(serializers.Serializer[Any]):
+    at = serializers.DateTimeField()
+    kind = serializers.CharField(
+        help_text="created, scheduled, due, published, republished, started, finished, "
+        "or an event kind (claimed, held_*, attempt_*, retry, dead, cancelled, ...)"
+    )
+    message = serializers.CharField()
+    actor = serializers.CharField(allow_null=True)
+    # The metaclass moves declared fields off the class: no clash with Serializer.data.
+    data = serializers.JSONField(allow_null=True)  # type: ignore[assignment]
+
+
+class ExecutionDetailDoc(ExecutionOutDoc):
+    events = serializers.ListField(child=serializers.JSONField())
+    timeline = TimelineItemDoc(many=True, help_text="row steps and events, in time order")
+
+
 class OccurrenceDoc(serializers.Serializer[Any]):
     scheduled_for = serializers.DateTimeField(help_text="UTC, nominal")
     local = serializers.CharField(help_text="ISO 8601 with the zone's offset")
@@ -243,3 +271,27 @@ class PreviewDoc(serializers.Serializer[Any]):
     occurrences = OccurrenceDoc(many=True)
     description = serializers.CharField()
     resolved = serializers.CharField()
+    note = serializers.CharField(
+        allow_null=True, help_text="set when paused until a time: earlier runs are left out"
+    )
+
+
+class EvidenceDoc(serializers.Serializer[Any]):
+    kind = serializers.ChoiceField(choices=["execution", "event", "audit", "schedule"])
+    id = serializers.CharField()
+    label = serializers.CharField(required=False)  # type: ignore[assignment]
+    url = serializers.CharField(required=False, help_text="where an API client reads it")
+
+
+class ExplanationDoc(serializers.Serializer[Any]):
+    code = serializers.ChoiceField(
+        choices=list(CODE_MEANINGS),
+        help_text="what happened, machine-readable: "
+        + "; ".join(f"`{code}`: {meaning}" for code, meaning in CODE_MEANINGS.items()),
+    )
+    sentence = serializers.CharField(help_text="the answer in words, fit to show a user")
+    evidence = EvidenceDoc(many=True)
+    at = serializers.DateTimeField()
+    occurrence = serializers.DateTimeField(allow_null=True)
+    execution_id = serializers.UUIDField(allow_null=True)
+    notes = serializers.ListField(child=serializers.CharField(), help_text="DST notes")

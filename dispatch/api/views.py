@@ -16,7 +16,9 @@ from rest_framework.views import APIView
 from dispatch import cron, explain, selectors, services
 from dispatch.api.serializers import (
     EmptySerializer,
+    ExecutionDetailDoc,
     ExecutionOutDoc,
+    ExplanationDoc,
     JobInSerializer,
     PauseInSerializer,
     PreviewDoc,
@@ -27,6 +29,7 @@ from dispatch.api.serializers import (
     execution_out,
     iso_z,
     schedule_out,
+    timeline_out,
 )
 from dispatch.exceptions import InvalidSchedule
 from tenants.roles import Principal, Role
@@ -210,7 +213,8 @@ class SchedulePreviewView(APIView):
         schedule = selectors.schedule_get(tenant=principal(request).tenant, schedule_id=pk)
         count = _int_param(request, "count", 10, 1, settings.PREVIEW_MAX_COUNT)
         after = _instant(request, "from") or services.db_now()
-        occurrences = selectors.schedule_preview(schedule=schedule, after=after, count=count)
+        # A schedule paused until T fires nothing before T: those are not listed.
+        occurrences = selectors.schedule_next_runs(schedule=schedule, after=after, count=count)
         seed = str(schedule.id)
         if schedule.kind == "cron":
             description = cron.describe(schedule.cron, seed=seed)
@@ -232,6 +236,12 @@ class SchedulePreviewView(APIView):
                 "description": description,
                 "resolved": resolved,
                 "timezone": schedule.timezone,
+                "note": (
+                    f"paused until {iso_z(schedule.paused_until)}: "
+                    "occurrences before then are not listed"
+                )
+                if schedule.paused and schedule.paused_until
+                else None,
             }
         )
 
@@ -276,11 +286,18 @@ class ExecutionListView(APIView):
 
 
 class ExecutionDetailView(APIView):
-    @extend_schema(responses={200: ExecutionOutDoc})
+    @extend_schema(responses={200: ExecutionDetailDoc})
     def get(self, request: Request, pk: str) -> Response:
         execution = selectors.execution_get(tenant=principal(request).tenant, execution_id=pk)
         body = execution_out(execution)
-        body["events"] = [event_out(ev) for ev in selectors.execution_events(execution=execution)]
+        events = list(selectors.execution_events(execution=execution))
+        body["events"] = [event_out(ev) for ev in events]
+        # The whole story in time order: scheduled / due / published / started /
+        # finished steps (row timestamps) merged with the events, as the console shows it.
+        body["timeline"] = [
+            timeline_out(item)
+            for item in selectors.execution_timeline(execution=execution, events=events)
+        ]
         return Response(body)
 
 
@@ -289,7 +306,7 @@ class ScheduleExplainView(APIView):
 
     @extend_schema(
         parameters=[OpenApiParameter("at", str, required=True, description="ISO 8601 instant")],
-        responses={200: None},
+        responses={200: ExplanationDoc},
     )
     def get(self, request: Request, pk: str) -> Response:
         schedule = selectors.schedule_get_including_deleted(

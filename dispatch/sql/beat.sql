@@ -237,11 +237,17 @@ RETURNING e.id, e.attempt, e.queue
 
 -- name: auto_resume
 -- Schedules whose pause had an end time that has passed resume by themselves.
-UPDATE dispatch_schedule
-SET paused = false, paused_until = NULL, version = version + 1
-WHERE partition = ANY(%(numbers)s::int[]) AND paused AND paused_until <= statement_timestamp()
-  AND deleted_at IS NULL
-RETURNING id, tenant_id
+-- The subquery hands back the pause's end (RETURNING sees only the new row) for the audit row.
+UPDATE dispatch_schedule s
+SET paused = false, paused_until = NULL, version = s.version + 1
+FROM (
+    SELECT id, paused_until FROM dispatch_schedule
+    WHERE partition = ANY(%(numbers)s::int[]) AND paused AND paused_until <= statement_timestamp()
+      AND deleted_at IS NULL
+    FOR UPDATE
+) AS ended
+WHERE s.id = ended.id
+RETURNING s.id, s.tenant_id, ended.paused_until
 
 -- name: mark_quota_exhausted
 -- Over the tenant's executions/day quota: the occurrence is recorded as skipped with the reason, not run.

@@ -172,7 +172,7 @@ def run(ctx: RunContext) -> Outcome:
         if ctx.abort_reason != "deadline":
             raise Aborted(ctx.abort_reason)
         return Outcome.failure(
-            f"killed at the {ctx.timeout_s:g} s deadline",
+            f"killed at its {ctx.timeout_s:g} s timeout",
             retryable=True,
             reason_code="timeout",
             excerpt=excerpt,

@@ -238,7 +238,7 @@ def _getaddrinfo(host: str, port: int, *, timeout: float) -> list[Any]:
     thread.start()
     thread.join(max(0.0, timeout))
     if thread.is_alive():
-        raise TimeoutError(f"resolving {host} took longer than the deadline")
+        raise TimeoutError(f"resolving {host} took longer than the timeout")
     if "error" in result:
         raise result["error"]
     infos: list[Any] = result["infos"]
@@ -396,7 +396,7 @@ def run(ctx: RunContext) -> Outcome:
         excerpt = capture.text(ctx.redact_bytes)
         if ctx.aborted and ctx.abort_reason == "deadline":
             return Outcome.failure(
-                f"no complete response within the {ctx.timeout_s:g} s deadline"
+                f"no complete response within the {ctx.timeout_s:g} s timeout"
                 + (f" (status {status}, {capture.total} body bytes so far)" if status else ""),
                 retryable=True,
                 reason_code="timeout",

@@ -1,5 +1,6 @@
 // The console's only script of its own (CSP: no inline scripts). Everything
-// works without it; it adds the browser's time zone and copy buttons.
+// works without it; it adds the browser's time zone, copy buttons and the
+// schedule pickers' keyboard handling.
 (function () {
   "use strict";
   try {
@@ -11,7 +12,67 @@
     }
   } catch (e) { /* no Intl: the server's default (UTC) stays */ }
 
+  // Schedule pickers: a text field of names (or ids) that works without this
+  // script; with it, a search box (htmx, server-side) offers matches to pick.
+  Array.prototype.forEach.call(document.querySelectorAll("[data-picker]"), function (el) {
+    el.hidden = false;
+  });
+
+  function resultsOf(search) {
+    return document.getElementById(search.getAttribute("aria-controls"));
+  }
+
+  function searchOf(results) {
+    return results && document.querySelector('[aria-controls="' + results.id + '"]');
+  }
+
+  function pick(button) {
+    var target = document.getElementById(button.getAttribute("data-pick-target"));
+    var value = button.getAttribute("data-pick-value");
+    var results = button.closest(".pick-results");
+    var search = searchOf(results);
+    if (!target) { return; }
+    if (button.getAttribute("data-pick-mode") === "add") {
+      var lines = target.value.split("\n").map(function (l) { return l.trim(); }).filter(Boolean);
+      if (lines.indexOf(value) < 0) { lines.push(value); }
+      target.value = lines.join("\n");
+      if (search) { search.value = ""; }
+    } else {
+      target.value = value;
+    }
+    target.dispatchEvent(new Event("change", { bubbles: true }));
+    if (results) { results.innerHTML = ""; }
+    (search || target).focus();
+  }
+
+  document.addEventListener("keydown", function (event) {
+    var el = event.target;
+    if (!el.closest) { return; }
+    if (el.classList && el.classList.contains("pick-search")) {
+      var results = resultsOf(el);
+      var first = results && results.querySelector("button.pick");
+      if (event.key === "ArrowDown" && first) { event.preventDefault(); first.focus(); }
+      else if (event.key === "Escape" && results) { results.innerHTML = ""; }
+      else if (event.key === "Enter" && el.form && el.getAttribute("name") === "q") {
+        // The add-search sits inside the schedule form: Enter adds the first match, never submits.
+        event.preventDefault();
+        if (first) { pick(first); }
+      }
+      return;
+    }
+    var button = el.closest("button.pick");
+    if (!button) { return; }
+    var items = Array.prototype.slice.call(button.closest(".pick-results").querySelectorAll("button.pick"));
+    var at = items.indexOf(button);
+    var owner = searchOf(button.closest(".pick-results"));
+    if (event.key === "ArrowDown" && at < items.length - 1) { event.preventDefault(); items[at + 1].focus(); }
+    else if (event.key === "ArrowUp") { event.preventDefault(); (at > 0 ? items[at - 1] : owner).focus(); }
+    else if (event.key === "Escape") { event.preventDefault(); button.closest(".pick-results").innerHTML = ""; if (owner) { owner.focus(); } }
+  });
+
   document.addEventListener("click", function (event) {
+    var chosen = event.target.closest && event.target.closest("button.pick");
+    if (chosen) { pick(chosen); return; }
     var button = event.target.closest && event.target.closest("[data-copy]");
     if (!button || !navigator.clipboard) { return; }
     navigator.clipboard.writeText(button.getAttribute("data-copy")).then(function () {

@@ -178,3 +178,40 @@ def test_executions_list_filters_and_detail_has_timeline(
     future = (datetime.now(UTC) + timedelta(hours=1)).isoformat().replace("+00:00", "Z")
     assert api.get(f"/v1/executions?from={future}").json()["results"] == []
     assert api.get("/v1/executions?status=bogus").status_code == 400
+
+
+def test_execution_timeline_has_the_scheduled_and_published_steps_in_time_order(
+    api: APIClient, seed_example: dict[str, Any]
+) -> None:
+    from dispatch.models import Execution, ExecutionEvent
+
+    sid = create(api, seed_example)["id"]
+    ex_id = api.post(f"/v1/schedules/{sid}:trigger").json()["execution_id"]
+    e = Execution.objects.get(pk=ex_id)
+    Execution.objects.filter(pk=ex_id).update(
+        state="succeeded",
+        queue="default.short",
+        enqueued_at=e.scheduled_for + timedelta(milliseconds=50),
+        started_at=e.scheduled_for + timedelta(seconds=1),
+        finished_at=e.scheduled_for + timedelta(seconds=2),
+    )
+    ExecutionEvent.objects.create(
+        tenant=e.tenant,
+        schedule=e.schedule,
+        execution=e,
+        kind="claimed",
+        message="claimed by worker w1 with token 1",
+        at=e.scheduled_for + timedelta(seconds=1, milliseconds=1),
+    )
+    detail = api.get(f"/v1/executions/{ex_id}").json()
+    timeline = detail["timeline"]
+    kinds = [step["kind"] for step in timeline]
+    for kind in ("scheduled", "published", "started", "claimed", "finished", "triggered"):
+        assert kind in kinds, kind
+    assert kinds.index("scheduled") < kinds.index("published") < kinds.index("claimed")
+    assert kinds.index("claimed") < kinds.index("finished")
+    ats = [datetime.fromisoformat(step["at"].replace("Z", "+00:00")) for step in timeline]
+    assert ats == sorted(ats)
+    published = timeline[kinds.index("published")]
+    assert published["message"] == "published to queue default.short"
+    assert published["at"].endswith("Z")

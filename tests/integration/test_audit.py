@@ -9,6 +9,7 @@ from django.contrib.auth import get_user_model
 from django.db import DatabaseError, transaction
 from rest_framework.test import APIClient
 
+from dispatch.models import ExecutionEvent
 from tenants import services
 from tenants.models import AuditEvent, Tenant
 from tenants.roles import Role
@@ -88,3 +89,43 @@ def test_role_changes_are_audited(tenant: Tenant) -> None:
         ("member.role_change", {"user": "alice", "role": "admin"}),
         ("member.remove", None),
     ]
+
+
+def _schedule_audits(sid: str) -> list[AuditEvent]:
+    return list(AuditEvent.objects.filter(object_id=sid).order_by("id"))
+
+
+def test_resuming_a_schedule_that_is_not_paused_changes_nothing(
+    api: APIClient, seed_example: dict[str, Any]
+) -> None:
+    sid = api.post("/v1/schedules", seed_example, format="json").json()["id"]
+    before = _schedule_audits(sid)
+    res = api.post(f"/v1/schedules/{sid}:resume")
+    assert res.status_code == 200, res.content
+    assert res.json()["version"] == 1 and res["ETag"] == '"1"'
+    assert _schedule_audits(sid) == before
+    assert not ExecutionEvent.objects.filter(schedule_id=sid, kind="resumed").exists()
+
+
+def test_a_second_pause_is_an_audited_change_of_the_first(
+    api: APIClient, seed_example: dict[str, Any]
+) -> None:
+    sid = api.post("/v1/schedules", seed_example, format="json").json()["id"]
+    first = api.post(f"/v1/schedules/{sid}:pause", {"reason": "freeze"}, format="json").json()
+    res = api.post(
+        f"/v1/schedules/{sid}:pause",
+        {"reason": "freeze, extended", "until": "2099-01-01T00:00:00Z"},
+        format="json",
+    )
+    assert res.status_code == 200, res.content
+    body = res.json()
+    assert body["paused_reason"] == "freeze, extended"
+    assert body["paused_until"] == "2099-01-01T00:00:00Z"
+    # Still the same pause: it began with the first request.
+    assert body["paused_at"] == first["paused_at"] and body["version"] == first["version"] + 1
+    change = _schedule_audits(sid)[-1]
+    assert change.action == "schedule.pause_update"
+    assert change.before["paused_reason"] == "freeze" and change.before["paused_until"] is None
+    assert change.after["paused_reason"] == "freeze, extended"
+    assert change.after["paused_until"].startswith("2099-01-01T00:00:00")
+    assert ExecutionEvent.objects.filter(schedule_id=sid, kind="pause_updated").count() == 1

@@ -16,7 +16,7 @@ from kombu import Queue
 from dispatch import cron, services
 from dispatch.beat import Beat, BeatConfig
 from dispatch.models import Execution, ExecutionEvent, Schedule, SchedulerPartition
-from tenants.models import Tenant
+from tenants.models import AuditEvent, Tenant
 from tenants.roles import Principal
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -369,3 +369,29 @@ def test_publish_time_is_recorded_even_when_a_worker_claimed_first(
     beat.cycle()
     ex = Execution.objects.get(schedule=job)
     assert ex.state == "running" and ex.enqueued_at is not None
+
+
+def test_auto_resume_writes_an_audit_row_like_a_resume(
+    beat: Beat, admin_principal: Principal
+) -> None:
+    s = make(admin_principal, cron="* * * * *")
+    services.schedule_pause(
+        actor=admin_principal,
+        schedule_id=s.id,
+        reason="freeze",
+        until=db_now() + timedelta(hours=1),
+    )
+    # The pause's end has passed (the service refuses an end in the past, so set it here).
+    ended = db_now() - timedelta(seconds=1)
+    Schedule.objects.filter(pk=s.pk).update(paused_until=ended)
+    beat._last_sweep = 0
+    beat.cycle()
+    s.refresh_from_db()
+    assert not s.paused
+    row = AuditEvent.objects.filter(object_id=str(s.id)).order_by("id").last()
+    assert row is not None and row.action == "schedule.resume"
+    assert row.actor_kind == "system" and row.actor_label == "beat"
+    assert row.tenant_id == s.tenant_id
+    assert row.before["paused"] is True and row.after["paused"] is False
+    assert row.before["paused_until"] == ended.isoformat()
+    assert row.after["version"] == s.version == row.before["version"] + 1

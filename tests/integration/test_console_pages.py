@@ -260,6 +260,11 @@ def test_pause_with_reason_and_until_then_resume_shows_the_misfire_plan(world: W
     assert not world.schedule.paused
     actions = set(AuditEvent.objects.filter(object_id=str(sid)).values_list("action", flat=True))
     assert {"schedule.pause", "schedule.resume"} <= actions
+    # Resuming again (a double click, a stale page) changes nothing and says so.
+    audits = AuditEvent.objects.filter(object_id=str(sid)).count()
+    again = client.post(f"/schedules/{sid}/resume")
+    assert again.status_code == 302 and "It+was+not+paused" in again["Location"]
+    assert AuditEvent.objects.filter(object_id=str(sid)).count() == audits
 
 
 def test_pause_until_in_the_past_is_an_error_not_a_500(world: World) -> None:

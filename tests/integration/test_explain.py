@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from dispatch import services
-from dispatch.explain import explain
+from dispatch.explain import CODES, explain
 from dispatch.models import Execution, ExecutionEvent, Schedule
 from tenants.models import AuditEvent, Tenant
 from tenants.roles import Principal, Role
@@ -148,7 +148,7 @@ def test_a_dead_run_says_so_with_the_reason(tenant: Tenant) -> None:
         error="HTTP 503",
     )
     answer = explain(schedule=s, at=MON_0900 + timedelta(seconds=30), now=NOW)
-    assert answer.code == "ran"
+    assert answer.code == "dead"
     assert f"execution {e.id}" in answer.sentence
     assert (
         "is dead after 3 attempt(s)" in answer.sentence
@@ -272,10 +272,9 @@ def test_still_paused_through_the_real_services(tenant: Tenant) -> None:
     future = datetime(2030, 1, 7, 8, 0, tzinfo=UTC)  # a Monday, 09:00 CET
     answer = explain(schedule=s, at=future, now=services.db_now())
     assert answer.code == "paused"
-    assert (
-        "paused by alice at" in answer.sentence
-        and '("deploy freeze") and is still paused' in answer.sentence
-    )
+    assert answer.sentence.startswith("will not run at 2030-01-07 09:00 CET")
+    assert "the schedule is paused (by alice since" in answer.sentence
+    assert '"deploy freeze") and will not run until it is resumed' in answer.sentence
     audit = AuditEvent.objects.get(action="schedule.pause", object_id=str(s.id))
     assert str(audit.pk) in ids(answer, "audit")
 
@@ -405,13 +404,37 @@ def test_held_at_the_concurrency_limit_then_ran(tenant: Tenant) -> None:
         actor="beat",
     )
     answer = explain(schedule=s, at=MON_0900, now=NOW)
-    assert answer.code == "held"
+    assert answer.code == "ran"
     assert answer.sentence == (
         "held at 2026-01-05 09:00 CET (2026-01-05 08:00 UTC): tenant billing at its concurrency limit 2 "
         "(from 2026-01-05 09:00:01 CET); it ran at 2026-01-05 09:03:10 CET and succeeded at "
         "2026-01-05 09:03:11 CET (HTTP 204), attempt 1"
     )
     assert str(held.pk) in ids(answer, "event")
+
+
+def test_held_then_dead_answers_dead(tenant: Tenant) -> None:
+    s = weekday_9am(make_principal(tenant))
+    e = execution(
+        s,
+        MON_0900,
+        state="dead",
+        attempt=3,
+        started_at=MON_0900 + timedelta(minutes=3),
+        finished_at=MON_0900 + timedelta(minutes=9),
+        reason="HTTP 503 — attempts exhausted (3 of 3)",
+    )
+    event(
+        s,
+        "held_concurrency",
+        "waiting: tenant billing at its concurrency limit 2",
+        MON_0900,
+        execution=e,
+    )
+    answer = explain(schedule=s, at=MON_0900, now=NOW)
+    assert answer.code == "dead"
+    assert answer.sentence.startswith("held at 2026-01-05 09:00 CET")
+    assert "is dead after 3 attempt(s)" in answer.sentence
 
 
 def test_still_held_has_not_started(tenant: Tenant) -> None:
@@ -476,8 +499,7 @@ def test_future_occurrence_is_pending(tenant: Tenant) -> None:
     answer = explain(schedule=s, at=MON_0900, now=MON_0900 - timedelta(hours=1))
     assert answer.code == "pending"
     assert (
-        answer.sentence
-        == "the occurrence at 2026-01-05 09:00 CET (2026-01-05 08:00 UTC) is still to come"
+        answer.sentence == "not due yet: it will run at 2026-01-05 09:00 CET (2026-01-05 08:00 UTC)"
     )
 
 
@@ -570,3 +592,91 @@ def test_explainer_reads_only_the_schedules_tenant(tenant: Tenant, other_tenant:
     assert answer.code != "ran"
     assert explain(schedule=theirs, at=MON_0900, now=NOW).code != "ran"
     assert uuid.UUID(str(mine.id))
+
+
+@pytest.mark.parametrize(
+    ("state", "fields", "code"),
+    [
+        ("succeeded", {"status_code": 200}, "ran"),
+        ("running", {}, "running"),
+        ("retry_scheduled", {"error": "HTTP 503"}, "retrying"),
+        ("failed", {"error": "HTTP 400"}, "failed"),
+        ("timed_out", {"error": "no complete response"}, "timed_out"),
+        ("dead", {"reason": "attempts exhausted (3 of 3)"}, "dead"),
+    ],
+)
+def test_each_outcome_of_a_started_run_has_its_own_code(
+    tenant: Tenant, state: str, fields: dict[str, Any], code: str
+) -> None:
+    """A service reading only `code` must tell a dead run from a successful one."""
+    s = weekday_9am(make_principal(tenant))
+    execution(s, MON_0900, state=state, started_at=MON_0900, finished_at=MON_0900, **fields)
+    answer = explain(schedule=s, at=MON_0900, now=NOW)
+    assert answer.code == code
+    assert answer.code in CODES
+
+
+def test_a_quota_skip_has_its_own_documented_code(tenant: Tenant) -> None:
+    s = weekday_9am(make_principal(tenant))
+    execution(
+        s,
+        MON_0900,
+        state="skipped",
+        reason_code="quota_exhausted",
+        reason="skipped: tenant billing is over its quota of 1000 executions per day",
+    )
+    answer = explain(schedule=s, at=MON_0900, now=NOW)
+    assert answer.code == "skipped_quota" and answer.code in CODES
+    assert "over its quota of 1000 executions per day" in answer.sentence
+
+
+def test_a_future_spring_forward_gap_is_told_in_the_future_tense(tenant: Tenant) -> None:
+    s = services.schedule_create(
+        actor=make_principal(tenant),
+        data={
+            "name": "gap",
+            "cron": "30 2 * * *",
+            "timezone": "Europe/Amsterdam",
+            "target": TARGET,
+        },
+    )
+    Schedule.objects.filter(pk=s.pk).update(created_at=datetime(2025, 12, 1, tzinfo=UTC))
+    s.refresh_from_db()
+    # Asked on 2026-01-06 about 02:30 on 2026-03-29, which will not exist.
+    answer = explain(schedule=s, at=datetime(2026, 3, 29, 1, 30, tzinfo=UTC), now=NOW)
+    assert answer.code == "dst_shifted"
+    assert answer.sentence == (
+        "02:30 does not exist on 2026-03-29 in Europe/Amsterdam; runs at 03:00 CEST. "
+        "Not due yet: it will run at 2026-03-29 03:00 CEST (2026-03-29 01:00 UTC)"
+    )
+    assert "did" not in answer.sentence and " ran " not in answer.sentence
+
+
+def test_a_future_occurrence_inside_a_pause_will_not_run_after_its_end_it_will(
+    tenant: Tenant,
+) -> None:
+    p = alice(tenant)
+    s = weekday_9am(p)
+    now = services.db_now()
+    services.schedule_pause(
+        actor=p, schedule_id=s.id, reason="freeze", until=now + timedelta(days=3)
+    )
+    s.refresh_from_db()
+    inside = cron_next(s, now)
+    answer = explain(schedule=s, at=inside, now=now)
+    assert answer.code == "paused"
+    assert answer.sentence.startswith("will not run at ")
+    assert (
+        "the schedule is paused (by alice since" in answer.sentence
+        and '"freeze"' in answer.sentence
+    )
+    after = cron_next(s, now + timedelta(days=3))
+    assert explain(schedule=s, at=after, now=now).code == "pending"
+
+
+def cron_next(s: Schedule, after: datetime) -> datetime:
+    from dispatch import cron
+
+    found = cron.next_after(s.cron, s.timezone, after=after, seed=str(s.id))
+    assert found is not None
+    return found

@@ -134,3 +134,17 @@ def test_needs_a_token(db: Any, schedule: Schedule) -> None:
 def test_existing_routes_are_untouched(api: APIClient, schedule: Schedule) -> None:
     assert api.get(f"/v1/schedules/{schedule.id}").status_code == 200
     assert api.get(f"/v1/schedules/{schedule.id}/preview").status_code == 200
+
+
+def test_the_openapi_document_lists_every_explainer_code_as_an_enum(client: Any) -> None:
+    from dispatch.explain import CODES
+
+    doc = client.get("/v1/openapi.json").json()
+    answer = doc["paths"]["/v1/schedules/{id}/explain"]["get"]["responses"]["200"]
+    ref = answer["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[-1]
+    code = doc["components"]["schemas"][ref]["properties"]["code"]
+    if "$ref" in code or "allOf" in code:  # drf-spectacular names enums as components
+        target = (code.get("$ref") or code["allOf"][0]["$ref"]).rsplit("/", 1)[-1]
+        code = doc["components"]["schemas"][target]
+    assert code["enum"] == list(CODES)
+    assert {"dead", "failed", "skipped_quota", "ran"} <= set(code["enum"])
