@@ -362,6 +362,11 @@ class ManagedCommand(models.Model):
         blank=True,
         help_text="host directories the command may write (owned by the sandbox uid)",
     )
+    egress = models.BooleanField(
+        default=False,
+        help_text="HTTP(S) out through the worker's proxy, under the tenant's egress policy "
+        "and the SSRF guard (otherwise no network at all)",
+    )
     cpu_s = models.PositiveIntegerField(default=300, help_text="CPU seconds (RLIMIT_CPU)")
     memory_mb = models.PositiveIntegerField(
         default=1024, help_text="address space and largest file, MiB (RLIMIT_AS, RLIMIT_FSIZE)"

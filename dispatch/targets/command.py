@@ -38,12 +38,15 @@ import os
 import re
 import shutil
 import signal
+import socket
 import string
 import subprocess
 import threading
+import time
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
 
@@ -510,10 +513,22 @@ def run(ctx: RunContext) -> Outcome:
                 raise SandboxUnavailable(
                     f"{path} (declared by the registration) is not a directory on this worker"
                 )
+        fds: tuple[int, ...] = ()
+        info_r = block_w = -1
+        allow: Any = None
         if sandboxed:
             prefix = sandbox_prefix(registered)
             _probe(prefix)
             spawn = _spawn_kwargs()
+            if registered.egress:
+                allow = _egress_policy(ctx.tenant_id)
+                # bwrap reports the sandbox's pid on info_w and waits on block_r
+                # before it runs the command, while the proxy is put in place.
+                block_r, block_w = os.pipe()
+                info_r, info_w = os.pipe()
+                fds = (block_r, info_w)
+                prefix[-1:] = ["--info-fd", str(info_w), "--block-fd", str(block_r), "--"]
+                env.update({k: f"http://127.0.0.1:{EGRESS_PORT}" for k in PROXY_ENV})
         else:
             log.warning("COMMAND_SANDBOX=none: running %s unsandboxed", registered.name)
             prefix, spawn = [], {}
@@ -531,15 +546,23 @@ def run(ctx: RunContext) -> Outcome:
             stderr=subprocess.STDOUT,
             start_new_session=True,
             close_fds=True,
+            pass_fds=fds,
             cwd="/",
             **spawn,
         )
     except OSError as exc:
+        if fds:
+            os.close(info_r)
+            os.close(block_w)
         return Outcome.failure(
             ctx.redact(f"cannot start {argv[0]}: {exc}"),
             retryable=True,
             reason_code="spawn_failed",
         )
+    finally:
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def kill_group() -> None:
         # The whole group: a command's own children die with it.
@@ -556,7 +579,28 @@ def run(ctx: RunContext) -> Outcome:
     )
     reader.start()
     ctx.on_abort(kill_group)
-    code = proc.wait()
+    proxy: EgressProxy | None = None
+    if fds:
+        try:
+            proxy = EgressProxy.inside(_read_info(info_r, ctx.remaining()), allow)
+            os.write(block_w, b"go")
+        except (OSError, ValueError) as exc:
+            kill_group()
+            reader.join(KILL_GRACE_S)
+            return Outcome.failure(
+                f"cannot set up the command's egress proxy: {exc}",
+                retryable=True,
+                reason_code="sandbox_unavailable",
+                excerpt=capture.text(ctx.redact_bytes),
+            )
+        finally:
+            os.close(info_r)
+            os.close(block_w)
+    try:
+        code = proc.wait()
+    finally:
+        if proxy is not None:
+            proxy.close()
     reader.join(KILL_GRACE_S)
     excerpt = capture.text(ctx.redact_bytes)
     if ctx.aborted:
@@ -601,3 +645,216 @@ def _check_inside(placeholder: Placeholder, value: str) -> None:
     real = os.path.realpath(os.path.join(placeholder.arg, value))
     if real != base and not real.startswith(base + "/"):
         raise ValueError(f"{placeholder.name}: resolves outside {placeholder.arg}")
+
+
+# --- Egress (registrations with egress=True) --------------------------------
+# The sandbox keeps its own network namespace with only loopback; the worker
+# opens a listening socket *inside* that namespace (setns from a short-lived
+# thread) and serves it as an HTTP proxy from its own network: every CONNECT or
+# http:// request goes through the tenant's egress policy and the SSRF guard,
+# exactly like an http target, and to the checked address only.
+
+EGRESS_PORT = 3128
+PROXY_ENV = ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")
+CLONE_NEWNET = 0x40000000
+MAX_HEAD = 16 * 1024
+MAX_EGRESS_CONNECTIONS = 32
+
+
+def _egress_policy(tenant_id: Any) -> Any:
+    from dispatch import netguard
+
+    if os.geteuid() != 0:
+        raise SandboxUnavailable(
+            "egress for managed commands needs a root worker (it opens the proxy inside "
+            "the sandbox's network namespace)"
+        )
+    return netguard.AllowList.parse(Tenant.objects.get(pk=tenant_id).egress_allow or [])
+
+
+def _read_info(fd: int, timeout: float) -> int:
+    """The sandbox's pid from bwrap's --info-fd JSON (EOF when bwrap is done writing)."""
+    import json
+    import select
+
+    data = b""
+    deadline = time.monotonic() + max(1.0, min(timeout, 30.0))
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            raise ValueError("bwrap did not report the sandbox in time")
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            break
+        data += chunk
+    if not data:
+        raise ValueError("bwrap exited before the sandbox started")
+    return int(json.loads(data)["child-pid"])
+
+
+class EgressProxy:
+    """An HTTP(S) proxy on 127.0.0.1:3128 of one sandbox, connecting out under `allow`."""
+
+    def __init__(self, listener: socket.socket, allow: Any) -> None:
+        self.listener = listener
+        self.allow = allow
+        self.closed = threading.Event()
+        self.sockets: set[socket.socket] = {listener}
+        self.lock = threading.Lock()
+        threading.Thread(target=self._serve, name="egress-proxy", daemon=True).start()
+
+    @classmethod
+    def inside(cls, pid: int, allow: Any) -> EgressProxy:
+        import ctypes
+
+        result: dict[str, Any] = {}
+
+        def enter() -> None:
+            # setns changes only this thread, which ends right after; the socket
+            # stays in the sandbox's namespace.
+            try:
+                libc = ctypes.CDLL(None, use_errno=True)
+                fd = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY)
+                try:
+                    if libc.setns(fd, CLONE_NEWNET) != 0:
+                        raise OSError(ctypes.get_errno(), "setns into the sandbox's network")
+                finally:
+                    os.close(fd)
+                result["sock"] = socket.create_server(("127.0.0.1", EGRESS_PORT), backlog=32)
+            except OSError as exc:
+                result["error"] = exc
+
+        thread = threading.Thread(target=enter, name="egress-setns")
+        thread.start()
+        thread.join()
+        if "error" in result:
+            raise result["error"]
+        return cls(result["sock"], allow)
+
+    def close(self) -> None:
+        self.closed.set()
+        with self.lock:
+            for sock in self.sockets:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+                with contextlib.suppress(OSError):
+                    sock.close()
+            self.sockets.clear()
+
+    def _track(self, sock: socket.socket) -> bool:
+        with self.lock:
+            # Each connection is a worker thread: a command gets a bounded number.
+            if self.closed.is_set() or len(self.sockets) > 2 * MAX_EGRESS_CONNECTIONS:
+                sock.close()
+                return False
+            self.sockets.add(sock)
+            return True
+
+    def _serve(self) -> None:
+        while not self.closed.is_set():
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            if self._track(conn):
+                threading.Thread(
+                    target=self._handle, args=(conn,), name="egress-conn", daemon=True
+                ).start()
+
+    def _handle(self, conn: socket.socket) -> None:
+        try:
+            conn.settimeout(10)
+            head = b""
+            while b"\r\n\r\n" not in head:
+                chunk = conn.recv(4096)
+                if not chunk or len(head) > MAX_HEAD:
+                    return
+                head += chunk
+            head, _, rest = head.partition(b"\r\n\r\n")
+            lines = head.decode("latin-1").split("\r\n")
+            method, target, version = [*lines[0].split(" "), "", "", ""][:3]
+            if method == "CONNECT":
+                host, _, port_text = target.rpartition(":")
+                host = host.strip("[]")
+                upstream_head = b""
+            else:
+                url = urlsplit(target)
+                if url.scheme != "http" or not url.hostname:
+                    self._refuse(conn, 400, "only CONNECT and http:// requests")
+                    return
+                host, port_text = url.hostname, str(url.port or 80)
+                path = (url.path or "/") + (f"?{url.query}" if url.query else "")
+                kept = [
+                    line
+                    for line in lines[1:]
+                    if not line.lower().startswith(("proxy-", "connection:"))
+                ]
+                upstream_head = (
+                    "\r\n".join([f"{method} {path} {version}", *kept, "Connection: close"])
+                    + "\r\n\r\n"
+                ).encode("latin-1")
+            if not port_text.isdigit() or not host:
+                self._refuse(conn, 400, "bad proxy target")
+                return
+            upstream = self._connect(conn, host, int(port_text))
+            if upstream is None:
+                return
+            if method == "CONNECT":
+                conn.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            upstream.sendall(upstream_head + rest)
+            self._pipe(conn, upstream)
+        except OSError:
+            return
+        finally:
+            with contextlib.suppress(OSError):
+                conn.close()
+
+    def _connect(self, conn: socket.socket, host: str, port: int) -> socket.socket | None:
+        from dispatch import netguard
+        from dispatch.targets.http import resolve_checked
+
+        try:
+            addresses = resolve_checked(host, port, allow=self.allow, timeout=5)
+        except netguard.Denied as denied:
+            self._refuse(conn, 403, f"egress to {host}:{port} denied: {denied}")
+            return None
+        except OSError as exc:
+            self._refuse(conn, 502, f"cannot resolve {host}: {exc}")
+            return None
+        for family, address in addresses:
+            upstream = socket.socket(family, socket.SOCK_STREAM)
+            upstream.settimeout(10)
+            try:
+                upstream.connect((address, port))
+            except OSError:
+                upstream.close()
+                continue
+            if self._track(upstream):
+                return upstream
+            return None
+        self._refuse(conn, 502, f"cannot connect to {host}:{port}")
+        return None
+
+    def _refuse(self, conn: socket.socket, status: int, why: str) -> None:
+        body = (why + "\n").encode()
+        conn.sendall(
+            f"HTTP/1.1 {status} Refused\r\nContent-Length: {len(body)}\r\n"
+            "Connection: close\r\n\r\n".encode()
+            + body
+        )
+
+    def _pipe(self, a: socket.socket, b: socket.socket) -> None:
+        import selectors
+
+        a.settimeout(None)
+        b.settimeout(None)
+        with selectors.DefaultSelector() as sel:
+            sel.register(a, selectors.EVENT_READ, b)
+            sel.register(b, selectors.EVENT_READ, a)
+            while not self.closed.is_set():
+                for key, _ in sel.select(timeout=1):
+                    src: socket.socket = key.fileobj  # type: ignore[assignment]
+                    data = src.recv(64 * 1024)
+                    if not data:
+                        return
+                    key.data.sendall(data)

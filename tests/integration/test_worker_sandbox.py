@@ -65,12 +65,22 @@ def dirs() -> Iterator[dict[str, Path]]:
 
 
 @pytest.fixture(scope="module")
-def worker(tmp_path_factory: pytest.TempPathFactory, django_db_setup: Any) -> Iterator[Proc]:
+def ledger() -> Iterator[Ledger]:
+    ledger = Ledger()
+    yield ledger
+    ledger.close()
+
+
+@pytest.fixture(scope="module")
+def worker(
+    tmp_path_factory: pytest.TempPathFactory, ledger: Ledger, django_db_setup: Any
+) -> Iterator[Proc]:
     purge(settings.CELERY_BROKER_URL)
     with worker_processes(tmp_path_factory.mktemp("sandbox")) as start:
         yield start(
             "w1",
             concurrency=2,
+            TARGET_TEST_ALLOW=ledger.allow_entry,
             SECRETS_BACKEND="env",
             SCHED_SECRET_BILLING_CMD_TOKEN=SECRET,
             WORKER_CANARY=CANARY,
@@ -230,6 +240,40 @@ def test_command_has_no_network_to_the_platform(worker: Proc, admin_principal: P
     assert execution.state == "succeeded", (execution.error, out)
     for endpoint in [*map(str, ports), *sockets]:
         assert f"closed-{endpoint}" in out and f"open-{endpoint}" not in out, out
+
+
+@pytest.mark.skipif(not ROOT, reason="command egress needs a root worker")
+def test_egress_goes_only_through_the_proxy_under_the_tenant_policy(
+    worker: Proc, ledger: Ledger, admin_principal: Principal
+) -> None:
+    # Allowed: the test receiver (TARGET_TEST_ALLOW). Not allowed: another loopback
+    # port, standing for the platform's servers or anything else on the host.
+    other = socket.create_server(("127.0.0.1", 0))
+    other.setblocking(False)
+    port = other.getsockname()[1]
+    ledger.requests.clear()
+    script = f"""
+        curl -sS -m 5 {ledger.url}/plain && echo
+        curl -sS -m 5 -p {ledger.url}/tunnel && echo
+        curl -sS -m 5 http://127.0.0.1:{port}/ ; echo
+        curl -sS -m 5 -p http://127.0.0.1:{port}/ ; echo
+        (exec 3<>/dev/tcp/127.0.0.1/{ledger.port}) 2>/dev/null && echo direct-open || echo direct-closed
+    """
+    try:
+        execution = run(admin_principal, register(script, interpreter="/bin/bash", egress=True))
+        with pytest.raises(BlockingIOError):
+            other.accept()
+    finally:
+        other.close()
+    out = execution.log_excerpt
+    assert execution.state == "succeeded", (execution.error, out)
+    assert sorted(r["path"] for r in ledger.requests) == ["/plain", "/tunnel"], ledger.dump()
+    assert f"egress to 127.0.0.1:{port} denied" in out, out  # plain HTTP: the proxy's 403 body
+    assert "CONNECT tunnel failed, response 403" in out  # the tunnel: curl reports the status
+    assert "direct-closed" in out
+    # The plain-HTTP request reached the receiver in origin form, without proxy headers.
+    plain = next(r for r in ledger.requests if r["path"] == "/plain")
+    assert not any(h.lower().startswith("proxy-") for h in plain["headers"])
 
 
 def count(marker: str) -> int:
