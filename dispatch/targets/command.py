@@ -485,7 +485,10 @@ def run(ctx: RunContext) -> Outcome:
         for placeholder in placeholders.values():
             if placeholder.kind == "path-under":
                 _check_inside(placeholder, str(args[placeholder.name]))
-        undeclared = sorted(set(cfg.get("env") or {}) - set(registered.env or []))
+        declared = set(registered.env or [])
+        undeclared = sorted(
+            n for n in cfg.get("env") or {} if n not in declared or RESERVED_ENV.match(n)
+        )
         if undeclared:
             raise ValueError(f"env.{undeclared[0]}: is not a variable this command declares")
     except ValueError as exc:

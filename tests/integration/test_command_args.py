@@ -192,3 +192,27 @@ def test_production_settings_refuse_unsandboxed_commands() -> None:
         timeout=120,
     )
     assert res.returncode != 0 and "COMMAND_SANDBOX=none" in res.stderr, res.stderr
+
+
+def test_admin_shows_a_bad_registration_on_its_field(admin_client: Any) -> None:
+    form = {
+        "name": "export",
+        "argv": '["/usr/local/bin/export", "{out:path-under:/srv/exports}"]',
+        "timeout_s": "60",
+        "enabled": "on",
+        "env": '["NODE_OPTIONS"]',
+        "readable_paths": "[]",
+        "writable_paths": "[]",
+        "cpu_s": "60",
+        "memory_mb": "256",
+        "max_procs": "16",
+    }
+    res = admin_client.post("/admin/dispatch/managedcommand/add/", form)
+    assert res.status_code == 200  # the form again, not a redirect
+    errors = res.context["adminform"].form.errors
+    assert "path-under" in errors["argv"][0] and "NODE_OPTIONS" in errors["env"][0]
+    assert not ManagedCommand.objects.exists()
+    form |= {"env": '["API_TOKEN"]', "writable_paths": '["/srv/exports"]'}
+    res = admin_client.post("/admin/dispatch/managedcommand/add/", form)
+    assert res.status_code == 302, res.context["adminform"].form.errors
+    assert ManagedCommand.objects.get().writable_paths == ["/srv/exports"]
