@@ -14,6 +14,11 @@ DEBUG = False
 if not get("SECRET_KEY"):
     raise ImproperlyConfigured("SECRET_KEY (or SECRET_KEY_FILE) must be set in production")
 
+if COMMAND_SANDBOX != "bwrap":  # noqa: F405
+    raise ImproperlyConfigured(
+        "COMMAND_SANDBOX=none (unsandboxed managed commands) is for development only"
+    )
+
 SECURE_SSL_REDIRECT = get_bool("SECURE_SSL_REDIRECT", True)
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SECURE_HSTS_SECONDS = get_int("SECURE_HSTS_SECONDS", 31536000)

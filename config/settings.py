@@ -285,6 +285,16 @@ VAULT_TOKEN = get("VAULT_TOKEN", "") or ""  # VAULT_TOKEN_FILE works too (config
 VAULT_MOUNT = get("VAULT_MOUNT", "kv") or "kv"
 VAULT_TIMEOUT_S = get_int("VAULT_TIMEOUT_S", 5)
 SECRETS_BACKEND = get_list("SECRETS_BACKEND", ["vault"] if VAULT_ADDR else ["env"])
+# Managed commands run in a bubblewrap sandbox ("bwrap"); without bwrap they fail
+# closed. "none" runs them unsandboxed, for development only (config.production
+# refuses it). As root the worker drops to COMMAND_SANDBOX_UID/GID before bwrap.
+COMMAND_SANDBOX = get("COMMAND_SANDBOX", "bwrap") or "bwrap"
+if COMMAND_SANDBOX not in ("bwrap", "none"):
+    raise ImproperlyConfigured("COMMAND_SANDBOX must be 'bwrap' or 'none' (development only)")
+COMMAND_SANDBOX_BWRAP = get("COMMAND_SANDBOX_BWRAP", "bwrap") or "bwrap"
+COMMAND_SANDBOX_UID = get_int("COMMAND_SANDBOX_UID", 65534)
+COMMAND_SANDBOX_GID = get_int("COMMAND_SANDBOX_GID", 65534)
+COMMAND_SANDBOX_TMP_MB = get_int("COMMAND_SANDBOX_TMP_MB", 64)
 # Token bucket per target host, shared by every worker through Redis: "N/s|min|hour".
 TARGET_RATE_PER_HOST = get("TARGET_RATE_PER_HOST", "50/s") or "50/s"
 

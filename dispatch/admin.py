@@ -57,7 +57,7 @@ class PartitionAdmin(ReadOnlyAdmin):
 
 @admin.register(ManagedCommand)
 class ManagedCommandAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    list_display = ("name", "timeout_s", "enabled")
+    list_display = ("name", "timeout_s", "egress", "enabled")
     filter_horizontal = ("tenants",)
 
 

@@ -335,16 +335,45 @@ class SchedulerPartition(models.Model):
 class ManagedCommand(models.Model):
     """An operator-registered command a tenant's schedule may run.
 
-    `argv` is a list of strings; `{param}` placeholders are filled from the
-    schedule's args, each as exactly one argv element — there is no shell.
+    `argv` is a list of strings; typed placeholders (`{day:date}`, `{n:int}`,
+    `{file:path-under:/srv/exports}`, `{name}` = `{name:str}`; see
+    dispatch/targets/command.py) are filled from the schedule's args, each value
+    checked against its type, inside one argv element — there is no shell. The
+    command runs in a bwrap sandbox that sees only the system directories (read-only)
+    and the paths declared here, with these limits.
     """
 
     name = models.CharField(max_length=100, unique=True)
     description = models.CharField(max_length=500, blank=True)
-    argv = models.JSONField(help_text='e.g. ["/usr/local/bin/export", "--day", "{day}"]')
+    argv = models.JSONField(help_text='e.g. ["/usr/local/bin/export", "--day", "{day:date}"]')
     tenants = models.ManyToManyField(Tenant, blank=True, help_text="empty = every tenant")
     timeout_s = models.PositiveIntegerField(default=3600)
     enabled = models.BooleanField(default=True)
+    env = models.JSONField(
+        default=list,
+        blank=True,
+        help_text='variables a schedule may set to secret references, e.g. ["API_TOKEN"]',
+    )
+    readable_paths = models.JSONField(
+        default=list, blank=True, help_text="host directories the command sees read-only"
+    )
+    writable_paths = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="host directories the command may write (owned by the sandbox uid)",
+    )
+    egress = models.BooleanField(
+        default=False,
+        help_text="HTTP(S) out through the worker's proxy, under the tenant's egress policy "
+        "and the SSRF guard (otherwise no network at all)",
+    )
+    cpu_s = models.PositiveIntegerField(default=300, help_text="CPU seconds (RLIMIT_CPU)")
+    memory_mb = models.PositiveIntegerField(
+        default=1024, help_text="address space and largest file, MiB (RLIMIT_AS, RLIMIT_FSIZE)"
+    )
+    max_procs = models.PositiveIntegerField(
+        default=64, help_text="processes and threads of one run (RLIMIT_NPROC in its namespace)"
+    )
 
     class Meta:
         ordering = ["name"]
@@ -352,15 +381,22 @@ class ManagedCommand(models.Model):
     def __str__(self) -> str:
         return self.name
 
-    def parameters(self) -> list[str]:
-        import string
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
 
-        names: list[str] = []
-        for part in self.argv:
-            for _, field, _, _ in string.Formatter().parse(str(part)):
-                if field and field not in names:
-                    names.append(field)
-        return names
+        from dispatch.targets.command import check_registration
+
+        errors = check_registration(self.argv, self.env, self.readable_paths, self.writable_paths)
+        for field, low in (("cpu_s", 1), ("memory_mb", 16), ("max_procs", 2)):
+            if getattr(self, field) is not None and getattr(self, field) < low:
+                errors[field] = f"must be at least {low}"
+        if errors:
+            raise ValidationError(errors)
+
+    def parameters(self) -> list[str]:
+        from dispatch.targets.command import parse_template
+
+        return list(parse_template(self.argv))
 
     def allowed_for(self, tenant: Tenant) -> bool:
         return not self.tenants.exists() or self.tenants.filter(pk=tenant.pk).exists()

@@ -146,6 +146,9 @@ def test_job_that_kills_its_worker_ends_dead_after_max_attempts_others_flow(
         concurrency=2,
         WORKER_ID="w1",
         TARGET_TEST_ALLOW=ledger.allow_entry,
+        # A sandboxed command cannot see its worker (test_worker_sandbox); the
+        # development mode without a sandbox is how a job can still kill one.
+        COMMAND_SANDBOX="none",
     )
     pool_before = set(pool_children(w1))
     poison = make_execution(

@@ -103,6 +103,7 @@ def test_command_runs_without_shell_env_minimal_secret_redacted(
             "echo id=$SCHED_EXECUTION_ID attempt=$SCHED_ATTEMPT token=$API_TOKEN day=$0; env",
             "{day}",
         ],
+        env=["API_TOKEN"],
     )
     execution = run(
         admin_principal,
