@@ -82,7 +82,7 @@ def worker(
             concurrency=2,
             TARGET_TEST_ALLOW=ledger.allow_entry,
             SECRETS_BACKEND="env",
-            SCHED_SECRET_BILLING_CMD_TOKEN=SECRET,
+            SCHED_SECRET_BILLING__CMD_TOKEN=SECRET,
             WORKER_CANARY=CANARY,
         )
     purge(settings.CELERY_BROKER_URL)
