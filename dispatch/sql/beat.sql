@@ -202,9 +202,11 @@ WHERE t.id = ANY(%(tenant_ids)s::bigint[])
 UPDATE dispatch_execution e
 SET state = CASE WHEN e.state IN ('scheduled', 'retry_scheduled') THEN 'queued' ELSE e.state END,
     queue = CASE WHEN e.state IN ('scheduled', 'retry_scheduled') THEN v.queue ELSE e.queue END,
-    -- enqueued_at is the first publish (fire-lag figures); later ones (retries) go to republished_at.
+    -- enqueued_at is the first publish (fire-lag figures); published_at the latest, of any
+    -- attempt (the lost-message timeout counts from it). republished_at is left alone: a
+    -- retry's publish is the normal path, only stale_queued republishes a lost message.
     enqueued_at = COALESCE(e.enqueued_at, clock_timestamp()),
-    republished_at = CASE WHEN e.enqueued_at IS NULL THEN NULL ELSE clock_timestamp() END,
+    published_at = clock_timestamp(),
     reason_code = CASE WHEN e.reason_code LIKE 'held_%%' THEN '' ELSE e.reason_code END,
     reason = CASE WHEN e.reason_code LIKE 'held_%%' THEN '' ELSE e.reason END
 FROM unnest(%(ids)s::uuid[], %(attempts)s::int[], %(queues)s::text[]) AS v(id, attempt, queue)
@@ -223,11 +225,12 @@ RETURNING id, schedule_id, tenant_id
 -- name: stale_queued
 -- Queued but unclaimed for too long (the broker lost the message): take them for re-publishing.
 UPDATE dispatch_execution e
-SET republished_at = clock_timestamp()
+SET republished_at = clock_timestamp(), published_at = clock_timestamp()
 FROM (
     SELECT x.id FROM dispatch_execution x
     WHERE x.partition = ANY(%(numbers)s::int[]) AND x.state = 'queued'
-      AND COALESCE(x.republished_at, x.enqueued_at) < statement_timestamp() - make_interval(secs => %(timeout)s)
+      AND COALESCE(x.published_at, x.republished_at, x.enqueued_at)
+          < statement_timestamp() - make_interval(secs => %(timeout)s)
     ORDER BY x.enqueued_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
