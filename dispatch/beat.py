@@ -628,9 +628,9 @@ class Beat:
         once from Celery's own protocol-2 template, and each chunk goes out as
         one Redis pipeline (RabbitMQ: see _publish_amqp).
         """
-        from config.celery_app import app
+        from config.celery_app import app, is_amqp
 
-        if settings.CELERY_BROKER_URL.startswith(("amqp://", "amqps://", "pyamqp://")):
+        if is_amqp(settings.CELERY_BROKER_URL):
             return self._publish_amqp(app, items)
         sent: list[Pending] = []
         chunk_size = 1000
@@ -697,7 +697,7 @@ class Beat:
                 for start in range(0, len(items), chunk_size):
                     chunk = items[start : start + chunk_size]
                     for p in chunk:
-                        self._publish_one(app, producer, p)
+                        self._publish_one(app, producer, p, amqp=True)
                     tag[0] += len(chunk)
                     deadline = time.monotonic() + 30
                     while state["acked"] < tag[0] and not state["nacked"]:
@@ -722,7 +722,7 @@ class Beat:
             self._amqp = None
         return sent
 
-    def _publish_one(self, app: Any, producer: Any, p: Pending) -> None:
+    def _publish_one(self, app: Any, producer: Any, p: Pending, *, amqp: bool = False) -> None:
         if self._template is None:
             msg = app.amqp.as_task_v2(
                 str(uuid.uuid4()), TASK_NAME, args=[p.id, p.attempt], kwargs={}, ignore_result=True
@@ -730,14 +730,22 @@ class Beat:
             self._template = (dict(msg.headers), dict(msg.properties), msg.body[2])
         headers, properties, embed = self._template
         task_id = str(uuid.uuid4())
-        queue = app.amqp.queues[p.queue]
-        declare = [] if p.queue in self._declared else [queue]
+        extra: dict[str, Any] = {}
+        if amqp:
+            from config.celery_app import amqp_queue
+
+            # RabbitMQ: the duration class's priority queue, the level as message priority.
+            queue, level = amqp_queue(p.queue)
+            extra["priority"] = level or 0
+        else:
+            queue = app.amqp.queues[p.queue]
+        declare = [] if queue.name in self._declared else [queue]
         # The default (anonymous) exchange routes by queue name: no binding
         # lookup per message on Redis, and the same result on RabbitMQ.
         producer.publish(
             [[p.id, p.attempt], {}, embed],
             exchange="",
-            routing_key=p.queue,
+            routing_key=queue.name,
             serializer="json",
             headers=headers
             | self._trace_headers
@@ -747,8 +755,9 @@ class Beat:
             delivery_mode=2,
             declare=declare,
             retry=False,
+            **extra,
         )
-        self._declared.add(p.queue)
+        self._declared.add(queue.name)
 
     # --- sweeping ------------------------------------------------------------------------------
 
