@@ -410,7 +410,7 @@ class Beat:
             numbers = self._fence()
             if not numbers:
                 return 0
-            ((claimed, fired),) = _rows(
+            ((claimed, fired, skipped),) = _rows(
                 "fire_due_one_offs",
                 {
                     "numbers": numbers,
@@ -420,6 +420,9 @@ class Beat:
                     "fired_by": self.cfg.name,
                 },
             )
+            if skipped:
+                # One-offs skipped by their misfire policy skip their dependents too.
+                dependencies.propagate(execution_ids=list(skipped))
             planned_claimed, planned_fired = self._fire_planned(numbers)
             faults.crash_at("before_fire_commit")
         faults.crash_at("after_fire_commit")
@@ -922,11 +925,28 @@ class _FirePlan:
             catch_up,
             jitter,
             overlap,
+            created_at,
         ) = sched
         seed = str(sid)
         self.advance_ids.append(sid)
+        once_late = False
         if kind == "once":
-            # A one-off runs even when late: the misfire policy is for recurring schedules.
+            # As on the fast path (fire_due_one_offs): due at run_at, or at creation
+            # when run_at was already past; later than the grace is a misfire.
+            once_late = now - max(run_at, created_at) > timedelta(seconds=grace)
+            if once_late and misfire == "skip":
+                self._row(
+                    sched,
+                    scheduled_for=run_at,
+                    due_at=run_at,
+                    trigger="api",
+                    state="skipped",
+                    code="misfire",
+                    reason=f"skipped by misfire policy (skip): the one-off job was found "
+                    f"{_ago(now - max(run_at, created_at))} late, beyond the {grace}s grace period",
+                )
+                self.advance_to.append(None)
+                return
             fire, skipped, total, nxt = [run_at], [], 0, None
         else:
             plan = cron.plan_misfire(
@@ -974,7 +994,7 @@ class _FirePlan:
         for occ in fire:
             if kind == "once":
                 due = occ
-                trigger = "api"
+                trigger = "catch_up" if once_late else "api"
             else:
                 due = occ + timedelta(
                     seconds=cron.jitter_seconds(seed=seed, scheduled_for=occ, jitter_s=jitter)

@@ -5,6 +5,7 @@ In-process beat against the real PostgreSQL and broker."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
@@ -167,3 +168,62 @@ def test_fire_lag_counts_only_occurrences_fired_at_their_due_time(
     body = Client().get("/metrics").content.decode()
     assert "scheduler_fire_lag_seconds_count 5.0" in body
     assert 'scheduler_fire_lag_seconds_bucket{le="1.0"} 5.0' in body
+
+
+# --- one-off jobs and their misfire grace ------------------------------------------------------
+
+
+def late_job(principal: Principal, name: str, *, late_s: float, **data: Any) -> Schedule:
+    """A one-off job that fell due `late_s` ago and was not fired (the beat was down)."""
+    job, _ = services.job_create(
+        actor=principal,
+        data={"name": name, "target": TARGET, "run_at": db_now() + timedelta(hours=1)} | data,
+    )
+    past = db_now() - timedelta(seconds=late_s)
+    Schedule.objects.filter(pk=job.pk).update(
+        run_at=past, next_run_at=past, created_at=past - timedelta(hours=1)
+    )
+    job.refresh_from_db()
+    return job
+
+
+def test_a_one_off_found_later_than_its_grace_is_skipped_by_its_misfire_policy(
+    beat: Beat, admin_principal: Principal
+) -> None:
+    skipped = late_job(admin_principal, "ten-min-late", late_s=600, misfire_grace_s=60)
+    report = services.schedule_create(
+        actor=admin_principal,
+        data={
+            "name": "after-it",
+            "cron": "0 0 1 1 *",
+            "target": TARGET,
+            "depends_on": [str(skipped.id)],
+        },
+    )
+    late_run = late_job(
+        admin_principal, "ten-min-late-run-once", late_s=600, misfire_grace_s=60, misfire="run_once"
+    )
+    on_time = late_job(admin_principal, "within-grace", late_s=30, misfire_grace_s=60)
+    created_past, _ = services.job_create(
+        actor=admin_principal,
+        data={"name": "asked-late", "target": TARGET, "run_at": db_now() - timedelta(minutes=10)},
+    )
+    beat.cycle()
+
+    ex = Execution.objects.get(schedule=skipped)
+    assert ex.state == "skipped" and ex.reason_code == "misfire", (ex.state, ex.reason)
+    assert re.search(r"found 60\ds late, beyond the 60s grace period", ex.reason), ex.reason
+    dependent = Execution.objects.get(schedule=report)
+    assert dependent.state == "skipped" and dependent.reason_code == "upstream"
+    assert "ten-min-late" in dependent.reason
+
+    ran = Execution.objects.get(schedule=late_run)
+    assert ran.state == "queued" and ran.trigger == "catch_up"
+    punctual = Execution.objects.get(schedule=on_time)
+    assert punctual.state == "queued" and punctual.trigger == "api"
+    # A job created with run_at already past fell due when it was created: not late.
+    asked = Execution.objects.get(schedule=created_past)
+    assert asked.state == "queued" and asked.trigger == "api"
+    for job in (skipped, late_run, on_time, created_past):
+        job.refresh_from_db()
+        assert job.next_run_at is None
