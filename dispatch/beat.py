@@ -42,6 +42,9 @@ from dispatch.sql import queries
 log = logging.getLogger("dispatch.beat")
 
 TASK_NAME = "dispatch.run_execution"
+# Occurrences of one paused upstream recorded per sweep at most; older ones of a
+# longer backlog (the beat was down too) get one summary event instead.
+PAUSED_RECORD_LIMIT = 100
 
 
 @dataclass(order=True)
@@ -792,6 +795,7 @@ class Beat:
                         for sid, tid in resumed
                     ]
                 )
+            self.record_paused(numbers)
         if stale:
             again = [
                 Pending(0, str(eid), attempt, queue or "default.short", 0, -1)
@@ -808,6 +812,75 @@ class Beat:
         except ImportError:
             return
         sweeper.sweep_expired_leases(partitions=numbers)
+
+    def record_paused(self, numbers: list[int]) -> int:
+        """Inside the sweep's fenced transaction: record the occurrences of paused
+        upstreams that resuming would skip anyway, as they fall due; returns rows written.
+
+        DESIGN.md §5 records paused occurrences as skipped. Without a record, a
+        dependent waited "pending" on a paused upstream forever. Recording at due
+        time (past the grace) costs what firing would: one cheap row per
+        occurrence, no publish, spread over time — never a burst at resume. Only
+        upstreams that a live dependent waits on are recorded (the explainer
+        answers for the others from the pause's own events). The misfire policy
+        still decides at resume: the latest late occurrence (run_once) or the
+        latest catch_up_limit (catch_up), and those within the grace, stay
+        unrecorded so resuming runs them exactly as before.
+        """
+        rows = _rows("paused_upstreams_due", {"numbers": numbers, "limit": self.cfg.batch})
+        if not rows:
+            return 0
+        now = _db_clock()
+        plan = _FirePlan(beat=self.cfg.name, epochs=self.owned)
+        for row in rows:
+            sched, paused_by, paused_reason = row[:14], row[14], row[15]
+            sid, tid, _part, _kind, expr, tz, _run_at, nxt = sched[:8]
+            misfire, grace, catch_up = sched[8], sched[9], sched[10]
+            missed = cron.plan_misfire(
+                expr,
+                tz,
+                seed=str(sid),
+                next_run_at=nxt,
+                now=now,
+                until=now,
+                grace_s=grace,
+                policy=misfire,
+                catch_up_limit=catch_up,
+                max_listed=PAUSED_RECORD_LIMIT,
+            )
+            why = f"skipped: the schedule was paused by {paused_by or 'someone'}" + (
+                f' ("{paused_reason}")' if paused_reason else ""
+            )
+            for occ in missed.skipped:
+                plan._row(
+                    sched,
+                    scheduled_for=occ,
+                    due_at=occ,
+                    trigger="cron",
+                    state="skipped",
+                    code="paused",
+                    reason=why,
+                )
+            if missed.skipped_total > len(missed.skipped):
+                plan.events.append(
+                    (
+                        sid,
+                        tid,
+                        None,
+                        "paused_skipped",
+                        f"{missed.skipped_total - len(missed.skipped)} older occurrences missed "
+                        "while paused were skipped without individual records",
+                    )
+                )
+            plan.advance_ids.append(sid)
+            plan.advance_to.append(min(missed.fire) if missed.fire else missed.next_run_at)
+        inserted = _rows("insert_executions", plan.insert_params()) if plan.ids else []
+        if inserted:
+            dependencies.propagate(execution_ids=[eid for eid, _ in inserted])
+        _rows("advance_schedules", {"ids": plan.advance_ids, "next_run_ats": plan.advance_to})
+        if plan.events:
+            _events(plan.events)
+        return len(inserted)
 
     def maybe_retention(self) -> None:
         """One beat (the owner of partition 0) purges expired history now and then."""

@@ -268,3 +268,23 @@ UPDATE dispatch_execution
 SET state = 'skipped', finished_at = clock_timestamp(), reason_code = 'quota_exhausted', reason = %(reason)s
 WHERE id = ANY(%(ids)s::uuid[]) AND state = 'scheduled'
 RETURNING id, schedule_id, tenant_id
+
+-- name: paused_upstreams_due
+-- Paused cron schedules of our partitions that live, unpaused dependents wait on, with
+-- occurrences past their grace not yet recorded: the beat records those that resuming
+-- would skip anyway, as they fall due (see Beat.record_paused). Driven from the
+-- dependency links, so the cost follows the dependency edges, not every paused schedule.
+SELECT s.id, s.tenant_id, s.partition, s.kind, s.cron, s.timezone, s.run_at, s.next_run_at,
+       s.misfire, s.misfire_grace_s, s.catch_up_limit, s.jitter_s, s.overlap, s.created_at,
+       s.paused_by, s.paused_reason
+FROM dispatch_schedule s
+WHERE s.id IN (
+        SELECT link.to_schedule_id FROM dispatch_schedule_depends_on link
+        JOIN dispatch_schedule d ON d.id = link.from_schedule_id
+        WHERE d.deleted_at IS NULL AND NOT d.paused)
+  AND s.partition = ANY(%(numbers)s::int[])
+  AND s.paused AND s.deleted_at IS NULL AND s.kind = 'cron'
+  AND s.next_run_at < statement_timestamp() - make_interval(secs => s.misfire_grace_s)
+ORDER BY s.next_run_at
+LIMIT %(limit)s
+FOR UPDATE OF s SKIP LOCKED
