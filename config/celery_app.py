@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celery import Celery
 from celery.signals import celeryd_after_setup, task_postrun, task_prerun, worker_process_init
@@ -58,7 +58,13 @@ def _rank(name: str) -> int:
     return PRIORITIES.index(prefix) if prefix in PRIORITIES else len(PRIORITIES)
 
 
-class PriorityOrder(priority_cycle):
+if TYPE_CHECKING:
+    _Cycle = priority_cycle[str]  # generic in the stubs only
+else:
+    _Cycle = priority_cycle
+
+
+class PriorityOrder(_Cycle):
     """Redis: a worker's BRPOP lists its queues high → default → low, whatever the -Q order.
 
     Redis' BRPOP pops from the first non-empty key it is given, so a worker
@@ -67,6 +73,8 @@ class PriorityOrder(priority_cycle):
     """
 
     def update(self, it: Any) -> None:
+        if self.items is None:
+            self.items = []
         self.items[:] = sorted(it, key=_rank)  # stable: other queues keep their order
 
 
