@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING, Any
 
 from celery import Celery
-from celery.signals import task_postrun, task_prerun, worker_process_init
+from celery.signals import celeryd_after_setup, task_postrun, task_prerun, worker_process_init
+from kombu import Queue
+from kombu.utils.scheduling import priority_cycle
 
 from config import embedded
 
@@ -40,3 +43,74 @@ def _telemetry_after_fork(**_: object) -> None:
     from config import telemetry
 
     telemetry.setup("worker")
+
+
+# --- priorities between queues ----------------------------------------------------------
+# A worker consuming high.short,default.short,low.short must drain high before
+# default before low. Celery's default is to round-robin its queues (H L H L…).
+PRIORITIES = ("high", "default", "low")
+# RabbitMQ: message priorities in one priority queue per duration class (higher first).
+AMQP_PRIORITY = {"high": 2, "default": 1, "low": 0}
+
+
+def _rank(name: str) -> int:
+    prefix = name.split(".", 1)[0]
+    return PRIORITIES.index(prefix) if prefix in PRIORITIES else len(PRIORITIES)
+
+
+if TYPE_CHECKING:
+    _Cycle = priority_cycle[str]  # generic in the stubs only
+else:
+    _Cycle = priority_cycle
+
+
+class PriorityOrder(_Cycle):
+    """Redis: a worker's BRPOP lists its queues high → default → low, whatever the -Q order.
+
+    Redis' BRPOP pops from the first non-empty key it is given, so a worker
+    takes a low message only when its high and default queues are empty.
+    Set as the transport's `queue_order_strategy` (settings.py).
+    """
+
+    def update(self, it: Any) -> None:
+        if self.items is None:
+            self.items = []
+        self.items[:] = sorted(it, key=_rank)  # stable: other queues keep their order
+
+
+def is_amqp(url: str) -> bool:
+    return url.startswith(("amqp://", "amqps://", "pyamqp://"))
+
+
+def amqp_queue(name: str) -> tuple[Queue, int | None]:
+    """RabbitMQ: where a message for the `{priority}.{duration}` queue goes, at which priority.
+
+    RabbitMQ delivers from several queues of one consumer in no defined order
+    (consumer priorities, `x-priority`, only rank consumers of the same queue),
+    so the priorities of one duration class share one priority queue
+    (`x-max-priority`) and the message priority carries the level.
+    """
+    prefix, _, duration = name.partition(".")
+    if prefix not in AMQP_PRIORITY or not duration:
+        return Queue(name, durable=True, auto_delete=False), None
+    queue = Queue(
+        f"dispatch.{duration}",
+        durable=True,
+        auto_delete=False,
+        queue_arguments={"x-max-priority": max(AMQP_PRIORITY.values())},
+    )
+    return queue, AMQP_PRIORITY[prefix]
+
+
+@celeryd_after_setup.connect
+def _consume_priority_queues(sender: Any, instance: Any, conf: Any, **_: Any) -> None:
+    # On RabbitMQ a worker started with -Q high.short,… also consumes the priority
+    # queue of that duration class (where beats publish). The named queues stay
+    # consumed too, so messages published to them (before an upgrade) still drain.
+    if not is_amqp(str(conf.broker_url or "")):
+        return
+    queues = instance.app.amqp.queues
+    for name in list(queues.consume_from):
+        queue, level = amqp_queue(name)
+        if level is not None and queue.name not in queues.consume_from:
+            queues.select_add(queue)

@@ -209,6 +209,9 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     # RabbitMQ: publisher confirms, so a published batch is really on the broker.
     "confirm_publish": True,
+    # Redis: a worker drains high.* before default.* before low.* (round robin otherwise);
+    # RabbitMQ uses a priority queue instead (config/celery_app.py).
+    "queue_order_strategy": "config.celery_app:PriorityOrder",
 }
 CELERY_TASK_DEFAULT_QUEUE = "default.short"
 

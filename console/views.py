@@ -406,6 +406,15 @@ def _resume_plan(schedule: Schedule, now: datetime) -> str:
             f"at {schedule.next_run_at.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC."
         )
     if schedule.kind == Kind.ONCE:
+        # The beat's rule (fire_due_one_offs): due at run_at, or at creation if that was later.
+        fell_due = max(schedule.next_run_at, schedule.created_at or schedule.next_run_at)
+        late = (now - fell_due).total_seconds()
+        if late > schedule.misfire_grace_s and schedule.misfire == "skip":
+            return (
+                "The one-off time has passed while paused, beyond its "
+                f"{schedule.misfire_grace_s} s grace: resuming now records it as skipped "
+                "(misfire policy: skip)."
+            )
         return "The one-off time has passed while paused: resuming now runs it once, now."
     plan = cron.plan_misfire(
         schedule.cron,

@@ -43,6 +43,9 @@ from tenants.models import AuditEvent
 log = logging.getLogger("dispatch.beat")
 
 TASK_NAME = "dispatch.run_execution"
+# Occurrences of one paused upstream recorded per sweep at most; older ones of a
+# longer backlog (the beat was down too) get one summary event instead.
+PAUSED_RECORD_LIMIT = 100
 
 
 @dataclass(order=True)
@@ -411,7 +414,7 @@ class Beat:
             numbers = self._fence()
             if not numbers:
                 return 0
-            ((claimed, fired),) = _rows(
+            ((claimed, fired, skipped),) = _rows(
                 "fire_due_one_offs",
                 {
                     "numbers": numbers,
@@ -421,6 +424,9 @@ class Beat:
                     "fired_by": self.cfg.name,
                 },
             )
+            if skipped:
+                # One-offs skipped by their misfire policy skip their dependents too.
+                dependencies.propagate(execution_ids=list(skipped))
             planned_claimed, planned_fired = self._fire_planned(numbers)
             faults.crash_at("before_fire_commit")
         faults.crash_at("after_fire_commit")
@@ -629,9 +635,9 @@ class Beat:
         once from Celery's own protocol-2 template, and each chunk goes out as
         one Redis pipeline (RabbitMQ: see _publish_amqp).
         """
-        from config.celery_app import app
+        from config.celery_app import app, is_amqp
 
-        if settings.CELERY_BROKER_URL.startswith(("amqp://", "amqps://", "pyamqp://")):
+        if is_amqp(settings.CELERY_BROKER_URL):
             return self._publish_amqp(app, items)
         sent: list[Pending] = []
         chunk_size = 1000
@@ -698,7 +704,7 @@ class Beat:
                 for start in range(0, len(items), chunk_size):
                     chunk = items[start : start + chunk_size]
                     for p in chunk:
-                        self._publish_one(app, producer, p)
+                        self._publish_one(app, producer, p, amqp=True)
                     tag[0] += len(chunk)
                     deadline = time.monotonic() + 30
                     while state["acked"] < tag[0] and not state["nacked"]:
@@ -723,7 +729,7 @@ class Beat:
             self._amqp = None
         return sent
 
-    def _publish_one(self, app: Any, producer: Any, p: Pending) -> None:
+    def _publish_one(self, app: Any, producer: Any, p: Pending, *, amqp: bool = False) -> None:
         if self._template is None:
             msg = app.amqp.as_task_v2(
                 str(uuid.uuid4()), TASK_NAME, args=[p.id, p.attempt], kwargs={}, ignore_result=True
@@ -731,14 +737,22 @@ class Beat:
             self._template = (dict(msg.headers), dict(msg.properties), msg.body[2])
         headers, properties, embed = self._template
         task_id = str(uuid.uuid4())
-        queue = app.amqp.queues[p.queue]
-        declare = [] if p.queue in self._declared else [queue]
+        extra: dict[str, Any] = {}
+        if amqp:
+            from config.celery_app import amqp_queue
+
+            # RabbitMQ: the duration class's priority queue, the level as message priority.
+            queue, level = amqp_queue(p.queue)
+            extra["priority"] = level or 0
+        else:
+            queue = app.amqp.queues[p.queue]
+        declare = [] if queue.name in self._declared else [queue]
         # The default (anonymous) exchange routes by queue name: no binding
         # lookup per message on Redis, and the same result on RabbitMQ.
         producer.publish(
             [[p.id, p.attempt], {}, embed],
             exchange="",
-            routing_key=p.queue,
+            routing_key=queue.name,
             serializer="json",
             headers=headers
             | self._trace_headers
@@ -748,8 +762,9 @@ class Beat:
             delivery_mode=2,
             declare=declare,
             retry=False,
+            **extra,
         )
-        self._declared.add(p.queue)
+        self._declared.add(queue.name)
 
     # --- sweeping ------------------------------------------------------------------------------
 
@@ -782,6 +797,7 @@ class Beat:
                     ]
                 )
                 _audit_auto_resumed(resumed)
+            self.record_paused(numbers)
         if stale:
             again = [
                 Pending(0, str(eid), attempt, queue or "default.short", 0, -1)
@@ -798,6 +814,75 @@ class Beat:
         except ImportError:
             return
         sweeper.sweep_expired_leases(partitions=numbers)
+
+    def record_paused(self, numbers: list[int]) -> int:
+        """Inside the sweep's fenced transaction: record the occurrences of paused
+        upstreams that resuming would skip anyway, as they fall due; returns rows written.
+
+        DESIGN.md §5 records paused occurrences as skipped. Without a record, a
+        dependent waited "pending" on a paused upstream forever. Recording at due
+        time (past the grace) costs what firing would: one cheap row per
+        occurrence, no publish, spread over time — never a burst at resume. Only
+        upstreams that a live dependent waits on are recorded (the explainer
+        answers for the others from the pause's own events). The misfire policy
+        still decides at resume: the latest late occurrence (run_once) or the
+        latest catch_up_limit (catch_up), and those within the grace, stay
+        unrecorded so resuming runs them exactly as before.
+        """
+        rows = _rows("paused_upstreams_due", {"numbers": numbers, "limit": self.cfg.batch})
+        if not rows:
+            return 0
+        now = _db_clock()
+        plan = _FirePlan(beat=self.cfg.name, epochs=self.owned)
+        for row in rows:
+            sched, paused_by, paused_reason = row[:14], row[14], row[15]
+            sid, tid, _part, _kind, expr, tz, _run_at, nxt = sched[:8]
+            misfire, grace, catch_up = sched[8], sched[9], sched[10]
+            missed = cron.plan_misfire(
+                expr,
+                tz,
+                seed=str(sid),
+                next_run_at=nxt,
+                now=now,
+                until=now,
+                grace_s=grace,
+                policy=misfire,
+                catch_up_limit=catch_up,
+                max_listed=PAUSED_RECORD_LIMIT,
+            )
+            why = f"skipped: the schedule was paused by {paused_by or 'someone'}" + (
+                f' ("{paused_reason}")' if paused_reason else ""
+            )
+            for occ in missed.skipped:
+                plan._row(
+                    sched,
+                    scheduled_for=occ,
+                    due_at=occ,
+                    trigger="cron",
+                    state="skipped",
+                    code="paused",
+                    reason=why,
+                )
+            if missed.skipped_total > len(missed.skipped):
+                plan.events.append(
+                    (
+                        sid,
+                        tid,
+                        None,
+                        "paused_skipped",
+                        f"{missed.skipped_total - len(missed.skipped)} older occurrences missed "
+                        "while paused were skipped without individual records",
+                    )
+                )
+            plan.advance_ids.append(sid)
+            plan.advance_to.append(min(missed.fire) if missed.fire else missed.next_run_at)
+        inserted = _rows("insert_executions", plan.insert_params()) if plan.ids else []
+        if inserted:
+            dependencies.propagate(execution_ids=[eid for eid, _ in inserted])
+        _rows("advance_schedules", {"ids": plan.advance_ids, "next_run_ats": plan.advance_to})
+        if plan.events:
+            _events(plan.events)
+        return len(inserted)
 
     def maybe_retention(self) -> None:
         """One beat (the owner of partition 0) purges expired history now and then."""
@@ -942,11 +1027,28 @@ class _FirePlan:
             catch_up,
             jitter,
             overlap,
+            created_at,
         ) = sched
         seed = str(sid)
         self.advance_ids.append(sid)
+        once_late = False
         if kind == "once":
-            # A one-off runs even when late: the misfire policy is for recurring schedules.
+            # As on the fast path (fire_due_one_offs): due at run_at, or at creation
+            # when run_at was already past; later than the grace is a misfire.
+            once_late = now - max(run_at, created_at) > timedelta(seconds=grace)
+            if once_late and misfire == "skip":
+                self._row(
+                    sched,
+                    scheduled_for=run_at,
+                    due_at=run_at,
+                    trigger="api",
+                    state="skipped",
+                    code="misfire",
+                    reason=f"skipped by misfire policy (skip): the one-off job was found "
+                    f"{_ago(now - max(run_at, created_at))} late, beyond the {grace}s grace period",
+                )
+                self.advance_to.append(None)
+                return
             fire, skipped, total, nxt = [run_at], [], 0, None
         else:
             plan = cron.plan_misfire(
@@ -994,7 +1096,7 @@ class _FirePlan:
         for occ in fire:
             if kind == "once":
                 due = occ
-                trigger = "api"
+                trigger = "catch_up" if once_late else "api"
             else:
                 due = occ + timedelta(
                     seconds=cron.jitter_seconds(seed=seed, scheduled_for=occ, jitter_s=jitter)

@@ -4,8 +4,11 @@ A schedule that names upstream schedules is fired by them, not by its own
 timing: when every upstream has succeeded for an occurrence `scheduled_for`,
 the dependent gets an execution for that same `scheduled_for`; when any
 upstream ends otherwise (dead, skipped, cancelled), the dependent's occurrence
-is recorded as skipped, naming the upstream. Call `propagate` inside the
-transaction that made the upstream execution final.
+is recorded as skipped, naming the upstream. A paused upstream's occurrences
+are recorded skipped (reason `paused`) by the beat as they fall due
+(Beat.record_paused), so its dependents are skipped too instead of waiting
+forever. Call `propagate` inside the transaction that made the upstream
+execution final.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from dispatch.services import WAKE_CHANNEL
 FINAL_STATES = ("succeeded", "dead", "skipped", "cancelled")
 
 _DEPENDENTS = """
-SELECT e.id, e.state, e.scheduled_for, up.name, d.id, d.tenant_id, d.partition
+SELECT e.id, e.state, e.scheduled_for, up.name, d.id, d.tenant_id, d.partition, e.reason_code
 FROM dispatch_execution e
 JOIN dispatch_schedule up ON up.id = e.schedule_id
 JOIN dispatch_schedule_depends_on link ON link.to_schedule_id = e.schedule_id
@@ -55,17 +58,18 @@ def propagate(*, execution_ids: list[Any]) -> int:
     with connection.cursor() as cur:
         cur.execute(_DEPENDENTS, {"ids": [str(i) for i in execution_ids]})
         rows = cur.fetchall()
-        for upstream_eid, state, at, upstream_name, dependent, tenant_id, partition in rows:
+        for upstream_eid, state, at, upstream_name, dependent, tenant_id, partition, code in rows:
             if state == "succeeded":
                 cur.execute(_ALL_UPSTREAMS_SUCCEEDED, {"at": at, "dependent": dependent})
                 if not cur.fetchone()[0]:
                     continue  # another upstream has not succeeded (yet) for this occurrence
                 params = {"state": "scheduled", "code": "", "reason": ""}
             else:
+                how = f"{state} while paused" if code == "paused" else state
                 params = {
                     "state": "skipped",
                     "code": "upstream",
-                    "reason": f"skipped: upstream {upstream_name} {state} (execution {upstream_eid})",
+                    "reason": f"skipped: upstream {upstream_name} {how} (execution {upstream_eid})",
                 }
             cur.execute(
                 _INSERT,

@@ -309,6 +309,12 @@ def explain(*, schedule: Schedule, at: datetime, now: datetime | None = None) ->
     notes: list[str] = []
     occurrence: datetime | None = None
 
+    upstream_occurrence = _upstream_occurrence(schedule, at)
+    if upstream_occurrence is not None:
+        # A dependent is fired by its upstreams, for their occurrences, not by its own timing.
+        answer = _about_occurrence(schedule, upstream_occurrence, at, now, zone)
+        answer.notes = notes
+        return answer
     if schedule.kind == Kind.CRON and expr:
         try:
             would = cron.would_run_at(expr, tz, seed=str(schedule.id), at=at, now=now)
@@ -362,6 +368,23 @@ def explain(*, schedule: Schedule, at: datetime, now: datetime | None = None) ->
         answer.sentence = f"{answer.sentence} (DST: {notes[0]})"
     answer.notes = notes
     return answer
+
+
+def _upstream_occurrence(schedule: Schedule, at: datetime) -> datetime | None:
+    """The occurrence of one of the schedule's upstreams at `at` (its minute), if any."""
+    for up in schedule.depends_on.filter(deleted_at__isnull=True).order_by("name"):
+        if up.kind == Kind.CRON and up.cron:
+            try:
+                would = cron.would_run_at(up.cron, up.timezone, seed=str(up.id), at=at)
+            except cron.CronError:
+                continue
+            if would.is_occurrence and would.scheduled_for is not None:
+                return would.scheduled_for
+        elif up.run_at is not None and up.run_at.replace(second=0, microsecond=0) == at.replace(
+            second=0, microsecond=0
+        ):
+            return up.run_at
+    return None
 
 
 def _cap(text: str) -> str:
@@ -481,6 +504,35 @@ def _about_occurrence(
         base.evidence = [Evidence("event", str(bulk.pk), bulk.message)]
         return base
     if schedule.depends_on.exists():
+        for upstream in schedule.depends_on.filter(deleted_at__isnull=True).order_by("name"):
+            # No record yet (a long backlog, or its run_once / catch_up occurrence that
+            # resuming decides): the upstream's pause is the answer.
+            up_pause = _pause_covering(upstream, occurrence)
+            if (
+                up_pause is None
+                or Execution.objects.filter(
+                    tenant_id=schedule.tenant_id, schedule=upstream, scheduled_for=occurrence
+                ).exists()
+            ):
+                continue  # not paused then, or it has a run the dependent waits on
+            # The beat moved the upstream past it without a run: decided, skipped.
+            decided = upstream.next_run_at is None or occurrence < upstream.next_run_at
+            base.code = "skipped_upstream" if decided else "pending"
+            outcome = (
+                "so this schedule did not run for it"
+                if decided
+                else "this schedule runs for it only if the upstream runs it when resumed"
+            )
+            base.sentence = (
+                f"the occurrence at {when} depends on upstream {upstream.name}, which was "
+                f"paused then ({_pause_sentence(up_pause, zone).removeprefix('the schedule was ')}); "
+                f"{outcome}"
+            )
+            base.evidence = [
+                Evidence("schedule", str(upstream.id), upstream.name),
+                *up_pause.evidence,
+            ]
+            return base
         names = ", ".join(sorted(schedule.depends_on.values_list("name", flat=True)))
         base.code = "pending"
         base.sentence = (
@@ -592,6 +644,19 @@ def _about_execution(
                 f"{_late(execution.created_at - execution.scheduled_for)} late, beyond the "
                 f"{schedule.misfire_grace_s} s grace period (was the scheduler down?)"
             )
+            return answer
+        if code == "paused":
+            # Recorded by the beat at due time because a dependent waits on this schedule.
+            answer.code = "paused"
+            pause = _pause_covering(schedule, execution.scheduled_for)
+            if pause is not None:
+                answer.sentence = (
+                    f"not run at {when}: {_pause_sentence(pause, zone)}; the occurrence was "
+                    f"recorded as skipped when it fell due"
+                )
+                answer.evidence = [*pause.evidence, main]
+            else:
+                answer.sentence = f"not run at {when}: {reason.removeprefix('skipped: ')}"
             return answer
         if code == "overlap_forbid":
             answer.code = "skipped_overlap"

@@ -236,6 +236,30 @@ def attempt_finish(
     return applied
 
 
+def rate_limit_hold(*, claim: Claim, delay_s: float, message: str, data: dict[str, Any]) -> bool:
+    """Hand the claimed attempt back until its rate-limit slot, not consumed.
+
+    One statement: the row goes back to retry_scheduled at the slot, and the
+    execution's single `held_rate_limit` timeline entry is written or has its
+    count bumped. False when the token is no longer current.
+    """
+    with connection.cursor() as cur:
+        cur.execute(
+            queries["hold_rate_limit"],
+            {
+                "id": claim.execution_id,
+                "token": claim.fencing_token,
+                "delay_s": max(0.0, delay_s),
+                "attempt": claim.attempt,
+                "reason": clip(message, 500),
+                "message": message,
+                "data": json.dumps(data, default=str),
+                "actor": claim.owner,
+            },
+        )
+        return cur.fetchone() is not None
+
+
 def fencing_rejected(
     *, claim: Claim, what: str, data: dict[str, Any] | None = None, kind: str = "fencing_rejected"
 ) -> tuple[int, str] | None:

@@ -213,9 +213,11 @@ class Execution(models.Model):
     next_attempt_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(db_default=Now())
     enqueued_at = models.DateTimeField(null=True, blank=True)  # first published
-    # Last publish after the first (a retry, or the broker had lost it); keeps
-    # enqueued_at honest for fire-lag figures.
+    # Last time the sweep published it again because the broker lost it (queued,
+    # unclaimed past QUEUED_REPUBLISH_S); a retry's normal publish is not one.
     republished_at = models.DateTimeField(null=True, blank=True)
+    # Latest publish of any attempt: the lost-message timeout counts from it.
+    published_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     status_code = models.IntegerField(null=True, blank=True)

@@ -1,10 +1,20 @@
-"""Per-target-host token buckets in Redis, shared by every worker on every machine.
+"""Per-target-host rate limits in Redis, shared by every worker on every machine.
 
 The platform must never flood a tenant's service (DESIGN.md §6): each host
-(HTTP host:port, broker) has one bucket refilled at `TARGET_RATE_PER_HOST`.
-Refill and take happen in one Lua script, so concurrent workers cannot both
-take the last token, and the script reads Redis's own clock (`TIME`), so
-workers' clocks never matter.
+(HTTP host:port, broker) is limited to `TARGET_RATE_PER_HOST`, with one
+second's worth as burst. The limiter hands out *reservations* (GCRA, the
+token bucket's virtual-clock form): every attempt that asks gets the next
+free slot on the host's timeline, so waiting attempts are served first come,
+first served, and each one waits exactly once. A "wait and ask again" bucket
+made contenders race for each new token: attempts were held over and over,
+re-claimed each time, and a late arrival could overtake one that had waited
+for seconds.
+
+A slot within `inline_s` is waited for in place; a later one is kept under
+the attempt's ticket (execution id + attempt) so that, handed back and
+re-delivered at its slot, the attempt goes at once without asking again.
+One Lua script does it all on Redis's own clock (`TIME`), so concurrent
+workers cannot take the same slot and workers' clocks never matter.
 
 Also here: small counters of deliveries that claimed nothing (duplicates,
 orphans, malformed), shared the same way.
@@ -22,31 +32,34 @@ from django.conf import settings
 
 log = logging.getLogger(__name__)
 
-BUCKET_SCRIPT = """
-local rate = tonumber(ARGV[1])
+RESERVE_SCRIPT = """
+local interval = 1000 / tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
+local inline_ms = tonumber(ARGV[3])
+local keep_ms = tonumber(ARGV[4])
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local state = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
-local tokens = tonumber(state[1])
-local ts = tonumber(state[2])
-if tokens == nil or ts == nil then
-  tokens = burst
-  ts = now
+local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+local slot = tonumber(redis.call('GET', KEYS[2]))
+local kept = 1
+if slot == nil then
+  kept = 0
+  local tat = tonumber(redis.call('GET', KEYS[1])) or now
+  if tat < now then tat = now end
+  slot = math.max(now, tat - (burst - 1) * interval)
+  tat = tat + interval
+  redis.call('SET', KEYS[1], tostring(tat), 'PX', math.ceil(tat - now + burst * interval) + 1000)
 end
-tokens = math.min(burst, tokens + math.max(0, now - ts) * rate / 1000)
-local allowed = 0
-local wait_ms = 0
-if tokens >= 1 then
-  tokens = tokens - 1
-  allowed = 1
-else
-  wait_ms = math.ceil((1 - tokens) * 1000 / rate)
+local wait = slot - now
+if wait <= inline_ms then
+  if kept == 1 then redis.call('DEL', KEYS[2]) end
+  return {0, math.max(0, math.ceil(wait)), kept}
 end
-redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'ts', tostring(now))
-redis.call('PEXPIRE', KEYS[1], math.ceil(burst * 1000 / rate) + 1000)
-return {allowed, wait_ms}
+redis.call('SET', KEYS[2], tostring(slot), 'PX', math.ceil(wait + keep_ms))
+return {1, math.ceil(wait), kept}
 """
+# A kept slot outlives its time by this much: enough for the hand-back to be
+# re-published and re-delivered; past it the attempt simply asks anew.
+KEEP_AFTER_SLOT_MS = 600_000
 
 _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*/\s*(s|sec|second|m|min|minute|h|hour)\s*$")
 _PERIOD_S = {
@@ -96,30 +109,44 @@ def redis_client() -> Any:
             settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2
         )
         _client_pid = os.getpid()
-        _script = _client.register_script(BUCKET_SCRIPT)
+        _script = _client.register_script(RESERVE_SCRIPT)
     return _client
 
 
-def take(host_key: str) -> float:
-    """Take one token for `host_key`; 0.0 when granted, else seconds until one is due.
+@dataclass(frozen=True)
+class Slot:
+    """The limiter's answer: go after `wait_s` in place, or (`hold`) hand back until then."""
 
-    Fails open: when Redis is unreachable the call proceeds (and is logged),
-    because a protective limit must not turn a Redis outage into a job outage.
+    wait_s: float
+    hold: bool
+    reserved_before: bool = False  # this attempt had been handed back with this slot
+
+
+GO = Slot(0.0, hold=False)
+
+
+def reserve(host_key: str, *, ticket: str, inline_s: float) -> Slot:
+    """The next slot on `host_key`'s timeline for the attempt `ticket`.
+
+    Fails open (GO): when Redis is unreachable the call proceeds (and is
+    logged), because a protective limit must not turn a Redis outage into a
+    job outage.
     """
     try:
         rate = parse_rate(settings.TARGET_RATE_PER_HOST)
     except ValueError:
         log.exception("TARGET_RATE_PER_HOST is invalid; not rate limiting")
-        return 0.0
+        return GO
     try:
         redis_client()
-        allowed, wait_ms = _script(
-            keys=[f"sched:ratelimit:{host_key}"], args=[rate.per_s, rate.burst]
+        hold, wait_ms, kept = _script(
+            keys=[f"sched:ratelimit:tat:{host_key}", f"sched:ratelimit:slot:{ticket}"],
+            args=[rate.per_s, rate.burst, int(inline_s * 1000), KEEP_AFTER_SLOT_MS],
         )
     except Exception as exc:
         log.warning("rate limiter unavailable (%s); proceeding without it", type(exc).__name__)
-        return 0.0
-    return 0.0 if int(allowed) else max(0.001, int(wait_ms) / 1000.0)
+        return GO
+    return Slot(int(wait_ms) / 1000.0, hold=bool(int(hold)), reserved_before=bool(int(kept)))
 
 
 def count_delivery(kind: str) -> None:

@@ -14,7 +14,6 @@ and its result is never applied, only recorded as rejected.
 from __future__ import annotations
 
 import logging
-import random
 import threading
 import time
 import traceback
@@ -46,6 +45,9 @@ EARLY_WAIT_S = 2.0
 # Events carry a short response excerpt; the row keeps the full (bounded) one.
 EVENT_EXCERPT_CHARS = 512
 CLAIMABLE = {"scheduled", "queued", "retry_scheduled"}
+# A rate-limit slot at most this far off is waited for in place (capped at a third
+# of the lease); a later one hands the attempt back until then.
+RATE_LIMIT_INLINE_S = 1.0
 FINAL = {"succeeded", "dead", "cancelled", "skipped"}
 
 
@@ -245,7 +247,8 @@ def _run_claimed_attempt(claim: Claim, *, lease_s: float) -> str:
                 reason_code="bad_target",
             ),
         )
-    if _held_by_rate_limit(claim, module):
+    held, waited = _rate_limit(claim, module, lease_s=lease_s)
+    if held:
         return "held"
 
     ctx = _context(claim)
@@ -260,7 +263,8 @@ def _run_claimed_attempt(claim: Claim, *, lease_s: float) -> str:
             "fencing_token": claim.fencing_token,
             "target": claim.target.get("type"),
             "timeout_s": claim.timeout_s,
-        },
+        }
+        | ({"rate_limit_wait_s": round(waited, 3)} if waited else {}),
         actor=claim.owner,
     )
     heartbeat = Heartbeat(claim, ctx, lease_s)
@@ -278,39 +282,37 @@ def _run_claimed_attempt(claim: Claim, *, lease_s: float) -> str:
     return _record(claim, ctx, outcome)
 
 
-def _held_by_rate_limit(claim: Claim, module: ModuleType) -> bool:
+def _rate_limit(claim: Claim, module: ModuleType, *, lease_s: float) -> tuple[bool, float]:
+    """Take the attempt's slot on its target host: (handed back, seconds waited in place).
+
+    A slot close enough is waited for here, holding the claim (well within the
+    lease, before any heartbeat is needed). A later one hands the attempt back
+    until then, once: the slot stays reserved for it, so on re-delivery it goes
+    at once instead of queueing again.
+    """
     key = module.rate_key(claim.target)
     if not key:
-        return False
-    wait = ratelimit.take(key)
-    if wait <= 0:
-        return False
-    # Spread the contenders: all workers held on one host must not return at
-    # the same instant and collide on the bucket again.
-    delay = wait + random.uniform(0, max(wait, 0.05))  # noqa: S311 - jitter
+        return False, 0.0
+    inline = min(RATE_LIMIT_INLINE_S, lease_s / 3)
+    slot = ratelimit.reserve(key, ticket=f"{claim.execution_id}:{claim.attempt}", inline_s=inline)
+    if not slot.hold:
+        if slot.wait_s > 0:
+            time.sleep(slot.wait_s)
+        return False, slot.wait_s
     host = key.split(":", 1)[1]
     message = (
         f"waiting: host {host} at its rate limit ({settings.TARGET_RATE_PER_HOST}); "
-        f"attempt {claim.attempt} held for {delay:.2f} s, not consumed"
+        f"attempt {claim.attempt} held {slot.wait_s:.2f} s for its turn, not consumed"
     )
-    applied = leases.attempt_finish(
+    applied = leases.rate_limit_hold(
         claim=claim,
-        state="retry_scheduled",
-        attempt_inc=0,
-        delay_s=delay,
-        events=[
-            Event(
-                "held_rate_limit",
-                message,
-                {"host": host, "delay_s": round(delay, 3), "attempt": claim.attempt},
-            )
-        ],
-        reason_code="held_rate_limit",
-        reason=message,
+        delay_s=slot.wait_s,
+        message=message,
+        data={"host": host, "delay_s": round(slot.wait_s, 3), "attempt": claim.attempt},
     )
     if not applied:
         leases.fencing_rejected(claim=claim, what="rate-limit hold")
-    return True
+    return True, slot.wait_s
 
 
 def _call(module: ModuleType, ctx: RunContext) -> Outcome:

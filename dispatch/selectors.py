@@ -441,27 +441,37 @@ def schedule_resolve(*, tenant: Tenant, ref: str, include_deleted: bool = False)
 # --- platform operators (cross-tenant, staff only) -----------------------------------------
 
 
+# Fire lag measures how promptly the beat publishes what falls due. Catch-up runs
+# (missed occurrences fired late on purpose, e.g. after a pause) and manual runs
+# are not timed occurrences: they are counted apart, not in the percentiles.
+LAG_EXCLUDED_TRIGGERS = ("catch_up", "manual")
+
+
 def ops_fire_lag(*, since: datetime) -> dict[str, float | int | None]:
-    """p50 / p99 / max of enqueued_at - due_at (seconds) for executions published since `since`."""
+    """p50 / p99 / max of enqueued_at - due_at (seconds) for executions published since
+    `since`, without catch-up and manual runs (`excluded` counts those)."""
     with connection.cursor() as cur:
         cur.execute(
             """
-            SELECT count(*),
-                   percentile_cont(0.5) WITHIN GROUP (ORDER BY lag),
-                   percentile_cont(0.99) WITHIN GROUP (ORDER BY lag),
-                   max(lag)
-            FROM (SELECT EXTRACT(EPOCH FROM (enqueued_at - due_at)) AS lag
+            SELECT count(*) FILTER (WHERE timed),
+                   percentile_cont(0.5) WITHIN GROUP (ORDER BY lag) FILTER (WHERE timed),
+                   percentile_cont(0.99) WITHIN GROUP (ORDER BY lag) FILTER (WHERE timed),
+                   max(lag) FILTER (WHERE timed),
+                   count(*) FILTER (WHERE NOT timed)
+            FROM (SELECT EXTRACT(EPOCH FROM (enqueued_at - due_at)) AS lag,
+                         trigger <> ALL(%s) AS timed
                   FROM dispatch_execution
                   WHERE enqueued_at IS NOT NULL AND enqueued_at >= %s) AS l
             """,
-            [since],
+            [list(LAG_EXCLUDED_TRIGGERS), since],
         )
-        count, p50, p99, worst = cur.fetchone()
+        count, p50, p99, worst, excluded = cur.fetchone()
     return {
         "count": int(count),
         "p50": float(p50) if p50 is not None else None,
         "p99": float(p99) if p99 is not None else None,
         "max": float(worst) if worst is not None else None,
+        "excluded": int(excluded),
     }
 
 

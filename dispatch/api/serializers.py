@@ -114,7 +114,18 @@ class JobInSerializer(StrictSerializer):
     idempotency_key = serializers.CharField(max_length=200, required=False, allow_null=True)
     priority = serializers.ChoiceField(choices=Priority.values, required=False)
     duration = serializers.ChoiceField(choices=DurationClass.values, required=False)
-    misfire_grace_s = serializers.IntegerField(required=False)
+    misfire = serializers.ChoiceField(
+        choices=Misfire.values,
+        required=False,
+        help_text="when the job is found later than misfire_grace_s after it fell due (e.g. "
+        "the scheduler was down, or the job was paused past its time): `skip` (default) "
+        "records it as skipped with reason `misfire`; `run_once` / `catch_up` run it late",
+    )
+    misfire_grace_s = serializers.IntegerField(
+        required=False,
+        help_text="seconds late the job may still run on time (default 60); it fell due at "
+        "run_at, or when it was created if run_at was already past",
+    )
 
 
 class PauseInSerializer(StrictSerializer):

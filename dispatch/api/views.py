@@ -247,7 +247,14 @@ class SchedulePreviewView(APIView):
 
 
 class JobCreateView(APIView):
-    @extend_schema(request=JobInSerializer, responses={201: ScheduleOutDoc, 200: ScheduleOutDoc})
+    @extend_schema(
+        request=JobInSerializer,
+        responses={201: ScheduleOutDoc, 200: ScheduleOutDoc},
+        description="A one-off job: now (no run_at) or at run_at. Its misfire policy applies: "
+        "found more than misfire_grace_s after it fell due (run_at, or its creation when "
+        "run_at was already past), it is recorded as skipped (reason `misfire`) under "
+        "`skip`, or runs late (trigger `catch_up`) under `run_once` / `catch_up`.",
+    )
     def post(self, request: Request) -> Response:
         data = _validated(JobInSerializer, request)
         job, created = services.job_create(actor=principal(request), data=data)

@@ -87,8 +87,12 @@ FOR SHARE OF p
 -- execution each and advance (to nothing) in a single statement, no row leaving
 -- the server. A one-off whose overlap policy meets an active run (only possible
 -- after a manual trigger) is left to the general path, which applies the policy.
+-- Misfire: a one-off found more than misfire_grace_s after it fell due (run_at, or
+-- its creation when run_at was already past) is recorded skipped under policy
+-- `skip`, and runs as a late (catch_up) run under run_once / catch_up.
 WITH due AS (
-    SELECT s.id, s.tenant_id, s.partition, s.run_at
+    SELECT s.id, s.tenant_id, s.partition, s.run_at, s.misfire, s.misfire_grace_s,
+           EXTRACT(EPOCH FROM (statement_timestamp() - GREATEST(s.run_at, s.created_at))) AS late_s
     FROM dispatch_schedule s
     WHERE s.partition = ANY(%(numbers)s::int[])
       AND s.next_run_at <= statement_timestamp() + make_interval(secs => %(lookahead)s)
@@ -107,23 +111,35 @@ WITH due AS (
     INSERT INTO dispatch_execution
         (id, schedule_id, tenant_id, partition, scheduled_for, due_at, trigger, attempt, state, queue,
          lease_owner, fencing_token, error, log_excerpt, reason_code, reason, created_at, fired_by, fired_epoch)
-    SELECT gen_random_uuid(), d.id, d.tenant_id, d.partition, d.run_at, d.run_at, 'api', 1, 'scheduled', '',
-           '', 0, '', '', '', '', clock_timestamp(), %(fired_by)s, mine.epoch
+    SELECT gen_random_uuid(), d.id, d.tenant_id, d.partition, d.run_at, d.run_at,
+           CASE WHEN d.late_s > d.misfire_grace_s AND d.misfire <> 'skip' THEN 'catch_up' ELSE 'api' END,
+           1,
+           CASE WHEN d.late_s > d.misfire_grace_s AND d.misfire = 'skip' THEN 'skipped' ELSE 'scheduled' END,
+           '', '', 0, '', '',
+           CASE WHEN d.late_s > d.misfire_grace_s AND d.misfire = 'skip' THEN 'misfire' ELSE '' END,
+           CASE WHEN d.late_s > d.misfire_grace_s AND d.misfire = 'skip'
+                THEN 'skipped by misfire policy (skip): the one-off job was found '
+                     || floor(d.late_s)::bigint || 's late, beyond the '
+                     || d.misfire_grace_s || 's grace period'
+                ELSE '' END,
+           clock_timestamp(), %(fired_by)s, mine.epoch
     FROM due d
     JOIN unnest(%(numbers)s::int[], %(epochs)s::bigint[]) AS mine(number, epoch) ON mine.number = d.partition
     ON CONFLICT (schedule_id, scheduled_for) DO NOTHING
-    RETURNING 1
+    RETURNING id, state
 ), advanced AS (
     UPDATE dispatch_schedule s SET next_run_at = NULL
     FROM due d WHERE s.id = d.id
     RETURNING 1
 )
-SELECT (SELECT count(*) FROM advanced), (SELECT count(*) FROM inserted)
+-- Skipped ones are returned: their dependents are skipped too, naming them.
+SELECT (SELECT count(*) FROM advanced), (SELECT count(*) FROM inserted),
+       (SELECT COALESCE(array_agg(id), '{}') FROM inserted WHERE state = 'skipped')
 
 -- name: due_schedules
 -- Due schedules of our partitions, claimed with SKIP LOCKED so racing beats never block or double-fire.
 SELECT s.id, s.tenant_id, s.partition, s.kind, s.cron, s.timezone, s.run_at, s.next_run_at,
-       s.misfire, s.misfire_grace_s, s.catch_up_limit, s.jitter_s, s.overlap
+       s.misfire, s.misfire_grace_s, s.catch_up_limit, s.jitter_s, s.overlap, s.created_at
 FROM dispatch_schedule s
 WHERE s.partition = ANY(%(numbers)s::int[])
   AND s.next_run_at <= statement_timestamp() + make_interval(secs => %(lookahead)s)
@@ -202,9 +218,11 @@ WHERE t.id = ANY(%(tenant_ids)s::bigint[])
 UPDATE dispatch_execution e
 SET state = CASE WHEN e.state IN ('scheduled', 'retry_scheduled') THEN 'queued' ELSE e.state END,
     queue = CASE WHEN e.state IN ('scheduled', 'retry_scheduled') THEN v.queue ELSE e.queue END,
-    -- enqueued_at is the first publish (fire-lag figures); later ones (retries) go to republished_at.
+    -- enqueued_at is the first publish (fire-lag figures); published_at the latest, of any
+    -- attempt (the lost-message timeout counts from it). republished_at is left alone: a
+    -- retry's publish is the normal path, only stale_queued republishes a lost message.
     enqueued_at = COALESCE(e.enqueued_at, clock_timestamp()),
-    republished_at = CASE WHEN e.enqueued_at IS NULL THEN NULL ELSE clock_timestamp() END,
+    published_at = clock_timestamp(),
     reason_code = CASE WHEN e.reason_code LIKE 'held_%%' THEN '' ELSE e.reason_code END,
     reason = CASE WHEN e.reason_code LIKE 'held_%%' THEN '' ELSE e.reason END
 FROM unnest(%(ids)s::uuid[], %(attempts)s::int[], %(queues)s::text[]) AS v(id, attempt, queue)
@@ -223,11 +241,12 @@ RETURNING id, schedule_id, tenant_id
 -- name: stale_queued
 -- Queued but unclaimed for too long (the broker lost the message): take them for re-publishing.
 UPDATE dispatch_execution e
-SET republished_at = clock_timestamp()
+SET republished_at = stale.at, published_at = stale.at
 FROM (
-    SELECT x.id FROM dispatch_execution x
+    SELECT x.id, clock_timestamp() AS at FROM dispatch_execution x
     WHERE x.partition = ANY(%(numbers)s::int[]) AND x.state = 'queued'
-      AND COALESCE(x.republished_at, x.enqueued_at) < statement_timestamp() - make_interval(secs => %(timeout)s)
+      AND COALESCE(x.published_at, x.republished_at, x.enqueued_at)
+          < statement_timestamp() - make_interval(secs => %(timeout)s)
     ORDER BY x.enqueued_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -255,3 +274,23 @@ UPDATE dispatch_execution
 SET state = 'skipped', finished_at = clock_timestamp(), reason_code = 'quota_exhausted', reason = %(reason)s
 WHERE id = ANY(%(ids)s::uuid[]) AND state = 'scheduled'
 RETURNING id, schedule_id, tenant_id
+
+-- name: paused_upstreams_due
+-- Paused cron schedules of our partitions that live, unpaused dependents wait on, with
+-- occurrences past their grace not yet recorded: the beat records those that resuming
+-- would skip anyway, as they fall due (see Beat.record_paused). Driven from the
+-- dependency links, so the cost follows the dependency edges, not every paused schedule.
+SELECT s.id, s.tenant_id, s.partition, s.kind, s.cron, s.timezone, s.run_at, s.next_run_at,
+       s.misfire, s.misfire_grace_s, s.catch_up_limit, s.jitter_s, s.overlap, s.created_at,
+       s.paused_by, s.paused_reason
+FROM dispatch_schedule s
+WHERE s.id IN (
+        SELECT link.to_schedule_id FROM dispatch_schedule_depends_on link
+        JOIN dispatch_schedule d ON d.id = link.from_schedule_id
+        WHERE d.deleted_at IS NULL AND NOT d.paused)
+  AND s.partition = ANY(%(numbers)s::int[])
+  AND s.paused AND s.deleted_at IS NULL AND s.kind = 'cron'
+  AND s.next_run_at < statement_timestamp() - make_interval(secs => s.misfire_grace_s)
+ORDER BY s.next_run_at
+LIMIT %(limit)s
+FOR UPDATE OF s SKIP LOCKED

@@ -137,3 +137,41 @@ UPDATE dispatch_execution e
    AND e.fencing_token = d.token
    AND e.state = 'running'
 RETURNING e.id, e.attempt, e.fencing_token
+
+-- name: hold_rate_limit
+-- Hand a claimed attempt back until its reserved rate-limit slot, not consumed (same
+-- attempt, next_attempt_at = the slot), under the caller's token. The timeline keeps
+-- one `held_rate_limit` entry per execution: a further hold bumps its count.
+WITH done AS (
+    UPDATE dispatch_execution
+       SET state = 'retry_scheduled',
+           next_attempt_at = now() + make_interval(secs => %(delay_s)s),
+           lease_expires_at = NULL,
+           started_at = NULL,
+           reason_code = 'held_rate_limit',
+           reason = %(reason)s
+     WHERE id = %(id)s
+       AND fencing_token = %(token)s
+       AND state = 'running'
+ RETURNING id, tenant_id, schedule_id
+), bumped AS (
+    UPDATE dispatch_executionevent ev
+       SET data = ev.data || jsonb_build_object(
+                'count', COALESCE((ev.data->>'count')::int, 1) + 1,
+                'waited_s', round((COALESCE((ev.data->>'waited_s')::numeric, 0) + %(delay_s)s)::numeric, 3),
+                'delay_s', round(%(delay_s)s::numeric, 3),
+                'attempt', %(attempt)s),
+           message = left(%(message)s || ' (held ' || (COALESCE((ev.data->>'count')::int, 1) + 1)
+                          || ' times)', 1000)
+      FROM done d
+     WHERE ev.execution_id = d.id AND ev.kind = 'held_rate_limit'
+ RETURNING ev.id
+), added AS (
+    INSERT INTO dispatch_executionevent (tenant_id, schedule_id, execution_id, kind, message, data, actor)
+    SELECT d.tenant_id, d.schedule_id, d.id, 'held_rate_limit', left(%(message)s, 1000),
+           %(data)s::jsonb || jsonb_build_object('count', 1, 'waited_s', round(%(delay_s)s::numeric, 3)),
+           %(actor)s
+      FROM done d
+     WHERE NOT EXISTS (SELECT 1 FROM bumped)
+)
+SELECT id FROM done

@@ -578,8 +578,9 @@ def test_operator_overview_lists_tenants_beats_partitions_queues_lag_and_dead(wo
     BeatNode.objects.create(name="beat-a", hostname="h1", pid=42, partitions=[0, 1], fired_total=7)
     SchedulerPartition.objects.create(number=0, owner="beat-a", epoch=5)
     sched_for = world.execution.scheduled_for
+    # A timed (cron) occurrence: manual runs are not part of the fire-lag figure.
     Execution.objects.filter(pk=world.execution.pk).update(
-        due_at=sched_for, enqueued_at=sched_for + timedelta(seconds=1)
+        due_at=sched_for, enqueued_at=sched_for + timedelta(seconds=1), trigger="cron"
     )
     Execution.objects.filter(pk=world.other_execution.pk).update(state="dead", reason="gave up")
     Execution.objects.filter(pk=world.execution.pk).update(

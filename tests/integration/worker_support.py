@@ -17,6 +17,7 @@ from django.conf import settings
 from django.db import connection
 from kombu import Connection, Queue
 
+from config.celery_app import amqp_queue, is_amqp
 from dispatch import services, sweeper
 from dispatch.models import Execution, ExecutionEvent, Schedule
 from tenants.roles import Principal
@@ -40,6 +41,12 @@ def purge(broker: str) -> None:
         for name in QUEUES:
             Queue(name, durable=True, auto_delete=False)(channel).declare()
             channel.queue_purge(name)
+        if is_amqp(broker):
+            # Where beats publish on RabbitMQ: one priority queue per duration class.
+            for name in ("default.short", "default.long"):
+                queue = amqp_queue(name)[0]
+                queue(channel).declare()
+                channel.queue_purge(queue.name)
         if broker.startswith("redis"):
             client = channel.client
             client.delete("unacked", "unacked_index", "unacked_mutex")
