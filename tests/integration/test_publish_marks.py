@@ -124,10 +124,10 @@ def test_a_queued_message_nobody_claimed_is_republished_and_labelled(
 
 
 def _timeline_text(ex: Execution) -> str:
-    """The console's execution timeline, as its entries read."""
-    from console.views import _timeline
+    """The execution timeline the console and the API show, as its entries read."""
+    from dispatch.selectors import execution_timeline
 
-    return " ".join(item.message for item in _timeline(ex, []))
+    return " ".join(item.message for item in execution_timeline(execution=ex, events=[]))
 
 
 def test_fire_lag_counts_only_occurrences_fired_at_their_due_time(
