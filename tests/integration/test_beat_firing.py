@@ -189,6 +189,76 @@ def test_overlap_forbid_skips_with_reason_and_replace_cancels_the_active_run(
     assert ExecutionEvent.objects.filter(execution=old["r"], kind="cancelled").exists()
 
 
+def test_overlap_is_decided_when_the_occurrence_is_due_not_when_planned(
+    beat: Beat, admin_principal: Principal
+) -> None:
+    """The lookahead plans an occurrence while the previous run is still running; the
+    policy must look again at due time: forbid then runs it (the previous run has
+    ended), replace cancels the previous run only if it is still running then."""
+    due = db_now() + timedelta(seconds=2)
+    runs = {}
+    for policy in ("forbid", "replace"):
+        s = make(admin_principal, name=policy, run_at=due + timedelta(hours=1), concurrency=policy)
+        manual = services.schedule_trigger(actor=admin_principal, schedule_id=s.id)
+        Execution.objects.filter(pk=manual.pk).update(state="running", fencing_token=1)
+        Schedule.objects.filter(pk=s.pk).update(run_at=due, next_run_at=due)
+        runs[policy] = (s, manual)
+    beat.cycle()  # planned: within the 5 s lookahead, not yet due
+    for s, manual in runs.values():
+        planned = Execution.objects.exclude(pk=manual.pk).get(schedule=s)
+        assert planned.state == "scheduled" and planned.reason_code == ""
+        assert Execution.objects.get(pk=manual.pk).state == "running"
+    forbid, forbid_manual = runs["forbid"]
+    replace, replace_manual = runs["replace"]
+    Execution.objects.filter(pk=forbid_manual.pk).update(state="succeeded", finished_at=db_now())
+
+    def both_decided() -> bool:
+        beat.cycle()
+        return not Execution.objects.filter(
+            schedule__in=[forbid, replace], scheduled_for=due, state="scheduled"
+        ).exists()
+
+    wait_for_cycles(both_decided)
+    assert Execution.objects.get(schedule=forbid, scheduled_for=due).state == "queued"
+    assert Execution.objects.get(schedule=replace, scheduled_for=due).state == "queued"
+    replaced = Execution.objects.get(pk=replace_manual.pk)
+    assert (replaced.state, replaced.reason_code, replaced.fencing_token) == (
+        "cancelled",
+        "replaced",
+        2,
+    )
+    assert Execution.objects.get(pk=forbid_manual.pk).state == "succeeded"
+
+
+def test_manual_trigger_ignores_an_occurrence_planned_ahead(
+    beat: Beat, admin_principal: Principal
+) -> None:
+    """A run-now within the lookahead of the next occurrence: that occurrence is not
+    yet a run, so forbid does not skip the manual run and replace does not cancel it."""
+    due = db_now() + timedelta(seconds=3)
+    jobs = {
+        policy: make(admin_principal, name=policy, run_at=due, concurrency=policy)
+        for policy in ("forbid", "replace")
+    }
+    beat.cycle()  # planned, not yet due
+    for policy, s in jobs.items():
+        planned = Execution.objects.get(schedule=s)
+        assert planned.state == "scheduled"
+        manual = services.schedule_trigger(actor=admin_principal, schedule_id=s.id)
+        assert (manual.state, manual.reason_code) == ("scheduled", ""), policy
+        planned.refresh_from_db()
+        assert planned.state == "scheduled", policy
+
+
+def wait_for_cycles(predicate: Any, timeout: float = 15) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.2)
+
+
 def test_tenant_at_its_concurrency_limit_is_held_with_a_visible_reason(
     beat: Beat, admin_principal: Principal, tenant: Tenant
 ) -> None:
