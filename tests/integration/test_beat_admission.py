@@ -4,6 +4,7 @@ beats, and the overlap policy is decided when the occurrence is due."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -64,28 +65,35 @@ def ledger() -> Iterator[Ledger]:
 
 @pytest.fixture
 def cluster(tmp_path: Path, ledger: Ledger) -> Iterator[Callable[..., list[Proc]]]:
-    """start(beats=N, **beat_env): N beats and two workers (8 slots) calling the ledger."""
+    """start(beats=N, **beat_env): N more beats, and on the first call two workers
+    (8 slots) calling the ledger."""
     purge(settings.CELERY_BROKER_URL)
+    started: list[Proc] = []  # the workers
+    seq = itertools.count()
     with (
         processes(tmp_path) as start_beat,
         worker_processes(tmp_path) as start_worker,
     ):
 
         def start(beats: int, *, lookahead: float = 2.0, **env: str) -> list[Proc]:
-            for i in range(2):
-                start_worker(
-                    f"w{i}",
-                    queues=QUEUES,
-                    concurrency=4,
-                    TARGET_TEST_ALLOW=ledger.allow_entry,
-                    EXECUTION_LEASE_S="10",
+            if not started:
+                started.extend(
+                    start_worker(
+                        f"w{i}",
+                        queues=QUEUES,
+                        concurrency=4,
+                        TARGET_TEST_ALLOW=ledger.allow_entry,
+                        EXECUTION_LEASE_S="10",
+                    )
+                    for i in range(2)
                 )
+            names = [f"beat-{next(seq)}" for _ in range(beats)]
             return [
                 start_beat(
-                    f"beat-{i}",
+                    name,
                     beat_cmd(
                         "--name",
-                        f"beat-{i}",
+                        name,
                         "--lease-ttl",
                         "5",
                         "--cycle",
@@ -94,9 +102,9 @@ def cluster(tmp_path: Path, ledger: Ledger) -> Iterator[Callable[..., list[Proc]
                         str(lookahead),
                     ),
                     SWEEP_INTERVAL_S="0.5",
-                    **env,
+                    **({"QUEUED_REPUBLISH_S": "3"} | env),
                 )
-                for i in range(beats)
+                for name in names
             ]
 
         yield start
@@ -201,6 +209,32 @@ def test_platform_cap_counts_every_tenant_in_flight(
     assert gauge.peak == 4
     assert sorted(ledger.effects.values()) == [1] * 8
     assert ExecutionEvent.objects.filter(schedule_id__in=ids, kind="held_capacity").exists()
+
+
+def test_a_beat_dying_after_admission_leaks_no_slot(
+    cluster: Callable[..., list[Proc]],
+    ledger: Ledger,
+    admin_principal: Principal,
+    tenant: Tenant,
+) -> None:
+    """Cap 2, four jobs: a beat admits two (queued: their slots taken) and dies before
+    publishing. The slots are those rows, not a counter: the next owner re-publishes
+    them, they run, and the two held back are admitted once they finish."""
+    gauge = Gauge(lambda req: 1.0)
+    ledger.respond = gauge
+    tenant.quota.max_concurrent = 2
+    tenant.quota.save()
+    (crashing,) = cluster(1, SCHED_FAULT_POINT="after_admit")
+    ids = jobs(admin_principal, ledger.url, 4, at=db_now() + timedelta(seconds=1), prefix="k")
+    wait_for(lambda: not crashing.alive(), timeout=20, what="the beat to die after admitting")
+    assert crashing.proc.returncode == 137
+    states = sorted(Execution.objects.filter(schedule_id__in=ids).values_list("state", flat=True))
+    assert states == ["queued", "queued", "scheduled", "scheduled"]
+    assert ledger.requests == []  # nothing was published
+    cluster(1)
+    wait_for(lambda: all_succeeded(ids), timeout=40, what="all four jobs to succeed")
+    assert gauge.peak <= 2, gauge.peak
+    assert sorted(ledger.effects.values()) == [1] * 4
 
 
 def test_overlap_is_decided_when_the_occurrence_is_due(
