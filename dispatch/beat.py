@@ -589,9 +589,13 @@ class Beat:
                 firsts[p.schedule_id].append(p)
         if not firsts:
             return ready
-        active: dict[str, list[tuple[str, str, datetime, bool, str]]] = defaultdict(list)
+        active: dict[str, list[tuple[str, str, datetime | None, bool, str]]] = defaultdict(list)
+        for sid, items in firsts.items():
+            # The candidates themselves: scheduled and due (a sibling can block another).
+            active[sid] = [(p.id, "scheduled", p.scheduled_for, True, p.trigger) for p in items]
         for sid, eid, state, scheduled_for, due, trigger in _rows(
-            "active_executions", {"ids": sorted(firsts)}
+            "active_executions",
+            {"ids": sorted(firsts), "candidates": [p.id for v in firsts.values() for p in v]},
         ):
             active[str(sid)].append((str(eid), state, scheduled_for, due, trigger))
 
@@ -601,7 +605,15 @@ class Beat:
                 for eid, state, sf, due, trigger in active[p.schedule_id]
                 if eid != p.id
                 and eid not in gone
-                and (state != "scheduled" or (due and sf < (p.scheduled_for or sf)))
+                and (
+                    state != "scheduled"
+                    or (
+                        due
+                        and sf is not None
+                        and p.scheduled_for is not None
+                        and sf < p.scheduled_for
+                    )
+                )
                 and not (p.trigger == trigger == "catch_up")
             ]
 

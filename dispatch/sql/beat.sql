@@ -131,13 +131,16 @@ LIMIT %(batch)s
 FOR UPDATE OF s SKIP LOCKED
 
 -- name: active_executions
--- Executions still in flight for the given schedules (overlap policy at due time):
--- with each one's occurrence and whether it is itself due (a held row is, a future one is not).
+-- Executions still in flight for the given schedules (overlap policy at due time),
+-- other than the candidates being decided (the caller knows those; a burst of
+-- one-offs then returns nothing): with each one's occurrence and whether it is
+-- itself due (a held row is, a future one is not).
 SELECT e.schedule_id, e.id, e.state, e.scheduled_for,
        COALESCE(e.next_attempt_at, e.due_at) <= statement_timestamp() AS due, e.trigger
 FROM dispatch_execution e
 WHERE e.schedule_id = ANY(%(ids)s::uuid[])
   AND e.state IN ('scheduled', 'queued', 'running', 'retry_scheduled')
+  AND NOT EXISTS (SELECT 1 FROM unnest(%(candidates)s::uuid[]) AS c(id) WHERE c.id = e.id)
 
 -- name: mark_overlap_skipped
 -- Overlap `forbid` at due time: the occurrence is recorded as skipped, naming the run still active.
