@@ -424,9 +424,10 @@ def test_one_offs_fire_set_based_and_forbid_overlap_still_applies(
 def test_publish_time_is_recorded_even_when_a_worker_claimed_first(
     beat: Beat, admin_principal: Principal, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A consumer can claim a message before the beat marks it queued (RabbitMQ
-    confirms make that window wide): the row keeps `running` but gets its
-    enqueued_at, or fire-lag figures would silently drop the fastest starts."""
+    """A consumer can claim a message while the beat still awaits the publish (RabbitMQ
+    confirms make that window wide): the row was admitted — queued, enqueued_at
+    written — before the message existed, so fire-lag figures keep the fastest
+    starts and nothing written after the publish can clobber the claim."""
     job = make(admin_principal, name="fast", run_at=db_now() - timedelta(seconds=1))
     publish = beat._publish
 
