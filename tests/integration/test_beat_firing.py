@@ -230,6 +230,48 @@ def test_overlap_is_decided_when_the_occurrence_is_due_not_when_planned(
     assert Execution.objects.get(pk=forbid_manual.pk).state == "succeeded"
 
 
+def test_a_held_earlier_occurrence_is_a_previous_run(
+    beat: Beat, admin_principal: Principal, tenant: Tenant
+) -> None:
+    """Two occurrences of one schedule due in the same batch while the tenant is at its
+    cap: the older is held (waiting, still active), so forbid skips the newer naming
+    it, and replace cancels the older in favour of the newer."""
+    tenant.quota.max_concurrent = 1
+    tenant.quota.save()
+    busy = make(admin_principal, name="busy", cron="0 0 1 1 *", concurrency="allow")
+    now = db_now()
+    Execution.objects.create(
+        schedule=busy,
+        tenant=tenant,
+        partition=busy.partition,
+        scheduled_for=now,
+        due_at=now,
+        state="running",
+    )
+    pairs = {}
+    for policy in ("forbid", "replace"):
+        s = make(admin_principal, name=policy, cron="0 0 1 1 *", concurrency=policy)
+        pairs[policy] = [
+            Execution.objects.create(
+                schedule=s,
+                tenant=tenant,
+                partition=s.partition,
+                scheduled_for=now - timedelta(seconds=age),
+                due_at=now - timedelta(seconds=age),
+            )
+            for age in (2, 1)
+        ]
+    beat.cycle()
+    older, newer = (Execution.objects.get(pk=e.pk) for e in pairs["forbid"])
+    assert (older.state, older.reason_code) == ("scheduled", "held_concurrency")
+    assert older.reason == "waiting: tenant billing at its concurrency limit 1"
+    assert (newer.state, newer.reason_code) == ("skipped", "overlap_forbid")
+    assert newer.reason == f"skipped: previous run {older.pk} still scheduled (overlap forbid)"
+    older, newer = (Execution.objects.get(pk=e.pk) for e in pairs["replace"])
+    assert (older.state, older.reason_code) == ("cancelled", "replaced")
+    assert (newer.state, newer.reason_code) == ("scheduled", "held_concurrency")
+
+
 def test_manual_trigger_ignores_an_occurrence_planned_ahead(
     beat: Beat, admin_principal: Principal
 ) -> None:
