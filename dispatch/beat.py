@@ -5,8 +5,10 @@ A beat leases a fair share of the due index's partitions, and each cycle
      creates their executions (INSERT … ON CONFLICT DO NOTHING) and advances
      next_run_at, in one transaction fenced by its partition epochs;
   2. loads executions due within the lookahead into an in-memory heap;
-  3. publishes each at its due time (database clock) to the Celery queue
-     `{priority}.{duration}`, then marks the rows queued;
+  3. at each one's due time (database clock) decides the overlap policy, admits
+     it against the tenant's and the platform's in-flight caps (marking it queued,
+     in one fenced transaction that serialises admission across beats), then
+     publishes what it admitted to the Celery queue `{priority}.{duration}`;
   4. sweeps: re-publishes queued rows nobody claimed, rescues expired worker
      leases, resumes schedules whose pause ended.
 Any number of beats run side by side; they coordinate only through PostgreSQL.
@@ -56,6 +58,10 @@ class Pending:
     queue: str = field(compare=False)
     tenant_id: int = field(compare=False)
     partition: int = field(compare=False)
+    schedule_id: str = field(default="", compare=False)
+    overlap: str = field(default="allow", compare=False)
+    scheduled_for: datetime | None = field(default=None, compare=False)
+    trigger: str = field(default="", compare=False)
 
 
 @dataclass
@@ -133,6 +139,8 @@ class Beat:
         self._amqp: tuple[Any, Any, dict[str, int], list[int]] | None = None
         self._redis: Any = None
         self._tenant_info: dict[int, tuple[Any, ...]] = {}
+        # Admitted (queued in the database) but not yet on the broker: retried first.
+        self._unsent: list[Pending] = []
 
     # --- lifecycle -----------------------------------------------------------------
 
@@ -368,6 +376,8 @@ class Beat:
 
     def _drop(self, number: int) -> None:
         self.owned.pop(number, None)
+        # The next owner's sweep re-publishes these (they are queued, unclaimed).
+        self._unsent = [p for p in self._unsent if p.partition != number]
         kept = [p for p in self.heap if p.partition != number]
         if len(kept) != len(self.heap):
             self.heap = kept
@@ -445,27 +455,11 @@ class Beat:
             return 0, 0
         until = now + timedelta(seconds=self.cfg.lookahead_s)
         plan = _FirePlan(beat=self.cfg.name, epochs=self.owned)
-        overlap_ids = [row[0] for row in due if row[12] in ("forbid", "replace")]
-        active: dict[uuid.UUID, list[tuple[uuid.UUID, str]]] = defaultdict(list)
-        if overlap_ids:
-            for sid, eid, state in _rows("active_executions", {"ids": overlap_ids}):
-                active[sid].append((eid, state))
+        # The overlap policy is not applied here: an occurrence is planned up to the
+        # lookahead before it is due, and whether the previous run is still active
+        # is only known then (publish_due decides it at due time).
         for row in due:
-            plan.add_schedule(row, now=now, until=until, active=active)
-        if plan.replace_ids:
-            cancelled = _rows("cancel_for_replace", {"ids": plan.replace_ids})
-            _events(
-                [
-                    (
-                        sid,
-                        tid,
-                        eid,
-                        "cancelled",
-                        "cancelled: replaced by a newer occurrence (overlap replace)",
-                    )
-                    for eid, sid, tid in cancelled
-                ]
-            )
+            plan.add_schedule(row, now=now, until=until)
         inserted = _rows("insert_executions", plan.insert_params()) if plan.ids else []
         skipped = [eid for eid, state in inserted if state == "skipped"]
         if skipped:
@@ -484,7 +478,7 @@ class Beat:
             "pending_executions",
             {"numbers": numbers, "lookahead": self.cfg.lookahead_s, "limit": self.cfg.batch * 10},
         )
-        for eid, attempt, due, priority, duration, tenant_id, partition in rows:
+        for eid, attempt, due, prio, duration, tenant_id, partition, sid, overlap, sf, trig in rows:
             key = str(eid)
             if key in self.in_heap:
                 continue
@@ -492,7 +486,16 @@ class Beat:
             heapq.heappush(
                 self.heap,
                 Pending(
-                    due.timestamp(), key, attempt, f"{priority}.{duration}", tenant_id, partition
+                    due.timestamp(),
+                    key,
+                    attempt,
+                    f"{prio}.{duration}",
+                    tenant_id,
+                    partition,
+                    str(sid),
+                    overlap,
+                    sf,
+                    trig,
                 ),
             )
 
@@ -504,25 +507,62 @@ class Beat:
             self.in_heap.discard(item.id)
             if item.partition in self.owned:
                 ready.append(item)
-        if not ready:
+        # What was admitted but could not be published last time keeps its slot: no
+        # second admission, just another try (a duplicate message would be harmless).
+        retry = [p for p in self._unsent if p.partition in self.owned]
+        self._unsent = []
+        admitted = self._admit(ready) if ready else []
+        to_send = retry + admitted
+        if not to_send:
             return 0
-        to_send, held = self._apply_limits(ready)
-        to_send, over_quota = self._daily_quota(to_send)
-        published = self._publish(to_send) if to_send else []
+        published = self._publish(to_send)
         if published:
             faults.crash_at("after_publish")
+        sent = {p.id for p in published}
+        self._unsent = [p for p in to_send if p.id not in sent]
+        self.counters.published += len(published)
+        return len(published)
+
+    def _admit(self, ready: list[Pending]) -> list[Pending]:
+        """Decide overlap and admission at due time, in one fenced transaction; returns
+        the executions now queued, to be published.
+
+        Admission is atomic across beats: capped tenants' quota rows (and, with
+        DISPATCH_MAX_INFLIGHT, one platform-wide advisory lock) are locked first,
+        the in-flight counts are read after the locks were granted, and the admitted
+        rows become `queued` before the transaction commits — so the next beat to
+        take the lock counts them. Slots are not a counter but the queued/running
+        rows themselves: nothing can leak when a beat dies (see admit_executions).
+        """
         with transaction.atomic():
             numbers = self._fence()
-            if published:
-                _rows(
-                    "mark_queued",
-                    {
-                        "ids": [p.id for p in published],
-                        "attempts": [p.attempt for p in published],
-                        "queues": [p.queue for p in published],
-                        "numbers": numbers,
-                    },
-                )
+            owned = set(numbers)
+            ready = [p for p in ready if p.partition in owned]
+            if not ready:
+                return []
+            # Locks first (quota rows, then execution rows): the manual trigger takes
+            # the same order, so the two cannot deadlock.
+            tenant_ids = sorted({p.tenant_id for p in ready})
+            if self.cfg.max_inflight:
+                _rows("admission_lock_global", {})
+            _rows("admission_lock_tenants", {"tenant_ids": tenant_ids})
+            ready = self._decide_overlap(ready)
+            to_send, held = self._apply_limits(ready)
+            to_send, over_quota = self._daily_quota(to_send)
+            admitted: set[str] = set()
+            if to_send:
+                admitted = {
+                    str(r[0])
+                    for r in _rows(
+                        "admit_executions",
+                        {
+                            "ids": [p.id for p in to_send],
+                            "attempts": [p.attempt for p in to_send],
+                            "queues": [p.queue for p in to_send],
+                            "numbers": numbers,
+                        },
+                    )
+                }
             for reason, items in over_quota.items():
                 rows = _rows(
                     "mark_quota_exhausted", {"ids": [p.id for p in items], "reason": reason}
@@ -535,8 +575,96 @@ class Beat:
                     "mark_held", {"ids": [p.id for p in items], "code": code, "reason": reason}
                 )
                 _events([(sid, tid, eid, code, reason) for eid, sid, tid in rows])
-        self.counters.published += len(published)
-        return len(published)
+        faults.crash_at("after_admit")
+        return [p for p in to_send if p.id in admitted]
+
+    def _decide_overlap(self, ready: list[Pending]) -> list[Pending]:
+        """The overlap policy, at the occurrence's due time (inside the admission transaction).
+
+        A run of the schedule is "active" for a new occurrence when it is queued,
+        running or retrying, or is itself due but waiting (held at a cap) for an
+        earlier occurrence; a later occurrence planned ahead is not. `forbid` skips
+        the new occurrence while one is active; `replace` cancels them, the newest
+        due occurrence winning. Catch-up runs of a misfire replay do not count
+        against each other (the policy asked for that many). Retries continue a run
+        that was let through and are not re-decided. Only the partition's owner
+        publishes a schedule's executions, so no other beat decides concurrently.
+        """
+        firsts: dict[str, list[Pending]] = defaultdict(list)
+        for p in ready:
+            if p.attempt == 1 and p.overlap in ("forbid", "replace") and p.schedule_id:
+                firsts[p.schedule_id].append(p)
+        if not firsts:
+            return ready
+        active: dict[str, list[tuple[str, str, datetime | None, bool, str]]] = defaultdict(list)
+        for sid, items in firsts.items():
+            # The candidates themselves: scheduled and due (a sibling can block another).
+            active[sid] = [(p.id, "scheduled", p.scheduled_for, True, p.trigger) for p in items]
+        for sid, eid, state, scheduled_for, due, trigger in _rows(
+            "active_executions",
+            {"ids": sorted(firsts), "candidates": [p.id for v in firsts.values() for p in v]},
+        ):
+            active[str(sid)].append((str(eid), state, scheduled_for, due, trigger))
+
+        def prior(p: Pending, gone: set[str]) -> list[tuple[str, str]]:
+            return [
+                (eid, state)
+                for eid, state, sf, due, trigger in active[p.schedule_id]
+                if eid != p.id
+                and eid not in gone
+                and (
+                    state != "scheduled"
+                    or (
+                        due
+                        and sf is not None
+                        and p.scheduled_for is not None
+                        and sf < p.scheduled_for
+                    )
+                )
+                and not (p.trigger == trigger == "catch_up")
+            ]
+
+        dropped: set[str] = set()
+        skips: list[tuple[str, str]] = []
+        cancel: list[str] = []
+        for items in firsts.values():
+            items.sort(key=lambda p: (p.scheduled_for or datetime.min.replace(tzinfo=UTC), p.id))
+            if items[0].overlap == "replace":
+                # Older occurrences due in this same batch are among the runs replaced.
+                cancel.extend(eid for eid, _state in prior(items[-1], set()))
+                continue
+            for p in items:  # forbid, oldest first: a skipped one blocks nobody
+                found = prior(p, dropped)
+                if found:
+                    eid, state = found[0]
+                    skips.append(
+                        (p.id, f"skipped: previous run {eid} still {state} (overlap forbid)")
+                    )
+                    dropped.add(p.id)
+        if cancel:
+            cancelled = _rows("cancel_for_replace", {"ids": cancel})
+            _events(
+                [
+                    (
+                        sid,
+                        tid,
+                        eid,
+                        "cancelled",
+                        "cancelled: replaced by a newer occurrence (overlap replace)",
+                    )
+                    for eid, sid, tid in cancelled
+                ]
+            )
+            dropped.update(str(r[0]) for r in cancelled)
+        if skips:
+            skipped = _rows(
+                "mark_overlap_skipped",
+                {"ids": [i for i, _ in skips], "reasons": [r[:500] for _, r in skips]},
+            )
+            if skipped:
+                # A skipped occurrence skips its dependents too, naming the upstream.
+                dependencies.propagate(execution_ids=[r[0] for r in skipped])
+        return [p for p in ready if p.id not in dropped]
 
     def _daily_quota(self, items: list[Pending]) -> tuple[list[Pending], dict[str, list[Pending]]]:
         """Enforce executions/day per tenant with a Redis counter per tenant and UTC day.
@@ -587,8 +715,11 @@ class Beat:
 
         Within a tenant, higher priority goes first; across tenants, publishing is
         interleaved in proportion to quota weights, so when capacity is short a
-        flooding tenant cannot starve a small one.
+        flooding tenant cannot starve a small one. Called inside _admit, after the
+        admission locks: the counts read here include every other beat's admissions.
         """
+        if not ready:
+            return [], {}
         tenant_ids = sorted({p.tenant_id for p in ready})
         info = {r[0]: r for r in _rows("tenant_inflight", {"tenant_ids": tenant_ids})}
         self._tenant_info = info
@@ -619,7 +750,8 @@ class Beat:
                 if pos[tid] >= len(items):
                     del pos[tid]
         if self.cfg.max_inflight:
-            total_inflight = sum(int(r[4]) for r in info.values())
+            # Every tenant's in-flight work counts, not only the tenants of this batch.
+            total_inflight = int(_rows("inflight_total", {})[0][0])
             budget = max(0, self.cfg.max_inflight - total_inflight)
             if budget < len(order):
                 held["waiting: platform at its dispatch capacity"].extend(order[budget:])
@@ -978,7 +1110,6 @@ class _FirePlan:
         self.row_epochs: list[int] = []
         self.advance_ids: list[uuid.UUID] = []
         self.advance_to: list[datetime | None] = []
-        self.replace_ids: list[uuid.UUID] = []
         self.events: list[tuple[Any, Any, Any, str, str]] = []
 
     def _row(
@@ -1011,7 +1142,6 @@ class _FirePlan:
         *,
         now: datetime,
         until: datetime,
-        active: dict[uuid.UUID, list[tuple[uuid.UUID, str]]],
     ) -> None:
         (
             sid,
@@ -1026,7 +1156,7 @@ class _FirePlan:
             grace,
             catch_up,
             jitter,
-            overlap,
+            _overlap,
             created_at,
         ) = sched
         seed = str(sid)
@@ -1092,7 +1222,6 @@ class _FirePlan:
                     f"by the misfire policy ({misfire}) without individual records",
                 )
             )
-        running = active.get(sid, [])
         for occ in fire:
             if kind == "once":
                 due = occ
@@ -1102,21 +1231,6 @@ class _FirePlan:
                     seconds=cron.jitter_seconds(seed=seed, scheduled_for=occ, jitter_s=jitter)
                 )
                 trigger = "catch_up" if occ < late_cutoff else "cron"
-            if running and overlap == "forbid":
-                eid, state = running[0]
-                self._row(
-                    sched,
-                    scheduled_for=occ,
-                    due_at=due,
-                    trigger=trigger,
-                    state="skipped",
-                    code="overlap_forbid",
-                    reason=f"skipped: previous run {eid} still {state} (overlap forbid)",
-                )
-                continue
-            if running and overlap == "replace":
-                self.replace_ids.extend(eid for eid, _ in running)
-                running = []
             self._row(sched, scheduled_for=occ, due_at=due, trigger=trigger)
 
     def insert_params(self) -> dict[str, Any]:

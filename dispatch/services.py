@@ -457,10 +457,12 @@ def _trigger(*, actor: Principal, schedule_id: uuid.UUID | str) -> tuple[Executi
         active = Execution.objects.filter(tenant=actor.tenant, state__in=active_states).count()
         if active >= quota.max_concurrent:
             return None, quota.max_concurrent
+    # An occurrence the beat planned ahead (scheduled, not yet due) is not a
+    # previous run: its own overlap is decided when it comes due.
     running = list(
-        Execution.objects.filter(schedule=schedule, state__in=active_states).values_list(
-            "id", "state"
-        )
+        Execution.objects.filter(schedule=schedule, state__in=active_states)
+        .exclude(state=ExecutionState.SCHEDULED, due_at__gt=_db_clock())
+        .values_list("id", "state")
     )
     state, code, reason = ExecutionState.SCHEDULED, "", ""
     if running and schedule.overlap == "forbid":

@@ -85,8 +85,8 @@ FOR SHARE OF p
 -- name: fire_due_one_offs
 -- The set-based fast path for the common case, one-off jobs: claim, insert the one
 -- execution each and advance (to nothing) in a single statement, no row leaving
--- the server. A one-off whose overlap policy meets an active run (only possible
--- after a manual trigger) is left to the general path, which applies the policy.
+-- the server. Its overlap policy (an active manual run) is decided at due time, by
+-- the publisher, as for every execution.
 -- Misfire: a one-off found more than misfire_grace_s after it fell due (run_at, or
 -- its creation when run_at was already past) is recorded skipped under policy
 -- `skip`, and runs as a late (catch_up) run under run_once / catch_up.
@@ -98,10 +98,6 @@ WITH due AS (
       AND s.next_run_at <= statement_timestamp() + make_interval(secs => %(lookahead)s)
       AND NOT s.paused AND s.deleted_at IS NULL
       AND s.kind = 'once'
-      AND (s.overlap = 'allow' OR NOT EXISTS (
-            SELECT 1 FROM dispatch_execution a
-            WHERE a.schedule_id = s.id
-              AND a.state IN ('scheduled', 'queued', 'running', 'retry_scheduled')))
     -- No ORDER BY: the beat claims everything due in the window before it publishes
     -- (publishing is in due order, from its heap), and sorting every due row of
     -- eight partitions for each batch of 5,000 made a 100k burst quadratic.
@@ -144,20 +140,31 @@ FROM dispatch_schedule s
 WHERE s.partition = ANY(%(numbers)s::int[])
   AND s.next_run_at <= statement_timestamp() + make_interval(secs => %(lookahead)s)
   AND NOT s.paused AND s.deleted_at IS NULL
-  -- what fire_due_one_offs takes is not planned here (the exact complement of its filter)
-  AND NOT (s.kind = 'once' AND (s.overlap = 'allow' OR NOT EXISTS (
-        SELECT 1 FROM dispatch_execution a
-        WHERE a.schedule_id = s.id
-          AND a.state IN ('scheduled', 'queued', 'running', 'retry_scheduled'))))
+  -- one-offs are fire_due_one_offs' (the exact complement of its filter)
+  AND s.kind <> 'once'
 ORDER BY s.next_run_at
 LIMIT %(batch)s
 FOR UPDATE OF s SKIP LOCKED
 
 -- name: active_executions
--- Executions still in flight for the given schedules (overlap policy at fire time).
-SELECT e.schedule_id, e.id, e.state FROM dispatch_execution e
+-- Executions still in flight for the given schedules (overlap policy at due time),
+-- other than the candidates being decided (the caller knows those; a burst of
+-- one-offs then returns nothing): with each one's occurrence and whether it is
+-- itself due (a held row is, a future one is not).
+SELECT e.schedule_id, e.id, e.state, e.scheduled_for,
+       COALESCE(e.next_attempt_at, e.due_at) <= statement_timestamp() AS due, e.trigger
+FROM dispatch_execution e
 WHERE e.schedule_id = ANY(%(ids)s::uuid[])
   AND e.state IN ('scheduled', 'queued', 'running', 'retry_scheduled')
+  AND NOT EXISTS (SELECT 1 FROM unnest(%(candidates)s::uuid[]) AS c(id) WHERE c.id = e.id)
+
+-- name: mark_overlap_skipped
+-- Overlap `forbid` at due time: the occurrence is recorded as skipped, naming the run still active.
+UPDATE dispatch_execution e
+SET state = 'skipped', finished_at = clock_timestamp(), reason_code = 'overlap_forbid', reason = v.reason
+FROM unnest(%(ids)s::uuid[], %(reasons)s::text[]) AS v(id, reason)
+WHERE e.id = v.id AND e.state = 'scheduled' AND e.attempt = 1
+RETURNING e.id
 
 -- name: cancel_for_replace
 -- Overlap `replace`: cancel the active runs; bumping the token makes the running worker's heartbeat and completion fail.
@@ -191,7 +198,7 @@ WHERE s.id = v.id
 -- name: pending_executions
 -- Executions of our partitions due within the lookahead, waiting to be published (new, retries, or left behind by a crashed beat).
 SELECT e.id, e.attempt, COALESCE(e.next_attempt_at, e.due_at) AS due, s.priority, s.duration_class,
-       e.tenant_id, e.partition
+       e.tenant_id, e.partition, e.schedule_id, s.overlap, e.scheduled_for, e.trigger
 FROM dispatch_execution e
 JOIN dispatch_schedule s ON s.id = e.schedule_id
 WHERE e.partition = ANY(%(numbers)s::int[])
@@ -200,34 +207,56 @@ WHERE e.partition = ANY(%(numbers)s::int[])
 ORDER BY due
 LIMIT %(limit)s
 
+-- name: admission_lock_global
+-- With DISPATCH_MAX_INFLIGHT set, admissions of every beat take turns (one lock per
+-- batch, held to commit): the platform-wide count and the admission cannot interleave.
+SELECT pg_advisory_xact_lock(4242000001)
+
+-- name: admission_lock_tenants
+-- Serialise admission per capped tenant on its quota row, in tenant order (no deadlock
+-- between beats). Tenants without a cap are not locked: their hot path does not queue
+-- behind other beats. NO KEY UPDATE: it excludes other admitters and the manual
+-- trigger's FOR UPDATE, not the foreign-key checks of inserts.
+SELECT q.tenant_id FROM tenants_tenantquota q
+WHERE q.tenant_id = ANY(%(tenant_ids)s::bigint[]) AND q.max_concurrent > 0
+ORDER BY q.tenant_id
+FOR NO KEY UPDATE OF q
+
 -- name: tenant_inflight
--- Queued + running executions per tenant, with each tenant's concurrency cap and fair-share weight.
+-- Per tenant: cap, fair-share weight, daily quota, and (capped tenants only) queued +
+-- running executions. Run after admission_lock_tenants, as its own statement: its
+-- snapshot then includes every admission committed by whoever held the lock before.
 SELECT t.id, t.slug, q.max_concurrent, q.weight,
-       (SELECT count(*) FROM dispatch_execution e
-         WHERE e.tenant_id = t.id AND e.state IN ('queued', 'running')) AS inflight,
+       CASE WHEN q.max_concurrent > 0 THEN
+           (SELECT count(*) FROM dispatch_execution e
+             WHERE e.tenant_id = t.id AND e.state IN ('queued', 'running'))
+       ELSE 0 END AS inflight,
        q.max_executions_per_day
 FROM tenants_tenant t
 JOIN tenants_tenantquota q ON q.tenant_id = t.id
 WHERE t.id = ANY(%(tenant_ids)s::bigint[])
 
--- name: mark_queued
--- After publishing: the rows become queued (only if nobody moved them on). A row a
--- worker already claimed (a fast consumer can beat this statement, e.g. while the
--- beat awaits publisher confirms) keeps its state but still gets its first publish
--- time: fire-lag figures must not lose the executions that started quickest.
+-- name: inflight_total
+-- Queued + running executions of every tenant (DISPATCH_MAX_INFLIGHT), under admission_lock_global.
+SELECT count(*) FROM dispatch_execution WHERE state IN ('queued', 'running')
+
+-- name: admit_executions
+-- Admission, before publishing: the rows become queued (they take their slot) in the
+-- transaction that counted the slots, and only the rows returned are published.
+-- A beat that dies before publishing leaves them queued: stale_queued re-publishes
+-- them after QUEUED_REPUBLISH_S, so the slot is used, never leaked.
 UPDATE dispatch_execution e
-SET state = CASE WHEN e.state IN ('scheduled', 'retry_scheduled') THEN 'queued' ELSE e.state END,
-    queue = CASE WHEN e.state IN ('scheduled', 'retry_scheduled') THEN v.queue ELSE e.queue END,
-    -- enqueued_at is the first publish (fire-lag figures); published_at the latest, of any
-    -- attempt (the lost-message timeout counts from it). republished_at is left alone: a
-    -- retry's publish is the normal path, only stale_queued republishes a lost message.
+SET state = 'queued', queue = v.queue,
+    -- enqueued_at is the first admission (fire-lag figures); published_at the latest, of
+    -- any attempt (the lost-message timeout counts from it). republished_at is left alone:
+    -- a retry's publish is the normal path, only stale_queued republishes a lost message.
     enqueued_at = COALESCE(e.enqueued_at, clock_timestamp()),
     published_at = clock_timestamp(),
     reason_code = CASE WHEN e.reason_code LIKE 'held_%%' THEN '' ELSE e.reason_code END,
     reason = CASE WHEN e.reason_code LIKE 'held_%%' THEN '' ELSE e.reason END
 FROM unnest(%(ids)s::uuid[], %(attempts)s::int[], %(queues)s::text[]) AS v(id, attempt, queue)
 WHERE e.id = v.id AND e.attempt = v.attempt
-  AND (e.state IN ('scheduled', 'retry_scheduled') OR e.enqueued_at IS NULL)
+  AND e.state IN ('scheduled', 'retry_scheduled')
   AND e.partition = ANY(%(numbers)s::int[])
 RETURNING e.id
 

@@ -238,8 +238,9 @@ class Cluster:
         """A fresh beat that dies at a crash boundary of the firing path, then is replaced.
 
         before_fire_commit: claimed and inserted, transaction not committed (rolled back);
-        after_fire_commit: committed, nothing published; after_publish: published, not
-        yet marked enqueued — the next owner publishes again and the claim dedups.
+        after_fire_commit: committed, nothing published; after_admit: admitted (queued,
+        holding their slots), nothing published — the next owner's sweep re-publishes
+        them; after_publish: admitted and published, nothing owed.
         """
         started = db_now()
         victim = self.add_beat("crash", SCHED_FAULT_POINT=point)
@@ -259,6 +260,9 @@ class Cluster:
 
     def beat_crash_after_commit(self) -> Fault:
         return self._beat_crash("after_fire_commit")
+
+    def beat_crash_after_admit(self) -> Fault:
+        return self._beat_crash("after_admit")
 
     def beat_crash_after_publish(self) -> Fault:
         return self._beat_crash("after_publish")
@@ -377,6 +381,7 @@ class Cluster:
         "worker_pause",
         "beat_crash_before_commit",
         "beat_crash_after_commit",
+        "beat_crash_after_admit",
         "beat_crash_after_publish",
         "worker_crash_after_claim",
         "worker_crash_before_complete",

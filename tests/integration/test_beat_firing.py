@@ -189,6 +189,118 @@ def test_overlap_forbid_skips_with_reason_and_replace_cancels_the_active_run(
     assert ExecutionEvent.objects.filter(execution=old["r"], kind="cancelled").exists()
 
 
+def test_overlap_is_decided_when_the_occurrence_is_due_not_when_planned(
+    beat: Beat, admin_principal: Principal
+) -> None:
+    """The lookahead plans an occurrence while the previous run is still running; the
+    policy must look again at due time: forbid then runs it (the previous run has
+    ended), replace cancels the previous run only if it is still running then."""
+    due = db_now() + timedelta(seconds=2)
+    runs = {}
+    for policy in ("forbid", "replace"):
+        s = make(admin_principal, name=policy, run_at=due + timedelta(hours=1), concurrency=policy)
+        manual = services.schedule_trigger(actor=admin_principal, schedule_id=s.id)
+        Execution.objects.filter(pk=manual.pk).update(state="running", fencing_token=1)
+        Schedule.objects.filter(pk=s.pk).update(run_at=due, next_run_at=due)
+        runs[policy] = (s, manual)
+    beat.cycle()  # planned: within the 5 s lookahead, not yet due
+    for s, manual in runs.values():
+        planned = Execution.objects.exclude(pk=manual.pk).get(schedule=s)
+        assert planned.state == "scheduled" and planned.reason_code == ""
+        assert Execution.objects.get(pk=manual.pk).state == "running"
+    forbid, forbid_manual = runs["forbid"]
+    replace, replace_manual = runs["replace"]
+    Execution.objects.filter(pk=forbid_manual.pk).update(state="succeeded", finished_at=db_now())
+
+    def both_decided() -> bool:
+        beat.cycle()
+        return not Execution.objects.filter(
+            schedule__in=[forbid, replace], scheduled_for=due, state="scheduled"
+        ).exists()
+
+    wait_for_cycles(both_decided)
+    assert Execution.objects.get(schedule=forbid, scheduled_for=due).state == "queued"
+    assert Execution.objects.get(schedule=replace, scheduled_for=due).state == "queued"
+    replaced = Execution.objects.get(pk=replace_manual.pk)
+    assert (replaced.state, replaced.reason_code, replaced.fencing_token) == (
+        "cancelled",
+        "replaced",
+        2,
+    )
+    assert Execution.objects.get(pk=forbid_manual.pk).state == "succeeded"
+
+
+def test_a_held_earlier_occurrence_is_a_previous_run(
+    beat: Beat, admin_principal: Principal, tenant: Tenant
+) -> None:
+    """Two occurrences of one schedule due in the same batch while the tenant is at its
+    cap: the older is held (waiting, still active), so forbid skips the newer naming
+    it, and replace cancels the older in favour of the newer."""
+    tenant.quota.max_concurrent = 1
+    tenant.quota.save()
+    busy = make(admin_principal, name="busy", cron="0 0 1 1 *", concurrency="allow")
+    now = db_now()
+    Execution.objects.create(
+        schedule=busy,
+        tenant=tenant,
+        partition=busy.partition,
+        scheduled_for=now,
+        due_at=now,
+        state="running",
+    )
+    pairs = {}
+    for policy in ("forbid", "replace"):
+        s = make(admin_principal, name=policy, cron="0 0 1 1 *", concurrency=policy)
+        pairs[policy] = [
+            Execution.objects.create(
+                schedule=s,
+                tenant=tenant,
+                partition=s.partition,
+                scheduled_for=now - timedelta(seconds=age),
+                due_at=now - timedelta(seconds=age),
+            )
+            for age in (2, 1)
+        ]
+    beat.cycle()
+    older, newer = (Execution.objects.get(pk=e.pk) for e in pairs["forbid"])
+    assert (older.state, older.reason_code) == ("scheduled", "held_concurrency")
+    assert older.reason == "waiting: tenant billing at its concurrency limit 1"
+    assert (newer.state, newer.reason_code) == ("skipped", "overlap_forbid")
+    assert newer.reason == f"skipped: previous run {older.pk} still scheduled (overlap forbid)"
+    older, newer = (Execution.objects.get(pk=e.pk) for e in pairs["replace"])
+    assert (older.state, older.reason_code) == ("cancelled", "replaced")
+    assert (newer.state, newer.reason_code) == ("scheduled", "held_concurrency")
+
+
+def test_manual_trigger_ignores_an_occurrence_planned_ahead(
+    beat: Beat, admin_principal: Principal
+) -> None:
+    """A run-now within the lookahead of the next occurrence: that occurrence is not
+    yet a run, so forbid does not skip the manual run and replace does not cancel it."""
+    due = db_now() + timedelta(seconds=3)
+    jobs = {
+        policy: make(admin_principal, name=policy, run_at=due, concurrency=policy)
+        for policy in ("forbid", "replace")
+    }
+    beat.cycle()  # planned, not yet due
+    for policy, s in jobs.items():
+        planned = Execution.objects.get(schedule=s)
+        assert planned.state == "scheduled"
+        manual = services.schedule_trigger(actor=admin_principal, schedule_id=s.id)
+        assert (manual.state, manual.reason_code) == ("scheduled", ""), policy
+        planned.refresh_from_db()
+        assert planned.state == "scheduled", policy
+
+
+def wait_for_cycles(predicate: Any, timeout: float = 15) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.2)
+
+
 def test_tenant_at_its_concurrency_limit_is_held_with_a_visible_reason(
     beat: Beat, admin_principal: Principal, tenant: Tenant
 ) -> None:
@@ -354,9 +466,10 @@ def test_one_offs_fire_set_based_and_forbid_overlap_still_applies(
 def test_publish_time_is_recorded_even_when_a_worker_claimed_first(
     beat: Beat, admin_principal: Principal, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A consumer can claim a message before the beat marks it queued (RabbitMQ
-    confirms make that window wide): the row keeps `running` but gets its
-    enqueued_at, or fire-lag figures would silently drop the fastest starts."""
+    """A consumer can claim a message while the beat still awaits the publish (RabbitMQ
+    confirms make that window wide): the row was admitted — queued, enqueued_at
+    written — before the message existed, so fire-lag figures keep the fastest
+    starts and nothing written after the publish can clobber the claim."""
     job = make(admin_principal, name="fast", run_at=db_now() - timedelta(seconds=1))
     publish = beat._publish
 
