@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from django.conf import settings
 
-from dispatch.models import Execution, ExecutionEvent
+from dispatch.models import Execution, ExecutionEvent, Schedule
 from tenants.roles import Principal
 from tests.integration.worker_support import make_execution, make_schedule, purge
 from tests.procs import Ledger, beat_cmd, processes, wait_for, worker_cmd
@@ -37,6 +37,9 @@ def test_rate_limited_host_serves_waiting_jobs_in_due_order_with_one_hold_each(
     schedule = make_schedule(
         admin_principal, {"type": "http", "url": f"{ledger.url}/hook"}, retry=ONE_SHOT
     )
+    # Ten runs of one schedule at once: overlap `allow`, or `forbid` (decided at due
+    # time) would rightly skip all but the first.
+    Schedule.objects.filter(pk=schedule.pk).update(overlap="allow")
     env = {
         "TARGET_TEST_ALLOW": ledger.allow_entry,
         "TARGET_RATE_PER_HOST": RATE,
