@@ -10,7 +10,7 @@ from celery.signals import task_postrun, task_prerun, worker_process_init
 from config import embedded
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-embedded.ensure_started()
+embedded.acquire()
 
 app = Celery("scheduler")
 app.config_from_object("django.conf:settings", namespace="CELERY")

@@ -235,7 +235,11 @@ LOGGING = {
     },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},
     "root": {"handlers": ["console"], "level": get("LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        # The embedded PostgreSQL's wheel logs every pg_ctl command line at INFO.
+        "pgserver": {"level": "WARNING"},
+    },
 }
 
 # --- History retention ---
