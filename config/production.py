@@ -24,3 +24,13 @@ CSRF_COOKIE_SECURE = True
 SESSION_COOKIE_SAMESITE = "Lax"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
+
+# Static files: `manage.py collectstatic` (compose/Dockerfile runs it at build
+# time) writes hashed, pre-compressed copies to STATIC_ROOT; WhiteNoise serves
+# them from there under gunicorn with far-future cache headers.
+STATIC_ROOT = get("STATIC_ROOT") or str(DATA_DIR / "staticfiles")  # noqa: F405
+STORAGES = {
+    **STORAGES,  # noqa: F405
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+}
+WHITENOISE_USE_FINDERS = False

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.procs import server_data_dir
+
 ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.slow
@@ -103,10 +105,13 @@ def _wait_gone(data: Path, timeout: float = 20) -> None:
     assert not _servers_on(data), _servers_on(data)
 
 
-def test_manage_py_starts_servers_only_when_needed_and_stops_what_it_started(
-    tmp_path: Path,
-) -> None:
-    data = tmp_path / "d"
+def test_manage_py_starts_servers_only_when_needed_and_stops_what_it_started() -> None:
+    with server_data_dir() as data:
+        _manage_py_session(data)
+
+
+def _manage_py_session(data: Path) -> None:
+    tmp_path = data.parent
     env = _bare_env(data)
     try:
         # help and check need neither server: nothing is started at all.
@@ -183,7 +188,12 @@ def test_manage_py_starts_servers_only_when_needed_and_stops_what_it_started(
         )
 
 
-def test_no_logging_error_at_exit_after_the_embedded_postgres_started(tmp_path: Path) -> None:
+def test_no_logging_error_at_exit_after_the_embedded_postgres_started() -> None:
+    with server_data_dir() as data:
+        _no_logging_error(data)
+
+
+def _no_logging_error(data: Path) -> None:
     # pytest closes the stream its log handlers write to before the interpreter
     # exits; pgserver's exit hook then logged into it ("--- Logging error ---"
     # after a green `make test`). The same in miniature: start the server in
@@ -196,8 +206,8 @@ def test_no_logging_error_at_exit_after_the_embedded_postgres_started(tmp_path: 
         "embedded._stop_pg()\n"
         "stream.close()\n"
     )
-    env = _bare_env(tmp_path / "d")
-    (tmp_path / "d").mkdir()
+    env = _bare_env(data)
+    data.mkdir()
     try:
         res = subprocess.run(
             [sys.executable, "-c", script],
