@@ -167,8 +167,7 @@ def _pgserver() -> ModuleType:
 
 def _pg_bin(name: str) -> str:
     pgserver = _pgserver()
-
-    return str(Path(pgserver.__file__).parent / "pginstall" / "bin" / name)
+    return str(Path(str(pgserver.__file__)).parent / "pginstall" / "bin" / name)
 
 
 def _pg_running() -> bool:
@@ -184,10 +183,9 @@ def _start_pg() -> bool:
     if _pg_running():
         return False
     pgserver = _pgserver()
-
     # pgserver runs initdb on first use and starts postgres listening on a
     # socket in the data directory only (no TCP port to collide with).
-    server = pgserver.get_server(_pg_dir(), cleanup_mode=None)  # type: ignore[attr-defined]
+    server = pgserver.get_server(_pg_dir(), cleanup_mode=None)
     try:
         exists = server.psql(f"SELECT 1 FROM pg_database WHERE datname = '{DB_NAME}';")  # noqa: S608 - constant
         if "1 row" not in exists:
@@ -200,7 +198,7 @@ def _start_pg() -> bool:
         # starting the server again after a stop in the same process.
         atexit.unregister(server._cleanup)
         server._cleanup()
-        pgserver.PostgresServer._instances.pop(server.pgdata, None)  # type: ignore[attr-defined]
+        pgserver.PostgresServer._instances.pop(server.pgdata, None)
     return True
 
 

@@ -66,6 +66,9 @@ def _port_of(url: str) -> int | None:
 
 def port_free(port: int) -> bool:
     with socket.socket() as s:
+        # As the receiver binds (http.server sets it): connections the last run
+        # answered linger in TIME_WAIT and must not make its port look taken.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((HOST, port))
         except OSError:

@@ -19,7 +19,12 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 
-def test_embedded_servers_boot_migrate_and_stop(tmp_path: Path) -> None:
+def test_embedded_servers_boot_migrate_and_stop() -> None:
+    with server_data_dir() as data:
+        _boot_migrate_and_stop(data.parent)
+
+
+def _boot_migrate_and_stop(tmp_path: Path) -> None:
     env = {
         k: v
         for k, v in os.environ.items()
