@@ -12,6 +12,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
@@ -157,7 +158,7 @@ class Command(BaseCommand):
         bind: str,
         running: dict[str, subprocess.Popen[bytes]],
         timeout: float,
-        stopping: Any,
+        stopping: Callable[[], bool],
     ) -> bool:
         host, _, port = bind.rpartition(":")
         if host in ("", "0", "0.0.0.0", "[::]"):  # noqa: S104 - a bind address, not a listen
