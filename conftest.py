@@ -9,6 +9,6 @@ def pytest_configure() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     from config import embedded
 
-    # `make test` already started them; a bare `pytest` gets the same servers.
-    embedded.ensure_started()
-    embedded.export_env()
+    # `make test` already started them; a bare `pytest` joins (or starts) the same
+    # servers, and stops them at exit if it was the last user.
+    embedded.acquire()

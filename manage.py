@@ -1,16 +1,43 @@
 #!/usr/bin/env python
 """Django's command-line utility. With no DATABASE_URL / CELERY_BROKER_URL set,
-the embedded PostgreSQL and Redis are started first (see config/embedded.py)."""
+commands that use the database or the broker join the embedded PostgreSQL and
+Redis (config/embedded.py), starting them if needed and stopping what they
+started when the last user leaves; `help`, `check` and the like start nothing."""
 
 import os
 import sys
 
+# Commands that touch neither the database nor the broker.
+NO_SERVERS = {
+    "help",
+    "version",
+    "check",
+    "collectstatic",
+    "findstatic",
+    "diffsettings",
+    "startapp",
+    "startproject",
+    "makemessages",
+    "compilemessages",
+}
+
+
+def needs_servers(argv: list[str]) -> bool:
+    args = argv[1:]
+    if not args or args[0] in {"-h", "--help", "--version"} or "-h" in args or "--help" in args:
+        return False
+    # `check --database default` runs the database checks.
+    if args[0] == "check":
+        return any(a == "--database" or a.startswith("--database=") for a in args)
+    return args[0] not in NO_SERVERS
+
 
 def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-    from config import embedded
+    if needs_servers(sys.argv):
+        from config import embedded
 
-    embedded.ensure_started()
+        embedded.acquire()
     from django.core.management import execute_from_command_line
 
     execute_from_command_line(sys.argv)

@@ -13,7 +13,7 @@ from kombu.utils.scheduling import priority_cycle
 from config import embedded
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-embedded.ensure_started()
+embedded.acquire()
 
 app = Celery("scheduler")
 app.config_from_object("django.conf:settings", namespace="CELERY")

@@ -4,9 +4,12 @@
 
 The product runs the same code paths on these as on real servers: they are
 a real PostgreSQL and a real Redis, reached over Unix sockets. Both servers
-outlive the Python process that started them, so whatever starts them
-(`make run`, `make test`) stops them explicitly on exit — that is what
-`python -m config.embedded run -- CMD` does.
+outlive the Python process that started them, so every process that needs
+them joins a session (`acquire()`): it holds a shared lock on the data folder
+while it runs, and the last session to leave stops what sessions started
+(`python -m config.embedded run -- CMD`, `manage.py`, a bare `pytest`,
+`celery -A config`, `config.wsgi`). Servers started with `start` stay up until
+`stop`.
 
 Usage:
     python -m config.embedded run -- CMD ...   # start if needed, run CMD, stop what it started
@@ -15,6 +18,7 @@ Usage:
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
 import os
@@ -22,9 +26,13 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
+from typing import IO
 from urllib.parse import quote
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -148,10 +156,18 @@ def _stop_redis() -> None:
     pidfile.unlink(missing_ok=True)
 
 
-def _pg_bin(name: str) -> str:
-    import pgserver
+def _pgserver() -> ModuleType:
+    # platformdirs warns on import when XDG_RUNTIME_DIR is unset (containers, CI);
+    # pgserver then uses /tmp, which is fine: keep the warning off every command.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
+        import pgserver
+    return pgserver
 
-    return str(Path(pgserver.__file__).parent / "pginstall" / "bin" / name)
+
+def _pg_bin(name: str) -> str:
+    pgserver = _pgserver()
+    return str(Path(str(pgserver.__file__)).parent / "pginstall" / "bin" / name)
 
 
 def _pg_running() -> bool:
@@ -166,20 +182,30 @@ def _pg_running() -> bool:
 def _start_pg() -> bool:
     if _pg_running():
         return False
-    import pgserver
-
+    pgserver = _pgserver()
     # pgserver runs initdb on first use and starts postgres listening on a
     # socket in the data directory only (no TCP port to collide with).
-    server = pgserver.get_server(_pg_dir(), cleanup_mode=None)  # type: ignore[attr-defined]
-    exists = server.psql(f"SELECT 1 FROM pg_database WHERE datname = '{DB_NAME}';")  # noqa: S608 - constant
-    if "1 row" not in exists:
-        server.psql(f"CREATE DATABASE {DB_NAME};")
+    server = pgserver.get_server(_pg_dir(), cleanup_mode=None)
+    try:
+        exists = server.psql(f"SELECT 1 FROM pg_database WHERE datname = '{DB_NAME}';")  # noqa: S608 - constant
+        if "1 row" not in exists:
+            server.psql(f"CREATE DATABASE {DB_NAME};")
+    finally:
+        # The server's lifetime is ours (sessions, stop()), not the handle's. Drop
+        # the handle now: pgserver's atexit hook would otherwise log at interpreter
+        # exit, after pytest has closed the stream logging writes to ("--- Logging
+        # error ---" after a green `make test`), and a cached handle would skip
+        # starting the server again after a stop in the same process.
+        atexit.unregister(server._cleanup)
+        server._cleanup()
+        pgserver.PostgresServer._instances.pop(server.pgdata, None)
     return True
 
 
 def _stop_pg() -> None:
     if not (_pg_dir() / "postmaster.pid").exists():
         return
+    _pgserver()
     from pgserver._commands import pg_ctl  # type: ignore[attr-defined]
 
     # pgserver runs the server as its own unprivileged user when started as root.
@@ -227,11 +253,105 @@ def stop(*, pg: bool = True, redis: bool = True) -> None:
             _stop_redis()
         if pg:
             _stop_pg()
+        _session_started_file().unlink(missing_ok=True)
+
+
+# --------------------------------------------------------------------------- sessions
+#
+# A process that uses the embedded servers holds a shared flock on `.users` for
+# as long as it runs; the kernel drops it however the process ends (even
+# SIGKILL). On leaving, a session that can take the lock exclusively is the
+# last one, and stops the servers some session started (`.session-started`
+# lists them; servers started with `start` are not listed and stay up).
+
+_session: tuple[int, IO[str]] | None = None
+
+
+def _session_started_file() -> Path:
+    return data_dir() / ".session-started"
+
+
+def _forget_session_in_child() -> None:
+    # A forked child (Celery pool, gunicorn worker) must not keep the parent's
+    # lock alive after the parent leaves, nor stop the servers itself.
+    global _session
+    if _session is not None:
+        _session[1].close()
+        _session = None
+
+
+os.register_at_fork(after_in_child=_forget_session_in_child)
+
+
+def acquire() -> None:
+    """Join (starting if needed) the embedded servers this process's environment
+    asks for; they are stopped when the last session leaves (release(), at exit).
+
+    Exports their URLs, so child processes use the same servers without joining.
+    """
+    global _session
+    want_pg, want_redis = needed()
+    if _session is not None or not (want_pg or want_redis):
+        return
+    data_dir().mkdir(parents=True, exist_ok=True)
+    users = open(data_dir() / ".users", "a")  # noqa: SIM115 - held for the process's life
+    # Blocks while the last session is stopping the servers; then starts them again.
+    fcntl.flock(users, fcntl.LOCK_SH)
+    with _lock():
+        started = {"pg"} if want_pg and _start_pg() else set()
+        if want_redis and _start_redis():
+            started.add("redis")
+        if started:
+            marks = _session_started_file()
+            previous = set(marks.read_text().split()) if marks.exists() else set()
+            marks.write_text("\n".join(sorted(previous | started)) + "\n")
+    _session = (os.getpid(), users)
+    atexit.register(release)
+    _leave_on_signals()
+    export_env()
+
+
+def release() -> None:
+    """Leave the session; the last one out stops the servers sessions started."""
+    global _session
+    if _session is None or _session[0] != os.getpid():
+        return
+    users = _session[1]
+    _session = None
+    try:
+        with _lock():
+            try:
+                fcntl.flock(users, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return  # another session still uses them; it stops them when it leaves
+            marks = _session_started_file()
+            started = set(marks.read_text().split()) if marks.exists() else set()
+            if "redis" in started:
+                _stop_redis()
+            if "pg" in started:
+                _stop_pg()
+            marks.unlink(missing_ok=True)
+    finally:
+        users.close()
+
+
+def _leave_on_signals() -> None:
+    # SIGTERM / SIGHUP (a closed terminal) would end the process without running
+    # atexit: turn them into SystemExit so the session is left properly. Programs
+    # with handlers of their own (Celery, gunicorn) replace these and exit normally.
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def leave(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) is signal.SIG_DFL:
+            signal.signal(sig, leave)
 
 
 def _run(cmd: list[str]) -> int:
-    started_pg, started_redis = ensure_started()
-    export_env()
+    acquire()
     proc = subprocess.Popen(cmd)  # noqa: S603 - the command line the caller gave us
     try:
         while True:
@@ -248,7 +368,7 @@ def _run(cmd: list[str]) -> int:
                 proc.wait(20)
             if proc.poll() is None:
                 proc.kill()
-        stop(pg=started_pg, redis=started_redis)
+        release()
 
 
 def main(argv: list[str]) -> int:

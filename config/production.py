@@ -40,3 +40,13 @@ ALLOWED_HOSTS = [
 # The loopback escape hatch of the SSRF guard is for development and tests only:
 # a production process ignores TARGET_TEST_ALLOW whatever its environment says.
 TARGET_TEST_ALLOW = []
+
+# Static files: `manage.py collectstatic` (compose/Dockerfile runs it at build
+# time) writes hashed, pre-compressed copies to STATIC_ROOT; WhiteNoise serves
+# them from there under gunicorn with far-future cache headers.
+STATIC_ROOT = get("STATIC_ROOT") or str(DATA_DIR / "staticfiles")  # noqa: F405
+STORAGES = {
+    **STORAGES,  # noqa: F405
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+}
+WHITENOISE_USE_FINDERS = False

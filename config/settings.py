@@ -40,6 +40,8 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
+    # Before staticfiles: runserver leaves static files to WhiteNoise in every mode.
+    "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
@@ -55,6 +57,9 @@ MIDDLEWARE = [
     "config.middleware.RequestIdMiddleware",
     "config.middleware.ApiBodyGuardMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # Static files in every mode (runserver --noreload with DEBUG off, gunicorn):
+    # Django's own static view only works with DEBUG on.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -137,7 +142,16 @@ USE_TZ = True
 
 STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = DATA_DIR / "staticfiles"
+# Development (make run, tests): WhiteNoise serves straight from the apps' and
+# static/ folders, so there is no collectstatic step to forget, and no
+# STATIC_ROOT (WhiteNoise would warn that it does not exist). production.py
+# collects into one and serves hashed, compressed copies from it.
+STATIC_ROOT = get("STATIC_ROOT") or None
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+}
+WHITENOISE_USE_FINDERS = True
 
 # --- Security defaults (production.py tightens the rest) ---
 SESSION_COOKIE_HTTPONLY = True
@@ -248,6 +262,7 @@ METRICS_PUBLIC = get_bool("METRICS_PUBLIC", True)
 
 # "json" for structured logs (one object per line, with execution/schedule/tenant/trace ids).
 LOG_FORMAT = get("LOG_FORMAT", "plain") or "plain"
+LOG_LEVEL = get("LOG_LEVEL", "INFO") or "INFO"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -256,8 +271,15 @@ LOGGING = {
         "json": {"()": "config.logs.JsonFormatter"},
     },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},
-    "root": {"handlers": ["console"], "level": get("LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        # The embedded PostgreSQL's wheel logs every pg_ctl command line at INFO.
+        "pgserver": {"level": "WARNING"},
+        # runserver's request log follows LOG_LEVEL too: `make run` (WARNING) shows
+        # only 4xx/5xx, not every 5 s dashboard refresh.
+        "django.server": {"handlers": ["console"], "level": LOG_LEVEL, "propagate": False},
+    },
 }
 
 # --- History retention ---

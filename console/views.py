@@ -7,7 +7,9 @@ object is a 404, like a missing one. No GET changes state.
 
 from __future__ import annotations
 
+import base64
 import re
+import secrets
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -702,12 +704,55 @@ def explain_page(request: HttpRequest, principal: Principal) -> HttpResponse:
 # --------------------------------------------------------------------------- tokens, members
 
 
+# A new token's secret is shown once, on the GET after the POST (so a reload
+# cannot create a second token). It is never kept in clear on the server: the
+# session (a database row) holds it XOR a one-time pad, the pad rides in a
+# short-lived HttpOnly cookie for this page only, and both go on first display.
+NEW_TOKEN_SESSION = "console_new_token"  # noqa: S105 - a key name
+NEW_TOKEN_COOKIE = "console_new_token_pad"  # noqa: S105 - a cookie name
+NEW_TOKEN_TTL_S = 300
+
+
+def _xor(data: bytes, pad: bytes) -> bytes:
+    return bytes(a ^ b for a, b in zip(data, pad, strict=True))
+
+
+def _keep_new_secret(request: HttpRequest, response: HttpResponse, token: Any, raw: str) -> None:
+    secret = raw.encode()
+    pad = secrets.token_bytes(len(secret))
+    request.session[NEW_TOKEN_SESSION] = {
+        "id": token.pk,
+        "name": token.name,
+        "masked": base64.b64encode(_xor(secret, pad)).decode(),
+    }
+    response.set_cookie(
+        NEW_TOKEN_COOKIE,
+        base64.urlsafe_b64encode(pad).decode(),
+        max_age=NEW_TOKEN_TTL_S,
+        path=reverse("console-tokens"),
+        secure=request.is_secure(),
+        httponly=True,
+        samesite="Strict",
+    )
+
+
+def _pop_new_secret(request: HttpRequest) -> tuple[str, str]:
+    """(name, secret) of the token created just before, once; else ("", "")."""
+    kept = request.session.pop(NEW_TOKEN_SESSION, None)
+    pad = request.COOKIES.get(NEW_TOKEN_COOKIE, "")
+    if not kept or not pad:
+        return "", ""
+    try:
+        masked = base64.b64decode(kept["masked"])
+        return str(kept["name"]), _xor(masked, base64.urlsafe_b64decode(pad)).decode()
+    except (ValueError, KeyError, TypeError):
+        return "", ""
+
+
 @require_http_methods(["GET", "POST"])
 @tenant_view(Role.ADMIN)
 def tokens(request: HttpRequest, principal: Principal) -> HttpResponse:
     form = console_forms.TokenForm(request.POST or None)
-    secret = ""
-    created = None
     status = 200
     if request.method == "POST":
         if form.is_valid():
@@ -721,33 +766,47 @@ def tokens(request: HttpRequest, principal: Principal) -> HttpResponse:
                     expires_at=expires,
                     actor=principal,
                 )
-                form = console_forms.TokenForm()
             except ValueError:
                 form.add_error("expires_at", "expires_at: is not a date and time")
             except TenantsError as exc:
                 for key, messages in exc.detail.items():
                     for m in messages:
                         form.add_error(key if key in form.fields else None, f"{key}: {m}")
-        if form.errors:
-            status = 400
+            else:
+                # POST-redirect-GET: reloading the page shows it, never makes another token.
+                done = redirect("console-tokens")
+                _keep_new_secret(request, done, created, secret)
+                return done
+        status = 400
+    created_name, secret = ("", "") if request.method == "POST" else _pop_new_secret(request)
     ctx = base_context(
         request,
         principal,
         form=form,
         secret=secret,
-        created=created,
+        created_name=created_name,
         tokens=list(tenant_selectors.token_list(tenant=principal.tenant)),
         now=services.db_now(),
     )
     response = render(request, "console/tokens.html", ctx, status=status)
     # The secret is shown once: keep it out of caches and the back button.
     response["Cache-Control"] = "no-store"
+    if NEW_TOKEN_COOKIE in request.COOKIES:
+        response.delete_cookie(NEW_TOKEN_COOKIE, path=reverse("console-tokens"))
     return response
 
 
-@require_POST
+@require_http_methods(["GET", "POST"])
 @tenant_view(Role.ADMIN)
 def token_revoke(request: HttpRequest, principal: Principal, token_id: int) -> HttpResponse:
+    """GET asks to confirm (works without JavaScript); POST revokes."""
+    token = tenant_selectors.token_get(tenant=principal.tenant, token_id=token_id)
+    if token is None:
+        raise Http404("token not found")
+    if request.method == "GET":
+        return render(
+            request, "console/token_revoke.html", base_context(request, principal, token=token)
+        )
     try:
         tenant_services.token_revoke(tenant=principal.tenant, token_id=token_id, actor=principal)
     except TenantsError:
@@ -811,12 +870,16 @@ def member_role(request: HttpRequest, principal: Principal, user_id: int) -> Htt
     return redirect("console-members")
 
 
-@require_POST
+@require_http_methods(["GET", "POST"])
 @tenant_view(Role.ADMIN)
 def member_remove(request: HttpRequest, principal: Principal, user_id: int) -> HttpResponse:
+    """GET asks to confirm (works without JavaScript); POST removes."""
     user = _member_or_404(principal, user_id)
     if str(user.pk) == principal.actor_id:
         return HttpResponse("you cannot remove yourself", status=400)
+    if request.method == "GET":
+        ctx = base_context(request, principal, member=user)
+        return render(request, "console/member_remove.html", ctx)
     tenant_services.membership_set(tenant=principal.tenant, user=user, role=None, actor=principal)
     return redirect("console-members")
 

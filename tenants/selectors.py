@@ -76,6 +76,10 @@ def token_list(*, tenant: Tenant) -> QuerySet[ServiceToken]:
     return ServiceToken.objects.filter(tenant=tenant)
 
 
+def token_get(*, tenant: Tenant, token_id: int) -> ServiceToken | None:
+    return ServiceToken.objects.filter(tenant=tenant, pk=token_id).first()
+
+
 def user_by_username(*, username: str) -> User | None:
     return User.objects.filter(username=username, is_active=True).first()
 

@@ -99,6 +99,23 @@ class Proc:
         return self.log_path.read_text(errors="replace")
 
 
+@contextlib.contextmanager
+def server_data_dir(prefix: str = "sched-") -> Iterator[Path]:
+    """A DATA_DIR for embedded servers of a test's own, outside pytest's basetemp:
+    every pytest session resets /tmp/pytest-of-<user> to 0700, and the embedded
+    PostgreSQL runs as its own user when started as root, so under pytest's
+    folder it may lose access to its data directory mid-test."""
+    import shutil
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix=prefix))
+    base.chmod(0o755)
+    try:
+        yield base / "data"
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
 def wait_for(
     predicate: Callable[[], Any], timeout: float = 30, interval: float = 0.1, what: str = ""
 ) -> Any:

@@ -70,6 +70,26 @@
     else if (event.key === "Escape") { event.preventDefault(); button.closest(".pick-results").innerHTML = ""; if (owner) { owner.focus(); } }
   });
 
+  // Polling swaps replace their region: htmx puts focus back on the element
+  // with the same id; this puts back the scroll position of scrolled elements
+  // with an id (a log excerpt being read), which a new element would lose.
+  var scrolled = {};
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    scrolled = {};
+    var target = event.detail.target;
+    if (!target || !target.querySelectorAll) { return; }
+    Array.prototype.forEach.call(target.querySelectorAll("[id]"), function (el) {
+      if (el.scrollTop || el.scrollLeft) { scrolled[el.id] = [el.scrollTop, el.scrollLeft]; }
+    });
+  });
+  document.addEventListener("htmx:afterSettle", function () {
+    Object.keys(scrolled).forEach(function (id) {
+      var el = document.getElementById(id);
+      if (el) { el.scrollTop = scrolled[id][0]; el.scrollLeft = scrolled[id][1]; }
+    });
+    scrolled = {};
+  });
+
   document.addEventListener("click", function (event) {
     var chosen = event.target.closest && event.target.closest("button.pick");
     if (chosen) { pick(chosen); return; }

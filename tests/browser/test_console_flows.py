@@ -290,11 +290,10 @@ def test_create_then_revoke_a_token(new_page: Any, people: People, live_server: 
             return int(exc.code)
 
     assert status_with(secret) == 200
-    # (The secret arrives in the POST's answer and is never stored server-side in
-    # clear, not even in the session; so this page is not a redirect target.)
     page.goto("/tokens/")
     assert secret not in page.content(), "the secret is shown only once"
-    page.get_by_role("button", name="Revoke deploy-bot").click()
+    page.get_by_role("link", name="Revoke deploy-bot…").click()
+    page.get_by_role("button", name="Revoke").click()
     page.locator("tr", has_text="deploy-bot").get_by_text("revoked").wait_for()
     assert ServiceToken.objects.get(name="deploy-bot").revoked_at is not None
     assert status_with(secret) == 401

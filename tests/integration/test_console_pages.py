@@ -461,14 +461,24 @@ def test_dashboard_shows_upcoming_running_failures_and_usage(world: World) -> No
 
 def test_token_create_list_and_revoke(world: World) -> None:
     client = world.client("admin")
-    html = text(
-        client.post(
-            "/tokens/", {"name": "ci", "role": "operator", "expires_at": "2031-01-01T00:00"}
-        )
+    created = client.post(
+        "/tokens/", {"name": "ci", "role": "operator", "expires_at": "2031-01-01T00:00"}
     )
+    assert created.status_code == 302 and created["Location"] == "/tokens/"
     token = ServiceToken.objects.get(name="ci")
     assert token.role == "operator" and token.expires_at == datetime(2031, 1, 1, tzinfo=UTC)
-    assert f"<code>{token.prefix}…</code>" in html
+    shown = client.get("/tokens/")
+    html = text(shown)
+    assert f"<code>{token.prefix}…</code>" in html and 'id="token-secret"' in html
+    assert shown["Cache-Control"] == "no-store"
+    # Shown once: the next GET (a reload) has no secret and made no other token.
+    again = text(client.get("/tokens/"))
+    assert 'id="token-secret"' not in again
+    assert ServiceToken.objects.filter(tenant=world.tenant, name="ci").count() == 1
+    confirm = client.get(f"/tokens/{token.pk}/revoke")
+    assert confirm.status_code == 200 and "Revoke token" in text(confirm)
+    token.refresh_from_db()
+    assert token.revoked_at is None, "asking to confirm revokes nothing"
     assert client.post(f"/tokens/{token.pk}/revoke").status_code == 302
     token.refresh_from_db()
     assert token.revoked_at is not None
@@ -493,6 +503,9 @@ def test_members_add_change_and_remove(world: World) -> None:
     assert missing.status_code == 400 and MEMBER_ADD_REFUSED in text(missing)
     assert client.post(f"/members/{newbie.pk}/role", {"role": "admin"}).status_code == 302
     assert Membership.objects.get(user=newbie, tenant=world.tenant).role == "admin"
+    confirm = client.get(f"/members/{newbie.pk}/remove")
+    assert confirm.status_code == 200 and "Remove <em>newbie</em>" in text(confirm)
+    assert Membership.objects.filter(user=newbie, tenant=world.tenant).exists()
     assert client.post(f"/members/{newbie.pk}/remove").status_code == 302
     assert not Membership.objects.filter(user=newbie, tenant=world.tenant).exists()
     assert client.post(f"/members/{world.admin.pk}/remove").status_code == 400, "no self-removal"

@@ -56,11 +56,13 @@ def routes(w: World) -> list[Route]:
         ("get", f"/explain?schedule={sid}&at=2026-01-05T09:00", None, Role.VIEWER),
         ("get", "/tokens/", None, Role.ADMIN),
         ("post", "/tokens/", {"name": "ci", "role": "viewer"}, Role.ADMIN),
+        ("get", f"/tokens/{token.pk}/revoke", None, Role.ADMIN),
         ("post", f"/tokens/{token.pk}/revoke", {}, Role.ADMIN),
         ("get", "/members/", None, Role.ADMIN),
         # (Adding an account is for platform staff only, whatever the tenant role:
         # test_console_pages.py::test_tenant_admins_cannot_attach_accounts_nor_learn_which_exist.)
         ("post", f"/members/{spare.pk}/role", {"role": "operator"}, Role.ADMIN),
+        ("get", f"/members/{spare.pk}/remove", None, Role.ADMIN),
         ("post", f"/members/{spare.pk}/remove", {}, Role.ADMIN),
         ("post", f"/schedules/{sid}/delete", {}, Role.OPERATOR),
     ]
@@ -129,8 +131,10 @@ def test_another_tenants_objects_are_404_and_unchanged(world: World, who: str) -
         ("post", f"/schedules/{theirs.id}/delete", {}),
         ("get", f"/executions/{execution.id}/", None),
         ("get", f"/explain?schedule={theirs.id}&at=2026-01-05T09:00", None),
+        ("get", f"/tokens/{token.pk}/revoke", None),
         ("post", f"/tokens/{token.pk}/revoke", {}),
         ("post", f"/members/{member.pk}/role", {"role": "viewer"}),
+        ("get", f"/members/{member.pk}/remove", None),
         ("post", f"/members/{member.pk}/remove", {}),
         ("get", "/schedules/00000000-0000-0000-0000-00000000abcd/", None),
     ]

@@ -133,7 +133,7 @@ def test_hostile_names_logs_and_events_render_inert(world: World) -> None:
         assert '<div hx-get="/evil"' not in html and "<img src=x" not in html
     # Logs and responses sit in hx-disable containers as a second line of defence.
     html = client.get(f"/executions/{run.pk}/").content.decode()
-    assert '<pre class="log" hx-disable>&lt;img' in html
+    assert re.search(r'<pre class="log"[^>]* hx-disable>&lt;img', html)
 
 
 def test_hostile_input_in_the_live_preview_is_escaped(world: World) -> None:
@@ -173,11 +173,19 @@ def test_no_http_urls_outside_the_site_are_referenced(world: World) -> None:
 
 def test_token_page_is_not_cached_and_the_secret_is_shown_once(world: World) -> None:
     client = world.client("admin")
-    response = client.post("/tokens/", {"name": "deploy-bot", "role": "operator"})
-    assert response.status_code == 200
+    created = client.post("/tokens/", {"name": "deploy-bot", "role": "operator"})
+    assert created.status_code == 302, "POST-redirect-GET: a reload cannot make a second token"
+    kept = client.session["console_new_token"]
+    pad = created.cookies["console_new_token_pad"]
+    assert pad["httponly"] and pad["path"] == "/tokens/" and pad["samesite"] == "Strict"
+    response = client.get("/tokens/")
     assert response["Cache-Control"] == "no-store"
     secret = re.search(r'<code id="token-secret">([^<]+)</code>', response.content.decode())
     assert secret and secret.group(1).startswith("sched_")
+    # Never in clear on the server: the session row holds it XOR the cookie's pad,
+    # and drops it once shown.
+    assert secret.group(1) not in str(kept) and kept["masked"]
+    assert "console_new_token" not in client.session
     again = client.get("/tokens/").content.decode()
     assert secret.group(1) not in again and "deploy-bot" in again
     token = ServiceToken.objects.get(name="deploy-bot")

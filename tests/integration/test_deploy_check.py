@@ -88,3 +88,66 @@ def test_production_ignores_the_test_escape_hatches() -> None:
     )
     assert res.returncode == 0, res.stderr
     assert "testserver" not in res.stdout.splitlines()[0]
+
+
+def test_production_serves_collected_hashed_static_files_under_gunicorn(tmp_path: Path) -> None:
+    """collectstatic (as compose/Dockerfile runs it), then gunicorn: the pages link
+    hashed names, WhiteNoise serves them with their types and far-future caching."""
+    import re
+    import socket
+    import time
+    import urllib.request
+
+    env = dict(
+        os.environ,
+        DJANGO_SETTINGS_MODULE="config.production",
+        SECRET_KEY=secrets.token_urlsafe(50),
+        STATIC_ROOT=str(tmp_path / "static"),
+        SECURE_SSL_REDIRECT="false",
+    )
+    collected = subprocess.run(
+        [sys.executable, "manage.py", "collectstatic", "--noinput", "-v0"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert collected.returncode == 0, collected.stderr[-3000:]
+    assert (tmp_path / "static" / "staticfiles.json").exists()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    gunicorn = Path(sys.executable).parent / "gunicorn"
+    web = subprocess.Popen(
+        [str(gunicorn), "config.wsgi:application", "--bind", f"127.0.0.1:{port}", "--workers", "1"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        page = ""
+        while time.monotonic() < deadline and web.poll() is None:
+            try:
+                with urllib.request.urlopen(base + "/login/", timeout=5) as resp:
+                    page = resp.read().decode()
+                    break
+            except OSError:
+                time.sleep(0.3)
+        assert page, web.stderr.read() if web.poll() is not None and web.stderr else "no page"
+        links = re.findall(r'(?:href|src)="(/static/[^"]+)"', page)
+        css = next(u for u in links if u.endswith(".css"))
+        js = next(u for u in links if "htmx" in u)
+        assert re.search(r"console\.[0-9a-f]{12}\.css$", css), css
+        for url, kind in ((css, "text/css"), (js, "javascript")):
+            with urllib.request.urlopen(base + url, timeout=10) as resp:
+                assert resp.status == 200
+                assert kind in resp.headers["Content-Type"], resp.headers["Content-Type"]
+                assert "immutable" in resp.headers.get("Cache-Control", ""), resp.headers
+    finally:
+        web.terminate()
+        web.wait(20)
