@@ -125,7 +125,7 @@ def _is_api(request: HttpRequest) -> bool:
 def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
     if _is_api(request):
         return _json_error(404, "not_found", "no such API path (paths have no trailing slash)")
-    return defaults.page_not_found(request, exception)  # type: ignore[arg-type]
+    return defaults.page_not_found(request, exception)
 
 
 def bad_request(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:

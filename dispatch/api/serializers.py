@@ -361,7 +361,7 @@ class EventDoc(serializers.Serializer[Any]):
     at = serializers.DateTimeField()
     kind = serializers.CharField()
     message = serializers.CharField()
-    data = serializers.JSONField()
+    data = serializers.JSONField()  # type: ignore[assignment]  # a field, not Serializer.data
     actor = serializers.CharField(allow_null=True)
 
 
@@ -372,7 +372,7 @@ class ExecutionDetailDoc(ExecutionOutDoc):
 class EvidenceDoc(serializers.Serializer[Any]):
     kind = serializers.CharField(help_text="execution, event, audit or schedule")
     id = serializers.CharField()
-    label = serializers.CharField(required=False)
+    label = serializers.CharField(required=False)  # type: ignore[assignment]  # a field
     url = serializers.CharField(required=False)
 
 

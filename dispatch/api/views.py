@@ -12,9 +12,9 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from config import inputs
+from config.api_views import StrictQueryView
 from dispatch import cron, explain, selectors, services
 from dispatch.api.serializers import (
     EmptySerializer,
@@ -80,15 +80,16 @@ def _api_data(data: dict[str, Any]) -> dict[str, Any]:
 
 def _instant(request: Request, name: str) -> datetime | None:
     raw = request.query_params.get(name)
-    if raw is None or raw == "":
+    if raw is None:
         return None
+    # Present but empty is an error like any other non-instant, not "absent".
     # An unencoded "+02:00" arrives as " 02:00" from the query string.
     return inputs.parse_instant(raw.replace(" ", "+"), name)
 
 
 def _int_param(request: Request, name: str, default: int, low: int, high: int) -> int:
     raw = request.query_params.get(name)
-    if raw is None or raw == "":
+    if raw is None:
         return default
     try:
         value = int(raw)
@@ -101,7 +102,7 @@ def _int_param(request: Request, name: str, default: int, low: int, high: int) -
 
 def _bool_param(request: Request, name: str) -> bool | None:
     raw = request.query_params.get(name)
-    if raw is None or raw == "":
+    if raw is None:
         return None
     if raw.lower() in {"true", "1"}:
         return True
@@ -110,13 +111,23 @@ def _bool_param(request: Request, name: str) -> bool | None:
     raise InvalidSchedule.field(name, "must be true or false")
 
 
+def _present(request: Request, name: str) -> str | None:
+    """A query parameter that, when given, must not be empty (absent means "no filter")."""
+    raw = request.query_params.get(name)
+    if raw == "":
+        raise InvalidSchedule.field(name, "must not be empty; leave it out instead")
+    return raw
+
+
 def _schedule_response(schedule: Any, code: int = status.HTTP_200_OK) -> Response:
     response = Response(schedule_out(schedule), status=code)
     response["ETag"] = f'"{schedule.version}"'
     return response
 
 
-class ScheduleListView(APIView):
+class ScheduleListView(StrictQueryView):
+    query_params_allowed = {"get": frozenset({"cursor", "limit", "search", "kind", "paused"})}
+
     @extend_schema(
         operation_id="schedules_list",
         responses={200: SchedulePageDoc},
@@ -134,7 +145,7 @@ class ScheduleListView(APIView):
             cursor=request.query_params.get("cursor"),
             limit=_int_param(request, "limit", 50, 1, selectors.MAX_PAGE),
             search=request.query_params.get("search", ""),
-            kind=request.query_params.get("kind", ""),
+            kind=_present(request, "kind") or "",
             paused=_bool_param(request, "paused"),
         )
         return Response(
@@ -150,7 +161,7 @@ class ScheduleListView(APIView):
         return response
 
 
-class ScheduleDetailView(APIView):
+class ScheduleDetailView(StrictQueryView):
     @extend_schema(parameters=[SCHEDULE_ID], responses={200: ScheduleOutDoc})
     def get(self, request: Request, pk: str) -> Response:
         return _schedule_response(
@@ -198,7 +209,7 @@ class ScheduleDetailView(APIView):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
-class ScheduleActionView(APIView):
+class ScheduleActionView(StrictQueryView):
     """`POST /v1/schedules/{id}:pause | :resume | :trigger` (the seed's colon paths).
 
     One route and one documented operation per action, so each documents the
@@ -254,7 +265,9 @@ class ScheduleTriggerView(ScheduleActionView):
         return super().post(request, pk)
 
 
-class SchedulePreviewView(APIView):
+class SchedulePreviewView(StrictQueryView):
+    query_params_allowed = {"get": frozenset({"count", "from"})}
+
     @extend_schema(
         responses={200: PreviewDoc},
         parameters=[
@@ -304,7 +317,7 @@ class SchedulePreviewView(APIView):
         )
 
 
-class JobCreateView(APIView):
+class JobCreateView(StrictQueryView):
     @extend_schema(request=JobInSerializer, responses={201: ScheduleOutDoc, 200: ScheduleOutDoc})
     def post(self, request: Request) -> Response:
         data = _validated(JobInSerializer, request)
@@ -316,7 +329,11 @@ class JobCreateView(APIView):
         return response
 
 
-class ExecutionListView(APIView):
+class ExecutionListView(StrictQueryView):
+    query_params_allowed = {
+        "get": frozenset({"schedule_id", "status", "from", "to", "cursor", "limit"})
+    }
+
     @extend_schema(
         operation_id="executions_list",
         responses={200: ExecutionPageDoc},
@@ -334,7 +351,7 @@ class ExecutionListView(APIView):
             tenant=principal(request).tenant,
             cursor=request.query_params.get("cursor"),
             limit=_int_param(request, "limit", 50, 1, selectors.MAX_PAGE),
-            schedule_id=request.query_params.get("schedule_id"),
+            schedule_id=_present(request, "schedule_id"),
             status=request.query_params.get("status"),
             since=_instant(request, "from"),
             until=_instant(request, "to"),
@@ -344,7 +361,7 @@ class ExecutionListView(APIView):
         )
 
 
-class ExecutionDetailView(APIView):
+class ExecutionDetailView(StrictQueryView):
     @extend_schema(parameters=[EXECUTION_ID], responses={200: ExecutionDetailDoc})
     def get(self, request: Request, pk: str) -> Response:
         execution = selectors.execution_get(tenant=principal(request).tenant, execution_id=pk)
@@ -353,8 +370,10 @@ class ExecutionDetailView(APIView):
         return Response(body)
 
 
-class ScheduleExplainView(APIView):
+class ScheduleExplainView(StrictQueryView):
     """`GET /v1/schedules/{id}/explain?at=ISO-INSTANT`: why it did or didn't run then."""
+
+    query_params_allowed = {"get": frozenset({"at"})}
 
     @extend_schema(
         parameters=[

@@ -8,8 +8,8 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
+from config.api_views import StrictQueryView
 from dispatch.api.serializers import InstantField, StrictSerializer, iso_z
 from tenants import selectors, services
 from tenants.models import ServiceToken
@@ -64,7 +64,7 @@ def _principal(request: Request) -> Principal:
     return request.user
 
 
-class TokenListView(APIView):
+class TokenListView(StrictQueryView):
     read_role = Role.ADMIN
     write_role = Role.ADMIN
 
@@ -89,7 +89,7 @@ class TokenListView(APIView):
         return Response(token_out(token) | {"token": raw}, status=status.HTTP_201_CREATED)
 
 
-class TokenDetailView(APIView):
+class TokenDetailView(StrictQueryView):
     read_role = Role.ADMIN
     write_role = Role.ADMIN
 
@@ -114,7 +114,7 @@ def _signing_key_body(key: str) -> dict[str, str]:
     }
 
 
-class SigningKeyView(APIView):
+class SigningKeyView(StrictQueryView):
     """The tenant's callback signing key (admin): how receivers verify X-Signature."""
 
     read_role = Role.ADMIN
@@ -125,7 +125,7 @@ class SigningKeyView(APIView):
         return Response(_signing_key_body(_principal(request).tenant.signing_key))
 
 
-class SigningKeyRotateView(APIView):
+class SigningKeyRotateView(StrictQueryView):
     """`POST /v1/signing-key:rotate`, and only that path: a new key, the old one stops verifying."""
 
     read_role = Role.ADMIN

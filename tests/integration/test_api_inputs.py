@@ -351,3 +351,28 @@ def test_console_edit_form_carries_the_version_and_needs_it(world: World) -> Non
     missing = client.post(f"/schedules/{sid}/edit", form_data(name="nightly", jitter_s="5"))
     assert missing.status_code == 400 and b"version: missing" in missing.content
     assert Schedule.objects.get(pk=sid).jitter_s == world.schedule.jitter_s
+
+
+@pytest.mark.parametrize(
+    "url,field",
+    [
+        ("/v1/executions?to=", "to"),
+        ("/v1/executions?from=", "from"),
+        ("/v1/executions?schedule_id=", "schedule_id"),
+        ("/v1/schedules?kind=", "kind"),
+        ("/v1/schedules?limit=", "limit"),
+        ("/v1/schedules?paused=", "paused"),
+    ],
+)
+def test_a_typed_query_parameter_given_empty_is_400_not_ignored(
+    api: APIClient, url: str, field: str
+) -> None:
+    # Found by schemathesis: "" is not a date-time, uuid, enum value or integer.
+    assert_error(api.get(url), 400, field)
+
+
+def test_unknown_query_parameters_are_400_naming_them(api: APIClient) -> None:
+    # Found by schemathesis: `?staus=failed` silently returned everything.
+    assert_error(api.get("/v1/executions?staus=failed"), 400, "staus")
+    assert_error(api.get("/v1/tokens?limit=3"), 400, "limit")
+    assert_error(api.post("/v1/jobs?limit=3", {}, format="json"), 400, "limit")
