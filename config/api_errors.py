@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.core.exceptions import DisallowedHost
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.db import DatabaseError, InterfaceError, OperationalError
-from django.http import Http404
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.views import defaults
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 
@@ -103,3 +105,46 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     err_code = next((c for t, c in codes.items() if isinstance(exc, t)), "error")
     message = str(exc.detail) if not isinstance(exc.detail, (dict, list)) else "request failed"
     return error_response(exc.status_code, err_code, message, None, headers)
+
+
+# --- Django-level errors under /v1/ (no DRF view ran: unknown path, bad Host) ---
+# The API's contract is one error shape everywhere, so these answer JSON for
+# /v1/ paths and keep Django's own pages for the console and admin.
+
+
+def _json_error(status_code: int, code: str, message: str) -> JsonResponse:
+    return JsonResponse(
+        {"error": {"code": code, "message": message, "detail": {}}}, status=status_code
+    )
+
+
+def _is_api(request: HttpRequest) -> bool:
+    return request.path.startswith("/v1/")
+
+
+def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    if _is_api(request):
+        return _json_error(404, "not_found", "no such API path (paths have no trailing slash)")
+    return defaults.page_not_found(request, exception)
+
+
+def bad_request(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    if _is_api(request):
+        # Typically a Host header outside ALLOWED_HOSTS (DisallowedHost).
+        message = "bad request"
+        if isinstance(exception, DisallowedHost):
+            message = "the Host header names a host this server does not serve"
+        return _json_error(400, "bad_request", message)
+    return defaults.bad_request(request, exception)  # type: ignore[arg-type]
+
+
+def permission_denied(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    if _is_api(request):
+        return _json_error(403, "forbidden", "forbidden")
+    return defaults.permission_denied(request, exception)  # type: ignore[arg-type]
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    if _is_api(request):
+        return _json_error(500, "server_error", "internal error; it has been logged")
+    return defaults.server_error(request)

@@ -1,4 +1,5 @@
-"""Request-wide middleware: request ids for audit/logs, and the API body guard."""
+"""Request-wide middleware: request ids for audit/logs, the API body guard, and
+the input guard (query parameters and form fields must be storable text)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,10 @@ from collections.abc import Callable
 from contextvars import ContextVar
 
 from django.conf import settings
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
+from django.utils.html import escape
+
+from config import inputs
 
 request_id_var: ContextVar[str] = ContextVar("request_id", default="")
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
@@ -33,15 +37,20 @@ class RequestIdMiddleware:
         return response
 
 
-def _error(status: int, code: str, message: str) -> JsonResponse:
-    return JsonResponse({"error": {"code": code, "message": message, "detail": {}}}, status=status)
+def _error(
+    status: int, code: str, message: str, detail: dict[str, list[str]] | None = None
+) -> JsonResponse:
+    return JsonResponse(
+        {"error": {"code": code, "message": message, "detail": detail or {}}}, status=status
+    )
 
 
 class ApiBodyGuardMiddleware:
-    """Oversized API bodies get 413 and NUL bytes 400, before any parsing.
+    """Oversized API bodies get 413, before any parsing.
 
     Django would turn an oversized body into a generic 400; API clients deserve
-    to be told which limit they hit.
+    to be told which limit they hit. What the body may contain is the JSON
+    parser's job (config.inputs.StrictJSONParser), which names the field.
     """
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
@@ -56,7 +65,31 @@ class ApiBodyGuardMiddleware:
                 return _error(400, "bad_request", "Content-Length is not a number")
             if length > limit:
                 return _error(413, "payload_too_large", f"request body exceeds {limit} bytes")
-            body = request.body  # cached: DRF parses the same bytes later
-            if b"\x00" in body or b"\\u0000" in body:
-                return _error(400, "invalid", "request body contains a NUL byte")
         return self.get_response(request)
+
+
+class InputGuardMiddleware:
+    """A query parameter or form field that is not storable text is a 400 naming it.
+
+    PostgreSQL refuses NUL in text, so `?search=%00` used to reach the database
+    and fail there as a 500. Checked once here for every view (API, console,
+    operator pages) instead of in each one; JSON bodies are checked by the API's
+    parser, which knows their structure.
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        problem = inputs.query_problem(request.GET)
+        if problem is None and request.method == "POST" and not request.path.startswith("/v1/"):
+            # Form posts of the console and admin (the API takes JSON only).
+            problem = inputs.query_problem(request.POST)
+        if problem is None:
+            return self.get_response(request)
+        field, reason = problem
+        if request.path.startswith("/v1/"):
+            return _error(400, "invalid", f"{field}: {reason}", {field: [reason]})
+        return HttpResponseBadRequest(
+            f"<!doctype html><title>Bad request</title><p>{escape(field)}: {escape(reason)}</p>"
+        )

@@ -35,6 +35,8 @@ ALLOWED_HOSTS = get_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "t
 CSRF_TRUSTED_ORIGINS = get_list("CSRF_TRUSTED_ORIGINS", [])
 
 INSTALLED_APPS = [
+    # First, so its `runserver` (config/management: chunked request bodies) wins.
+    "config",
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
@@ -56,6 +58,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "config.middleware.RequestIdMiddleware",
     "config.middleware.ApiBodyGuardMiddleware",
+    "config.middleware.InputGuardMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # Static files in every mode (runserver --noreload with DEBUG off, gunicorn):
     # Django's own static view only works with DEBUG on.
@@ -179,7 +182,7 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = API_MAX_BODY_BYTES
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["tenants.api.authentication.ServiceTokenAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["tenants.api.permissions.HasTenantRole"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["config.inputs.StrictJSONParser"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_THROTTLE_CLASSES": ["tenants.api.throttling.TokenRateThrottle"],
     "EXCEPTION_HANDLER": "config.api_errors.exception_handler",
@@ -205,6 +208,10 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "config.openapi.add_error_responses",
+    ],
     # Swagger UI served from the package, not a CDN: works on closed networks.
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",

@@ -37,3 +37,9 @@ urlpatterns = [
     path("metrics", metrics.metrics_view, name="metrics"),
     path("", include("console.urls")),
 ]
+
+# /v1/ answers its documented JSON error shape even when no API view ran.
+handler400 = "config.api_errors.bad_request"
+handler403 = "config.api_errors.permission_denied"
+handler404 = "config.api_errors.not_found"
+handler500 = "config.api_errors.server_error"

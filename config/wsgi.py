@@ -5,10 +5,12 @@ import os
 from django.core.wsgi import get_wsgi_application
 
 from config import embedded
+from config.chunked import ChunkedBodyMiddleware
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 embedded.acquire()
-application = get_wsgi_application()
+# Chunked request bodies get a length Django can read (config/chunked.py).
+application = ChunkedBodyMiddleware(get_wsgi_application())
 
 from config import telemetry  # noqa: E402 - after Django is set up
 

@@ -14,6 +14,7 @@ from zoneinfo import ZoneInfo
 from django import forms
 from django.core import signing
 
+from config import inputs
 from dispatch import cron, selectors
 from dispatch.models import DurationClass, Misfire, Overlap, Priority, Schedule
 from tenants.models import Tenant
@@ -86,6 +87,12 @@ def parse_local(value: str, zone: ZoneInfo) -> datetime:
     parsed = datetime.fromisoformat(text)
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=zone)
+    try:
+        # The same range as the API (config/inputs.py): later zone conversions
+        # and cron arithmetic must not overflow.
+        inputs.check_instant(parsed, "")
+    except inputs.InvalidInput as exc:
+        raise ValueError(exc.reason) from None
     return parsed
 
 
@@ -253,9 +260,10 @@ class ScheduleForm(forms.Form):
     def clean_target(self) -> dict[str, Any]:
         raw = self.cleaned_data.get("target") or ""
         try:
-            value = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise forms.ValidationError(f"target: is not valid JSON ({exc.msg})") from None
+            # The API's JSON rules: depth, finite numbers, storable text.
+            value = inputs.loads_json(raw, "target")
+        except inputs.InvalidInput as exc:
+            raise forms.ValidationError(exc.message) from None
         if not isinstance(value, dict):
             raise forms.ValidationError('target: must be a JSON object, e.g. {"type": "http", …}')
         return value
@@ -303,8 +311,8 @@ class ScheduleForm(forms.Form):
                     zone = ZoneInfo("UTC")
                 try:
                     data["run_at_instant"] = parse_local(raw, zone)
-                except ValueError:
-                    self.add_error("run_at", "run_at: is not a date and time")
+                except ValueError as exc:
+                    self.add_error("run_at", f"run_at: is not a date and time in range ({exc})")
         return data
 
     def to_service_data(self) -> dict[str, Any]:

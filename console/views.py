@@ -267,6 +267,9 @@ def schedule_edit(
         form = console_forms.ScheduleForm(
             request.POST, tenant=principal.tenant, schedule_id=schedule.id
         )
+        if form.is_valid() and form.cleaned_data.get("version") is None:
+            # Like the API's 428: an edit must say which version it was made on.
+            form.add_error(None, "version: missing; reload the page and edit again")
         if form.is_valid():
             try:
                 services.schedule_update(
@@ -766,8 +769,8 @@ def tokens(request: HttpRequest, principal: Principal) -> HttpResponse:
                     expires_at=expires,
                     actor=principal,
                 )
-            except ValueError:
-                form.add_error("expires_at", "expires_at: is not a date and time")
+            except ValueError as exc:
+                form.add_error("expires_at", f"expires_at: is not a date and time in range ({exc})")
             except TenantsError as exc:
                 for key, messages in exc.detail.items():
                     for m in messages:
@@ -934,8 +937,8 @@ def ops_audit(request: HttpRequest) -> HttpResponse:
     try:
         since = console_forms.parse_local(since_raw, zone) if since_raw else None
         until = console_forms.parse_local(until_raw, zone) if until_raw else None
-    except ValueError:
-        error = "since/until: not a date and time"
+    except ValueError as exc:
+        error = f"since/until: not a date and time in range ({exc})"
     rows = tenant_selectors.audit_search(
         actor=actor, tenant_slug=tenant, action=action, since=since, until=until, limit=200
     )

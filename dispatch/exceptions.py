@@ -32,6 +32,11 @@ class VersionConflict(DispatchError):
     status = 409
 
 
+class PreconditionRequired(DispatchError):
+    code = "precondition_required"
+    status = 428
+
+
 class IdempotencyConflict(DispatchError):
     code = "idempotency_conflict"
     status = 409

@@ -576,7 +576,11 @@ def _job_insert(*, actor: Principal, data: dict[str, Any], digest: str) -> Sched
     now = db_now()
     key = data.get("idempotency_key")
     fields = {k: v for k, v in data.items() if k not in {"idempotency_key"}}
-    fields.setdefault("name", f"job-{key}" if key else f"job-{schedule_id.hex[:12]}")
+    # The default name is a label only (the key itself is unique): a key too
+    # long to fit in a name gets the id-based one rather than an error about
+    # `name`, a field the client never sent.
+    default_name = f"job-{key}" if key and len(key) <= 196 else f"job-{schedule_id.hex[:12]}"
+    fields.setdefault("name", default_name)
     if fields.get("run_at") is None:
         fields["run_at"] = now
     spec = clean_schedule(tenant=actor.tenant, data=fields, schedule_id=schedule_id)

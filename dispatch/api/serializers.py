@@ -6,8 +6,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from config import inputs
 from dispatch.explain import CODE_MEANINGS
 from dispatch.models import (
     DurationClass,
@@ -17,6 +19,19 @@ from dispatch.models import (
     Overlap,
     Priority,
     Schedule,
+)
+
+# Schedule.version is a PositiveIntegerField; a larger number could never match.
+MAX_VERSION = 2**31 - 1
+TARGET_HELP = (
+    'one of {"type": "http", "url", "method", "headers", "body", "timeout_s"}, '
+    '{"type": "queue", "routing_key", "exchange", "broker", "body", "timeout_s"} or '
+    '{"type": "command", "command", "args", "env", "timeout_s"}; credentials only as secret '
+    'references {"secret": "vault:kv/<tenant>/path#key"}'
+)
+RETRY_HELP = (
+    '{"max_attempts": 1..100, "backoff": "exponential"|"fixed", "initial_s": 0..86400, '
+    '"max_s": 0..86400}'
 )
 
 SCHEDULE_READ_ONLY = {
@@ -41,6 +56,57 @@ def iso_z(value: datetime | None) -> str | None:
     if value is None:
         return None
     return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+@extend_schema_field(
+    {
+        "type": "object",
+        "required": ["type"],
+        "properties": {"type": {"type": "string", "enum": ["http", "queue", "command"]}},
+    }
+)
+class TargetField(serializers.JSONField):
+    """A target definition (checked in depth by dispatch/targets)."""
+
+
+@extend_schema_field(
+    {
+        "type": "object",
+        "properties": {
+            "max_attempts": {"type": "integer", "minimum": 1, "maximum": 100},
+            "backoff": {"type": "string", "enum": ["exponential", "fixed"]},
+            "initial_s": {"type": "integer", "minimum": 0, "maximum": 86400},
+            "max_s": {"type": "integer", "minimum": 0, "maximum": 86400},
+        },
+        "additionalProperties": False,
+    }
+)
+class RetryField(serializers.JSONField):
+    """A retry policy (checked by dispatch/schedule_fields.clean_retry)."""
+
+
+class InstantField(serializers.DateTimeField):
+    """An ISO 8601 instant that carries its offset, inside config.inputs' range.
+
+    DRF's DateTimeField reads a naive value in the server's zone before any
+    later check could see it was naive; a naive `run_at` would silently mean UTC.
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("help_text", f"ISO 8601 instant with an offset or Z, {inputs.RANGE_TEXT}")
+        super().__init__(**kwargs)
+
+    def enforce_timezone(self, value: datetime) -> datetime:
+        try:
+            inputs.check_instant(value, self.field_name or "")
+        except inputs.InvalidInput as exc:
+            raise serializers.ValidationError(exc.reason) from None
+        return super().enforce_timezone(value)
+
+
+def _printable(value: str) -> None:
+    if not value.isprintable():
+        raise serializers.ValidationError("must be printable characters (no control characters)")
 
 
 class StrictSerializer(serializers.Serializer[Any]):
@@ -73,16 +139,20 @@ class ScheduleInSerializer(StrictSerializer):
         max_length=200,
         required=False,
         allow_null=True,
-        help_text="5-field cron; H, H(a-b), H/n allowed; macros @hourly…@yearly",
+        help_text="5-field cron (minute hour day-of-month month day-of-week); ranges, lists, "
+        "steps, names (MON, JAN), H, H(a-b), H/n; or a macro @hourly @daily @weekly @monthly "
+        "@yearly. Give exactly one of cron or run_at.",
     )
-    run_at = serializers.DateTimeField(
-        required=False, allow_null=True, help_text="one-off instant (instead of cron)"
+    run_at = InstantField(
+        required=False,
+        allow_null=True,
+        help_text=f"one-off instant (instead of cron), with an offset or Z, {inputs.RANGE_TEXT}",
     )
     timezone = serializers.CharField(
         max_length=64, required=False, help_text="IANA zone, e.g. Europe/Amsterdam"
     )
-    target = serializers.JSONField(required=False)
-    retry = serializers.JSONField(required=False)
+    target = TargetField(required=False, help_text=TARGET_HELP)
+    retry = RetryField(required=False, help_text=RETRY_HELP)
     concurrency = serializers.ChoiceField(choices=Overlap.values, required=False)
     misfire = serializers.ChoiceField(choices=Misfire.values, required=False)
     misfire_grace_s = serializers.IntegerField(required=False)
@@ -98,7 +168,9 @@ class SchedulePatchSerializer(ScheduleInSerializer):
     version = serializers.IntegerField(
         required=False,
         min_value=1,
-        help_text="optimistic concurrency: the version you read (or If-Match)",
+        max_value=MAX_VERSION,
+        help_text="optimistic concurrency: the version you read (or If-Match); one of the two "
+        "is required (428 without)",
     )
 
 
@@ -107,11 +179,21 @@ class JobInSerializer(StrictSerializer):
 
     name = serializers.CharField(max_length=200, required=False)
     tenant = serializers.CharField(max_length=63, required=False)
-    run_at = serializers.DateTimeField(required=False, allow_null=True, help_text="absent: run now")
+    run_at = InstantField(
+        required=False,
+        allow_null=True,
+        help_text=f"absent: run now; else an instant with an offset or Z, {inputs.RANGE_TEXT}",
+    )
     timezone = serializers.CharField(max_length=64, required=False)
-    target = serializers.JSONField()
-    retry = serializers.JSONField(required=False)
-    idempotency_key = serializers.CharField(max_length=200, required=False, allow_null=True)
+    target = TargetField(help_text=TARGET_HELP)
+    retry = RetryField(required=False, help_text=RETRY_HELP)
+    idempotency_key = serializers.CharField(
+        max_length=200,
+        required=False,
+        allow_null=True,
+        validators=[_printable],
+        help_text="same key + same body → the same job (200); different body → 409",
+    )
     priority = serializers.ChoiceField(choices=Priority.values, required=False)
     duration = serializers.ChoiceField(choices=DurationClass.values, required=False)
     misfire = serializers.ChoiceField(
@@ -130,7 +212,7 @@ class JobInSerializer(StrictSerializer):
 
 class PauseInSerializer(StrictSerializer):
     reason = serializers.CharField(max_length=500, required=False, allow_blank=True)
-    until = serializers.DateTimeField(required=False, allow_null=True)
+    until = InstantField(required=False, allow_null=True)
 
 
 class EmptySerializer(StrictSerializer):
@@ -222,7 +304,9 @@ def timeline_out(item: Any) -> dict[str, Any]:
     }
 
 
-# Documentation-only serializers for the OpenAPI document.
+# Documentation-only serializers for the OpenAPI document. They describe what
+# schedule_out / execution_out / event_out return, field for field (the
+# schemathesis test checks every response against them).
 class ScheduleOutDoc(serializers.Serializer[Any]):
     id = serializers.UUIDField()
     tenant = serializers.CharField()
@@ -233,17 +317,36 @@ class ScheduleOutDoc(serializers.Serializer[Any]):
     timezone = serializers.CharField()
     target = serializers.JSONField()
     retry = serializers.JSONField()
-    concurrency = serializers.CharField()
-    misfire = serializers.CharField()
+    concurrency = serializers.ChoiceField(choices=Overlap.values)
+    misfire = serializers.ChoiceField(choices=Misfire.values)
+    misfire_grace_s = serializers.IntegerField()
+    catch_up_limit = serializers.IntegerField()
     jitter_s = serializers.IntegerField()
-    priority = serializers.CharField()
-    duration = serializers.CharField()
+    priority = serializers.ChoiceField(choices=Priority.values)
+    duration = serializers.ChoiceField(choices=DurationClass.values)
+    depends_on = serializers.ListField(child=serializers.UUIDField())
     paused = serializers.BooleanField()
+    paused_at = serializers.DateTimeField(allow_null=True)
+    paused_until = serializers.DateTimeField(allow_null=True)
+    paused_reason = serializers.CharField(allow_null=True)
+    paused_by = serializers.CharField(allow_null=True)
+    idempotency_key = serializers.CharField(allow_null=True)
     next_run_at = serializers.DateTimeField(allow_null=True)
-    version = serializers.IntegerField()
+    version = serializers.IntegerField(help_text="also the ETag; send it back as If-Match")
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+    created_by = serializers.CharField()
+
+
+class SchedulePageDoc(serializers.Serializer[Any]):
+    results = ScheduleOutDoc(many=True)
+    next_cursor = serializers.CharField(
+        allow_null=True, help_text="pass as ?cursor= for the next page; null on the last"
+    )
 
 
 class ExecutionOutDoc(serializers.Serializer[Any]):
+    id = serializers.UUIDField()
     execution_id = serializers.UUIDField()
     schedule_id = serializers.UUIDField()
     scheduled_for = serializers.DateTimeField()
@@ -251,7 +354,37 @@ class ExecutionOutDoc(serializers.Serializer[Any]):
     trigger = serializers.CharField()
     attempt = serializers.IntegerField()
     state = serializers.CharField()
+    queue = serializers.CharField(allow_null=True)
+    lease_owner = serializers.CharField(allow_null=True)
+    lease_expires_at = serializers.DateTimeField(allow_null=True)
     fencing_token = serializers.IntegerField()
+    next_attempt_at = serializers.DateTimeField(allow_null=True)
+    created_at = serializers.DateTimeField()
+    enqueued_at = serializers.DateTimeField(allow_null=True)
+    started_at = serializers.DateTimeField(allow_null=True)
+    finished_at = serializers.DateTimeField(allow_null=True)
+    status_code = serializers.IntegerField(allow_null=True)
+    exit_code = serializers.IntegerField(allow_null=True)
+    error = serializers.CharField(allow_null=True)
+    log_excerpt = serializers.CharField(allow_null=True)
+    reason_code = serializers.CharField(allow_null=True)
+    reason = serializers.CharField(allow_null=True)
+
+
+class ExecutionPageDoc(serializers.Serializer[Any]):
+    results = ExecutionOutDoc(many=True)
+    next_cursor = serializers.CharField(
+        allow_null=True, help_text="pass as ?cursor= for the next page; null on the last"
+    )
+
+
+class EventDoc(serializers.Serializer[Any]):
+    id = serializers.IntegerField()
+    at = serializers.DateTimeField()
+    kind = serializers.CharField()
+    message = serializers.CharField()
+    data = serializers.JSONField()  # type: ignore[assignment]  # a field, not Serializer.data
+    actor = serializers.CharField(allow_null=True)
 
 
 class TimelineItemDoc(serializers.Serializer[Any]):
@@ -267,7 +400,7 @@ class TimelineItemDoc(serializers.Serializer[Any]):
 
 
 class ExecutionDetailDoc(ExecutionOutDoc):
-    events = serializers.ListField(child=serializers.JSONField())
+    events = EventDoc(many=True, help_text="the execution's events, oldest first")
     timeline = TimelineItemDoc(many=True, help_text="row steps and events, in time order")
 
 
@@ -282,6 +415,7 @@ class PreviewDoc(serializers.Serializer[Any]):
     occurrences = OccurrenceDoc(many=True)
     description = serializers.CharField()
     resolved = serializers.CharField()
+    timezone = serializers.CharField()
     note = serializers.CharField(
         allow_null=True, help_text="set when paused until a time: earlier runs are left out"
     )

@@ -5,9 +5,19 @@ from dispatch.api import views
 urlpatterns = [
     path("schedules", views.ScheduleListView.as_view(), name="api-schedules"),
     re_path(
-        r"^schedules/(?P<pk>[^/:]+):(?P<action>pause|resume|trigger)$",
-        views.ScheduleActionView.as_view(),
-        name="api-schedule-action",
+        r"^schedules/(?P<pk>[^/:]+):pause$",
+        views.SchedulePauseView.as_view(),
+        name="api-schedule-pause",
+    ),
+    re_path(
+        r"^schedules/(?P<pk>[^/:]+):resume$",
+        views.ScheduleResumeView.as_view(),
+        name="api-schedule-resume",
+    ),
+    re_path(
+        r"^schedules/(?P<pk>[^/:]+):trigger$",
+        views.ScheduleTriggerView.as_view(),
+        name="api-schedule-trigger",
     ),
     re_path(
         r"^schedules/(?P<pk>[^/:]+)/preview$",

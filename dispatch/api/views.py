@@ -7,23 +7,27 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
+from config import inputs
+from config.api_views import StrictQueryView
 from dispatch import cron, explain, selectors, services
 from dispatch.api.serializers import (
     EmptySerializer,
     ExecutionDetailDoc,
     ExecutionOutDoc,
+    ExecutionPageDoc,
     ExplanationDoc,
     JobInSerializer,
     PauseInSerializer,
     PreviewDoc,
     ScheduleInSerializer,
     ScheduleOutDoc,
+    SchedulePageDoc,
     SchedulePatchSerializer,
     event_out,
     execution_out,
@@ -31,10 +35,24 @@ from dispatch.api.serializers import (
     schedule_out,
     timeline_out,
 )
-from dispatch.exceptions import InvalidSchedule
+from dispatch.exceptions import InvalidSchedule, PreconditionRequired
 from tenants.roles import Principal, Role
 
-ETAG = re.compile(r'^\s*(?:W/)?"?(\d+)"?\s*$')
+# Bounded: a version is a PositiveIntegerField, and int() of thousands of digits raises.
+ETAG = re.compile(r'^\s*(?:W/)?"?(\d{1,10})"?\s*$')
+
+
+SCHEDULE_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH)
+EXECUTION_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH)
+INSTANT = f"ISO 8601 instant with an offset or Z, {inputs.RANGE_TEXT}"
+
+
+def _limit_param() -> OpenApiParameter:
+    return OpenApiParameter(
+        "limit",
+        {"type": "integer", "minimum": 1, "maximum": selectors.MAX_PAGE, "default": 50},
+        description=f"page size, 1..{selectors.MAX_PAGE}",
+    )
 
 
 def principal(request: Request) -> Principal:
@@ -63,22 +81,16 @@ def _api_data(data: dict[str, Any]) -> dict[str, Any]:
 
 def _instant(request: Request, name: str) -> datetime | None:
     raw = request.query_params.get(name)
-    if raw is None or raw == "":
+    if raw is None:
         return None
-    try:
-        value = datetime.fromisoformat(raw.replace("Z", "+00:00").replace(" ", "+"))
-    except ValueError:
-        raise InvalidSchedule.field(
-            name, "must be an ISO 8601 instant, e.g. 2026-03-29T00:00:00Z"
-        ) from None
-    if value.tzinfo is None:
-        raise InvalidSchedule.field(name, "must carry a zone offset or Z")
-    return value
+    # Present but empty is an error like any other non-instant, not "absent".
+    # An unencoded "+02:00" arrives as " 02:00" from the query string.
+    return inputs.parse_instant(raw.replace(" ", "+"), name)
 
 
 def _int_param(request: Request, name: str, default: int, low: int, high: int) -> int:
     raw = request.query_params.get(name)
-    if raw is None or raw == "":
+    if raw is None:
         return default
     try:
         value = int(raw)
@@ -91,7 +103,7 @@ def _int_param(request: Request, name: str, default: int, low: int, high: int) -
 
 def _bool_param(request: Request, name: str) -> bool | None:
     raw = request.query_params.get(name)
-    if raw is None or raw == "":
+    if raw is None:
         return None
     if raw.lower() in {"true", "1"}:
         return True
@@ -100,20 +112,31 @@ def _bool_param(request: Request, name: str) -> bool | None:
     raise InvalidSchedule.field(name, "must be true or false")
 
 
+def _present(request: Request, name: str) -> str | None:
+    """A query parameter that, when given, must not be empty (absent means "no filter")."""
+    raw = request.query_params.get(name)
+    if raw == "":
+        raise InvalidSchedule.field(name, "must not be empty; leave it out instead")
+    return raw
+
+
 def _schedule_response(schedule: Any, code: int = status.HTTP_200_OK) -> Response:
     response = Response(schedule_out(schedule), status=code)
     response["ETag"] = f'"{schedule.version}"'
     return response
 
 
-class ScheduleListView(APIView):
+class ScheduleListView(StrictQueryView):
+    query_params_allowed = {"get": frozenset({"cursor", "limit", "search", "kind", "paused"})}
+
     @extend_schema(
-        responses={200: ScheduleOutDoc(many=True)},
+        operation_id="schedules_list",
+        responses={200: SchedulePageDoc},
         parameters=[
-            OpenApiParameter("cursor", str),
-            OpenApiParameter("limit", int),
-            OpenApiParameter("search", str),
-            OpenApiParameter("kind", str),
+            OpenApiParameter("cursor", str, description="next_cursor of the previous page"),
+            _limit_param(),
+            OpenApiParameter("search", str, description="substring of the name"),
+            OpenApiParameter("kind", str, enum=["cron", "once"]),
             OpenApiParameter("paused", bool),
         ],
     )
@@ -123,7 +146,7 @@ class ScheduleListView(APIView):
             cursor=request.query_params.get("cursor"),
             limit=_int_param(request, "limit", 50, 1, selectors.MAX_PAGE),
             search=request.query_params.get("search", ""),
-            kind=request.query_params.get("kind", ""),
+            kind=_present(request, "kind") or "",
             paused=_bool_param(request, "paused"),
         )
         return Response(
@@ -139,8 +162,8 @@ class ScheduleListView(APIView):
         return response
 
 
-class ScheduleDetailView(APIView):
-    @extend_schema(responses={200: ScheduleOutDoc})
+class ScheduleDetailView(StrictQueryView):
+    @extend_schema(parameters=[SCHEDULE_ID], responses={200: ScheduleOutDoc})
     def get(self, request: Request, pk: str) -> Response:
         return _schedule_response(
             selectors.schedule_get(tenant=principal(request).tenant, schedule_id=pk)
@@ -150,7 +173,14 @@ class ScheduleDetailView(APIView):
         request=SchedulePatchSerializer,
         responses={200: ScheduleOutDoc},
         parameters=[
-            OpenApiParameter("If-Match", str, OpenApiParameter.HEADER, description='"<version>"')
+            SCHEDULE_ID,
+            OpenApiParameter(
+                "If-Match",
+                {"type": "string", "pattern": r'^\s*(W/)?"?[0-9]{1,10}"?\s*$'},
+                OpenApiParameter.HEADER,
+                description='the ETag you read, e.g. "3"; this or "version" in the body is '
+                "required (428 without either), a stale one is a 409",
+            ),
         ],
     )
     def patch(self, request: Request, pk: str) -> Response:
@@ -164,30 +194,39 @@ class ScheduleDetailView(APIView):
             if expected is not None and int(match.group(1)) != expected:
                 raise InvalidSchedule.field("version", "disagrees with If-Match")
             expected = int(match.group(1))
+        if expected is None:
+            # An edit that names no version would silently overwrite whatever
+            # another client saved in between (RFC 6585: 428).
+            reason = 'is required: send the ETag you read, or "version" in the body'
+            raise PreconditionRequired(f"If-Match: {reason}", detail={"If-Match": [reason]})
         schedule = services.schedule_update(
             actor=principal(request), schedule_id=pk, data=data, expected_version=expected
         )
         return _schedule_response(schedule)
 
-    @extend_schema(responses={204: None})
+    @extend_schema(parameters=[SCHEDULE_ID], responses={204: None})
     def delete(self, request: Request, pk: str) -> Response:
         services.schedule_delete(actor=principal(request), schedule_id=pk)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
-class ScheduleActionView(APIView):
-    """`POST /v1/schedules/{id}:pause | :resume | :trigger` (the seed's colon paths)."""
+class ScheduleActionView(StrictQueryView):
+    """`POST /v1/schedules/{id}:pause | :resume | :trigger` (the seed's colon paths).
 
+    One route and one documented operation per action, so each documents the
+    body it takes (only :pause takes one) and unknown actions are a 404.
+    """
+
+    schedule_action = ""  # set by each subclass
     action_roles = {"pause": Role.OPERATOR, "resume": Role.OPERATOR, "trigger": Role.OPERATOR}
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
-        self.rbac_action = kwargs.get("action")
+        self.rbac_action = self.schedule_action
         super().initial(request, *args, **kwargs)
 
-    @extend_schema(request=PauseInSerializer, responses={200: ScheduleOutDoc, 202: ExecutionOutDoc})
-    def post(self, request: Request, pk: str, action: str) -> Response:
+    def post(self, request: Request, pk: str) -> Response:
         actor = principal(request)
-        if action == "pause":
+        if self.schedule_action == "pause":
             data = _validated(PauseInSerializer, request) if request.data else {}
             schedule = services.schedule_pause(
                 actor=actor, schedule_id=pk, reason=data.get("reason", ""), until=data.get("until")
@@ -195,18 +234,55 @@ class ScheduleActionView(APIView):
             return _schedule_response(schedule)
         if request.data:
             _validated(EmptySerializer, request)
-        if action == "resume":
+        if self.schedule_action == "resume":
             return _schedule_response(services.schedule_resume(actor=actor, schedule_id=pk))
         execution = services.schedule_trigger(actor=actor, schedule_id=pk)
         return Response(execution_out(execution), status=status.HTTP_202_ACCEPTED)
 
 
-class SchedulePreviewView(APIView):
+class SchedulePauseView(ScheduleActionView):
+    schedule_action = "pause"
+
+    @extend_schema(
+        parameters=[SCHEDULE_ID], request=PauseInSerializer, responses={200: ScheduleOutDoc}
+    )
+    def post(self, request: Request, pk: str) -> Response:
+        return super().post(request, pk)
+
+
+class ScheduleResumeView(ScheduleActionView):
+    schedule_action = "resume"
+
+    @extend_schema(parameters=[SCHEDULE_ID], request=None, responses={200: ScheduleOutDoc})
+    def post(self, request: Request, pk: str) -> Response:
+        return super().post(request, pk)
+
+
+class ScheduleTriggerView(ScheduleActionView):
+    schedule_action = "trigger"
+
+    @extend_schema(parameters=[SCHEDULE_ID], request=None, responses={202: ExecutionOutDoc})
+    def post(self, request: Request, pk: str) -> Response:
+        return super().post(request, pk)
+
+
+class SchedulePreviewView(StrictQueryView):
+    query_params_allowed = {"get": frozenset({"count", "from"})}
+
     @extend_schema(
         responses={200: PreviewDoc},
         parameters=[
-            OpenApiParameter("count", int),
-            OpenApiParameter("from", str, description="ISO instant"),
+            SCHEDULE_ID,
+            OpenApiParameter(
+                "count",
+                {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": settings.PREVIEW_MAX_COUNT,
+                    "default": 10,
+                },
+            ),
+            OpenApiParameter("from", OpenApiTypes.DATETIME, description=f"{INSTANT}; default now"),
         ],
     )
     def get(self, request: Request, pk: str) -> Response:
@@ -214,7 +290,10 @@ class SchedulePreviewView(APIView):
         count = _int_param(request, "count", 10, 1, settings.PREVIEW_MAX_COUNT)
         after = _instant(request, "from") or services.db_now()
         # A schedule paused until T fires nothing before T: those are not listed.
-        occurrences = selectors.schedule_next_runs(schedule=schedule, after=after, count=count)
+        try:
+            occurrences = selectors.schedule_next_runs(schedule=schedule, after=after, count=count)
+        except cron.CronError as exc:
+            raise InvalidSchedule.field("from", exc.message) from None
         seed = str(schedule.id)
         if schedule.kind == "cron":
             description = cron.describe(schedule.cron, seed=seed)
@@ -246,7 +325,7 @@ class SchedulePreviewView(APIView):
         )
 
 
-class JobCreateView(APIView):
+class JobCreateView(StrictQueryView):
     @extend_schema(
         request=JobInSerializer,
         responses={201: ScheduleOutDoc, 200: ScheduleOutDoc},
@@ -265,16 +344,21 @@ class JobCreateView(APIView):
         return response
 
 
-class ExecutionListView(APIView):
+class ExecutionListView(StrictQueryView):
+    query_params_allowed = {
+        "get": frozenset({"schedule_id", "status", "from", "to", "cursor", "limit"})
+    }
+
     @extend_schema(
-        responses={200: ExecutionOutDoc(many=True)},
+        operation_id="executions_list",
+        responses={200: ExecutionPageDoc},
         parameters=[
-            OpenApiParameter("schedule_id", str),
-            OpenApiParameter("status", str),
-            OpenApiParameter("from", str),
-            OpenApiParameter("to", str),
-            OpenApiParameter("cursor", str),
-            OpenApiParameter("limit", int),
+            OpenApiParameter("schedule_id", OpenApiTypes.UUID),
+            OpenApiParameter("status", str, description="an execution state"),
+            OpenApiParameter("from", OpenApiTypes.DATETIME, description=INSTANT),
+            OpenApiParameter("to", OpenApiTypes.DATETIME, description=INSTANT),
+            OpenApiParameter("cursor", str, description="next_cursor of the previous page"),
+            _limit_param(),
         ],
     )
     def get(self, request: Request) -> Response:
@@ -282,7 +366,7 @@ class ExecutionListView(APIView):
             tenant=principal(request).tenant,
             cursor=request.query_params.get("cursor"),
             limit=_int_param(request, "limit", 50, 1, selectors.MAX_PAGE),
-            schedule_id=request.query_params.get("schedule_id"),
+            schedule_id=_present(request, "schedule_id"),
             status=request.query_params.get("status"),
             since=_instant(request, "from"),
             until=_instant(request, "to"),
@@ -292,8 +376,8 @@ class ExecutionListView(APIView):
         )
 
 
-class ExecutionDetailView(APIView):
-    @extend_schema(responses={200: ExecutionDetailDoc})
+class ExecutionDetailView(StrictQueryView):
+    @extend_schema(parameters=[EXECUTION_ID], responses={200: ExecutionDetailDoc})
     def get(self, request: Request, pk: str) -> Response:
         execution = selectors.execution_get(tenant=principal(request).tenant, execution_id=pk)
         body = execution_out(execution)
@@ -308,11 +392,16 @@ class ExecutionDetailView(APIView):
         return Response(body)
 
 
-class ScheduleExplainView(APIView):
+class ScheduleExplainView(StrictQueryView):
     """`GET /v1/schedules/{id}/explain?at=ISO-INSTANT`: why it did or didn't run then."""
 
+    query_params_allowed = {"get": frozenset({"at"})}
+
     @extend_schema(
-        parameters=[OpenApiParameter("at", str, required=True, description="ISO 8601 instant")],
+        parameters=[
+            SCHEDULE_ID,
+            OpenApiParameter("at", OpenApiTypes.DATETIME, required=True, description=INSTANT),
+        ],
         responses={200: ExplanationDoc},
     )
     def get(self, request: Request, pk: str) -> Response:

@@ -69,6 +69,14 @@ FORBIDDEN_HEADERS = {
 }
 
 
+def _latin1(value: str) -> bool:
+    try:
+        value.encode("latin-1")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def clean(config: dict[str, Any], *, tenant: Tenant) -> dict[str, Any]:
     require_keys(config, allowed=KEYS)
     url = clean_str(config, "url", required=True, max_len=MAX_URL)
@@ -88,6 +96,11 @@ def clean(config: dict[str, Any], *, tenant: Tenant) -> dict[str, Any]:
         raise InvalidSchedule.field("target.url", "has no host")
     if any(c in url for c in "\r\n\t ") or any(ord(c) < 32 for c in url):
         raise InvalidSchedule.field("target.url", "contains whitespace or control characters")
+    if not (parts.path + parts.query).isascii():
+        # http.client sends the request line as ASCII: percent-encode the rest.
+        raise InvalidSchedule.field(
+            "target.url", "path and query must be ASCII (percent-encode other characters)"
+        )
     for name, _ in parse_qsl(parts.query, keep_blank_values=True):
         if credential_like(name, query=True):
             raise InvalidSchedule.field(
@@ -132,6 +145,12 @@ def clean(config: dict[str, Any], *, tenant: Tenant) -> dict[str, Any]:
             if len(value) > 4096 or any(c in value for c in "\r\n\x00"):
                 raise InvalidSchedule.field(
                     field, "must be at most 4096 characters without line breaks"
+                )
+            if not _latin1(value):
+                # http.client sends header values as Latin-1: anything else would
+                # be accepted here and then fail every single run.
+                raise InvalidSchedule.field(
+                    field, "must be Latin-1 text (percent- or base64-encode other characters)"
                 )
             headers[name] = value
         else:

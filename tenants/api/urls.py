@@ -6,5 +6,5 @@ urlpatterns = [
     path("tokens", views.TokenListView.as_view(), name="api-tokens"),
     path("tokens/<int:pk>", views.TokenDetailView.as_view(), name="api-token"),
     path("signing-key", views.SigningKeyView.as_view(), name="api-signing-key"),
-    path("signing-key:rotate", views.SigningKeyView.as_view(), name="api-signing-key-rotate"),
+    path("signing-key:rotate", views.SigningKeyRotateView.as_view(), name="api-signing-key-rotate"),
 ]

@@ -8,9 +8,9 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
-from dispatch.api.serializers import StrictSerializer, iso_z
+from config.api_views import StrictQueryView
+from dispatch.api.serializers import InstantField, StrictSerializer, iso_z
 from tenants import selectors, services
 from tenants.models import ServiceToken
 from tenants.roles import Principal, Role
@@ -20,7 +20,9 @@ class TokenInSerializer(StrictSerializer):
     read_only_names = {"id", "prefix", "created_at", "last_used_at", "revoked_at", "token"}
     name = serializers.CharField(max_length=100)
     role = serializers.ChoiceField(choices=[r.label for r in Role])
-    expires_at = serializers.DateTimeField(required=False, allow_null=True)
+    expires_at = InstantField(
+        required=False, allow_null=True, help_text="in the future; absent or null: never expires"
+    )
 
 
 class TokenOutDoc(serializers.Serializer[Any]):
@@ -28,9 +30,19 @@ class TokenOutDoc(serializers.Serializer[Any]):
     name = serializers.CharField()
     role = serializers.CharField()
     prefix = serializers.CharField()
+    created_at = serializers.DateTimeField()
+    created_by = serializers.CharField()
     expires_at = serializers.DateTimeField(allow_null=True)
     last_used_at = serializers.DateTimeField(allow_null=True)
-    token = serializers.CharField(required=False, help_text="only in the creation response")
+    revoked_at = serializers.DateTimeField(allow_null=True)
+
+
+class TokenCreatedDoc(TokenOutDoc):
+    token = serializers.CharField(help_text="the secret; shown in this response only")
+
+
+class TokenListDoc(serializers.Serializer[Any]):
+    results = TokenOutDoc(many=True)
 
 
 def token_out(t: ServiceToken) -> dict[str, Any]:
@@ -52,16 +64,16 @@ def _principal(request: Request) -> Principal:
     return request.user
 
 
-class TokenListView(APIView):
+class TokenListView(StrictQueryView):
     read_role = Role.ADMIN
     write_role = Role.ADMIN
 
-    @extend_schema(responses={200: TokenOutDoc(many=True)})
+    @extend_schema(responses={200: TokenListDoc})
     def get(self, request: Request) -> Response:
         tokens = selectors.token_list(tenant=_principal(request).tenant)
         return Response({"results": [token_out(t) for t in tokens]})
 
-    @extend_schema(request=TokenInSerializer, responses={201: TokenOutDoc})
+    @extend_schema(request=TokenInSerializer, responses={201: TokenCreatedDoc})
     def post(self, request: Request) -> Response:
         ser = TokenInSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
@@ -77,7 +89,7 @@ class TokenListView(APIView):
         return Response(token_out(token) | {"token": raw}, status=status.HTTP_201_CREATED)
 
 
-class TokenDetailView(APIView):
+class TokenDetailView(StrictQueryView):
     read_role = Role.ADMIN
     write_role = Role.ADMIN
 
@@ -94,7 +106,15 @@ class SigningKeyDoc(serializers.Serializer[Any]):
     signed = serializers.CharField()
 
 
-class SigningKeyView(APIView):
+def _signing_key_body(key: str) -> dict[str, str]:
+    return {
+        "signing_key": key,
+        "algorithm": "HMAC-SHA256",
+        "signed": "{X-Signature-Timestamp}.{X-Execution-Id}.{body}",
+    }
+
+
+class SigningKeyView(StrictQueryView):
     """The tenant's callback signing key (admin): how receivers verify X-Signature."""
 
     read_role = Role.ADMIN
@@ -102,23 +122,17 @@ class SigningKeyView(APIView):
 
     @extend_schema(responses={200: SigningKeyDoc})
     def get(self, request: Request) -> Response:
-        tenant = _principal(request).tenant
-        return Response(
-            {
-                "signing_key": tenant.signing_key,
-                "algorithm": "HMAC-SHA256",
-                "signed": "{X-Signature-Timestamp}.{X-Execution-Id}.{body}",
-            }
-        )
+        return Response(_signing_key_body(_principal(request).tenant.signing_key))
+
+
+class SigningKeyRotateView(StrictQueryView):
+    """`POST /v1/signing-key:rotate`, and only that path: a new key, the old one stops verifying."""
+
+    read_role = Role.ADMIN
+    write_role = Role.ADMIN
 
     @extend_schema(request=None, responses={200: SigningKeyDoc})
     def post(self, request: Request) -> Response:
         actor = _principal(request)
         key = services.signing_key_rotate(tenant=actor.tenant, actor=actor)
-        return Response(
-            {
-                "signing_key": key,
-                "algorithm": "HMAC-SHA256",
-                "signed": "{X-Signature-Timestamp}.{X-Execution-Id}.{body}",
-            }
-        )
+        return Response(_signing_key_body(key))

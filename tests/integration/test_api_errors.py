@@ -232,7 +232,9 @@ def test_failed_update_leaves_the_stored_definition_untouched(
 ) -> None:
     sid = post(api, seed_example).json()["id"]
     audit_before = AuditEvent.objects.count()
-    res = api.patch(f"/v1/schedules/{sid}", {"cron": "bogus", "jitter_s": 7}, format="json")
+    res = api.patch(
+        f"/v1/schedules/{sid}", {"cron": "bogus", "jitter_s": 7}, format="json", HTTP_IF_MATCH='"1"'
+    )
     assert_error(res, 400, "cron")
     stored = Schedule.objects.get(pk=sid)
     assert stored.cron == "0 0 * * *" and stored.jitter_s == 120 and stored.version == 1

@@ -43,7 +43,7 @@ def routes(w: dict[str, Any]) -> list[tuple[str, str, Any, Role]]:
         ("get", "/v1/executions", None, Role.VIEWER),
         ("get", f"/v1/executions/{eid}", None, Role.VIEWER),
         ("post", "/v1/schedules", w["body"] | {"name": "new-one"}, Role.OPERATOR),
-        ("patch", f"/v1/schedules/{sid}", {"jitter_s": 3}, Role.OPERATOR),
+        ("patch", f"/v1/schedules/{sid}", {"jitter_s": 3, "version": 1}, Role.OPERATOR),
         ("post", f"/v1/schedules/{sid}:pause", {"reason": "r"}, Role.OPERATOR),
         ("post", f"/v1/schedules/{sid}:resume", None, Role.OPERATOR),
         ("post", f"/v1/schedules/{sid}:trigger", None, Role.OPERATOR),
@@ -77,7 +77,7 @@ def _object_routes(w: dict[str, Any], ids: dict[str, str]) -> list[tuple[str, st
     return [
         ("get", f"/v1/schedules/{sid}", None),
         ("get", f"/v1/schedules/{sid}/preview", None),
-        ("patch", f"/v1/schedules/{sid}", {"jitter_s": 3}),
+        ("patch", f"/v1/schedules/{sid}", {"jitter_s": 3, "version": 1}),
         ("delete", f"/v1/schedules/{sid}", None),
         ("post", f"/v1/schedules/{sid}:pause", None),
         ("post", f"/v1/schedules/{sid}:resume", None),

@@ -88,7 +88,9 @@ def test_patch_changing_cron_recomputes_next_run(
 ) -> None:
     sid = create(api, seed_example)["id"]
     res = api.patch(
-        f"/v1/schedules/{sid}", {"cron": "*/5 * * * *", "timezone": "UTC"}, format="json"
+        f"/v1/schedules/{sid}",
+        {"cron": "*/5 * * * *", "timezone": "UTC", "version": 1},
+        format="json",
     )
     assert res.status_code == 200, res.content
     nxt = datetime.fromisoformat(res.json()["next_run_at"].replace("Z", "+00:00"))

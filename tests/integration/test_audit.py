@@ -24,7 +24,7 @@ def test_each_api_mutation_writes_one_audit_row_with_actor_and_request_id(
     res = api.post("/v1/schedules", seed_example, format="json", HTTP_X_REQUEST_ID="req-123")
     assert res["X-Request-Id"] == "req-123"
     sid = res.json()["id"]
-    api.patch(f"/v1/schedules/{sid}", {"jitter_s": 1}, format="json")
+    api.patch(f"/v1/schedules/{sid}", {"jitter_s": 1, "version": 1}, format="json")
     api.post(f"/v1/schedules/{sid}:pause")
     api.post(f"/v1/schedules/{sid}:resume")
     api.post(f"/v1/schedules/{sid}:trigger")

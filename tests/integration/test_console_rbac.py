@@ -44,7 +44,7 @@ def routes(w: World) -> list[Route]:
         (
             "post",
             f"/schedules/{sid}/edit",
-            form_data(name="nightly", cron="5 0 * * *"),
+            form_data(name="nightly", cron="5 0 * * *", version="1"),
             Role.OPERATOR,
         ),
         ("post", f"/schedules/{sid}/preview", form_data(name="nightly"), Role.VIEWER),

@@ -24,7 +24,9 @@ def test_openapi_document_lists_the_seed_contract(client: Client) -> None:
     for p in [
         "/v1/schedules",
         "/v1/schedules/{id}",
-        "/v1/schedules/{id}:{action}",
+        "/v1/schedules/{id}:pause",
+        "/v1/schedules/{id}:resume",
+        "/v1/schedules/{id}:trigger",
         "/v1/jobs",
         "/v1/executions",
         "/v1/executions/{id}",
