@@ -11,6 +11,11 @@ re-test found still open, against a real worker, broker and loopback target.
    json_encode writes it) or with HTML numeric character references (`&#43;`, as
    Go's html/template writes `+`; `&#x2F;`, as OWASP encoders write `/`) was stored
    in the execution's `log_excerpt`, where every viewer of the tenant reads it.
+3. Managed commands: OpenSSL's and less's steering variables could be declared in
+   the admin and set by a tenant: OPENSSL_CONF / OPENSSL_ENGINES / OPENSSL_MODULES
+   make every OpenSSL-linked program load the configuration or shared objects they
+   name, LESSOPEN makes `less` run a command. Seen in a real run: both reached the
+   sandboxed command's environment with the tenant's value.
 """
 
 from __future__ import annotations
@@ -26,10 +31,11 @@ import pytest
 from django.conf import settings
 from django.core.management import CommandError, call_command
 from kombu import Connection, Queue
+from rest_framework.test import APIClient
 
 from config.celery_app import amqp_queue
 from dispatch import vault as secret_backends
-from dispatch.models import Execution, Priority
+from dispatch.models import Execution, ManagedCommand, Priority
 from tenants.models import Tenant, TenantQuota
 from tenants.roles import Principal
 from tests.conftest import make_principal
@@ -150,3 +156,37 @@ def test_json_and_html_escaped_echoes_of_a_secret_are_redacted(
     assert "raw <[redacted]>" in excerpt, excerpt  # the control: redaction ran
     leaked = {k: v for k, v in careless_echoes(SECRET).items() if v in excerpt}
     assert leaked == {}, excerpt
+
+
+STEERING = ["OPENSSL_CONF", "OPENSSL_ENGINES", "OPENSSL_MODULES", "LESSOPEN"]
+
+
+@pytest.mark.parametrize("name", STEERING)
+def test_loader_steering_variables_cannot_be_declared_or_set(
+    admin_client: Any, api: APIClient, name: str
+) -> None:
+    form = {
+        "name": "probe",
+        "argv": '["/usr/bin/openssl", "version"]',
+        "timeout_s": "60",
+        "enabled": "on",
+        "env": json.dumps([name]),
+        "readable_paths": "[]",
+        "writable_paths": "[]",
+        "cpu_s": "60",
+        "memory_mb": "256",
+        "max_procs": "16",
+    }
+    res = admin_client.post("/admin/dispatch/managedcommand/add/", form)
+    assert res.status_code == 200, "the admin saved a registration declaring " + name
+    assert name in res.context["adminform"].form.errors["env"][0]
+    # A registration written straight into the table: the tenant still may not set it.
+    ManagedCommand.objects.create(name="probe", argv=["/usr/bin/openssl", "version"], env=[name])
+    body = {
+        "name": "probe-nightly",
+        "cron": "0 2 * * *",
+        "target": {"type": "command", "command": "probe", "env": {name: {"secret": "env:X"}}},
+    }
+    res = api.post("/v1/schedules", body, format="json")
+    assert res.status_code == 400, res.content
+    assert f"target.env.{name}" in res.json()["error"]["detail"]
