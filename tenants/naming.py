@@ -13,7 +13,13 @@ import unicodedata
 # the benchmarks consume `bench.noop`, Celery's fallback queue is `celery`, and
 # RabbitMQ reserves `amq.*`. A tenant's queue namespace is `<slug>.`: a tenant
 # named after one of these would publish straight into the platform's queues.
-RESERVED_SLUGS = frozenset({"high", "default", "low", "bench", "celery", "amq"})
+# The first segment of every queue and exchange the platform (and Celery, and
+# RabbitMQ) own: the priority queues, RabbitMQ's per-duration priority queues
+# `dispatch.short`/`dispatch.long`, Celery's `celeryev.*` events and
+# `reply.celery.pidbox`, `amq.*`.
+RESERVED_SLUGS = frozenset(
+    {"high", "default", "low", "dispatch", "bench", "celery", "celeryev", "reply", "amq"}
+)
 
 ENV_PREFIX = "SCHED_SECRET_"
 # Between the tenant part and the secret name. A tenant part never contains it

@@ -69,7 +69,10 @@ RESERVED_ENV = re.compile(
     r"|GEM_.*|NODE_.*|NPM_.*|JAVA_.*|_JAVA_OPTIONS|JDK_.*|CLASSPATH|GIT_.*|SSH_.*|LUA_.*"
     r"|TCL.*|PHP.*|R_LIBS.*|R_PROFILE.*|R_ENVIRON.*|DOTNET_.*|CORECLR_.*|COMPLUS_.*|GOFLAGS"
     r"|GOROOT|GOPATH|GOENV|GODEBUG|GOTOOLCHAIN|CARGO_.*|RUSTC.*|RUSTFLAGS|.*_OPTIONS"
-    r"|.*_OPTS|.*PROXY|.*_PRELOAD|.*_LIBRARY_PATH|.*_PATH)$",
+    r"|.*_OPTS|.*PROXY|.*_PRELOAD|.*_LIBRARY_PATH|.*_PATH"
+    # Libraries and tools that load code or configuration named by a variable.
+    r"|OPENSSL_.*|SSL_CERT_.*|LESSOPEN|LESSCLOSE|LESSKEY.*|KRB5.*|TERMINFO.*|XDG_.*"
+    r"|EDITOR|VISUAL|PAGER|MANPAGER|CURL_HOME|WGETRC|INPUTRC)$",
     re.IGNORECASE,
 )
 PARAM_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,39}$")

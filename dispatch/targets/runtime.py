@@ -245,6 +245,20 @@ class _Redactor:
         )
         self._text = [_alternation(exact, 0), _alternation(loose, re.IGNORECASE)]
         self._bytes = [_alternation_bytes(exact, 0), _alternation_bytes(loose, re.IGNORECASE)]
+        # Escapers disagree on which punctuation to escape (PHP's json_encode writes
+        # `\/`, Go's html/template `&#43;`, OWASP encoders `&#x2F;`, each for some
+        # characters only): one pattern per secret lets every punctuation character
+        # appear in any of its spellings, mixed.
+        mixed = "|".join(
+            _mixed_escapes(v)
+            for v in sorted(values, key=len, reverse=True)
+            if len(v.encode("utf-8", "surrogatepass")) >= MIN_DERIVED_BYTES
+        )
+        if mixed:
+            self._text.append(re.compile(mixed, re.IGNORECASE))
+            self._bytes.append(re.compile(mixed.encode("utf-8", "surrogatepass"), re.IGNORECASE))
+            # An entity spells one character in up to 10 bytes (`&#x0002F;`).
+            self.longest = max(self.longest, 10 * max(len(v) for v in values))
 
     def text(self, text: str) -> str:
         for pattern in self._text:
@@ -257,6 +271,28 @@ class _Redactor:
             if pattern is not None:
                 data = pattern.sub(REDACTED.encode(), data)
         return data
+
+
+def _mixed_escapes(value: str) -> str:
+    """A regex matching `value` with any of its punctuation escaped in any common way."""
+    parts = []
+    for ch in value:
+        if ch.isalnum() or ord(ch) > 0xFFFF:
+            parts.append(re.escape(ch))
+            continue
+        n = ord(ch)
+        spellings = [
+            re.escape(ch),
+            re.escape("\\" + ch),  # JSON's optional escape of any punctuation (`\/`)
+            f"\\\\u0*{n:x}",  # \u002f
+            f"%{n:02x}" if n < 0x80 else "",  # URL
+            f"&#0*{n};",  # &#43;
+            f"&#x0*{n:x};",  # &#x2F;
+            re.escape(html.escape(ch)) if html.escape(ch) != ch else "",  # &amp; &quot; …
+            re.escape("+") if ch == " " else "",  # form encoding
+        ]
+        parts.append("(?:" + "|".join(p for p in spellings if p) + ")")
+    return "".join(parts)
 
 
 def _alternation(forms: set[str], flags: int) -> re.Pattern[str] | None:
