@@ -79,7 +79,12 @@ def test_bad_reference_is_400_naming_the_field_on_create_and_update(
     created = api.post("/v1/schedules", seed_example, format="json")
     assert created.status_code == 201, created.content
     sid = created.json()["id"]
-    res = api.patch(f"/v1/schedules/{sid}", {"target": http_target(ref)}, format="json")
+    version = created.json()["version"]
+    res = api.patch(
+        f"/v1/schedules/{sid}",
+        {"target": http_target(ref), "version": version},
+        format="json",
+    )
     assert_400(res, "target.headers.Authorization")
     assert Schedule.objects.get(pk=sid).target["url"] == seed_example["target"]["url"]
 
