@@ -40,6 +40,7 @@ ALLOWED_HOSTS = [
 # The loopback escape hatch of the SSRF guard is for development and tests only:
 # a production process ignores TARGET_TEST_ALLOW whatever its environment says.
 TARGET_TEST_ALLOW = []
+DEMO_RECEIVER_URL = ""
 
 # Static files: `manage.py collectstatic` (compose/Dockerfile runs it at build
 # time) writes hashed, pre-compressed copies to STATIC_ROOT; WhiteNoise serves

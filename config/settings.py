@@ -258,6 +258,9 @@ TARGET_DENY_EXTRA = get_list("TARGET_DENY_EXTRA", [])
 # Test-only escape hatch: exact "ip:port" loopback receivers targets may reach.
 # Empty in production; the always-denied ranges stay denied for everything else.
 TARGET_TEST_ALLOW = get_list("TARGET_TEST_ALLOW", [])
+# Set by `make run` (run_platform) to its demo receiver: the console's new-schedule
+# form proposes it as the target.
+DEMO_RECEIVER_URL = get("DEMO_RECEIVER_URL", "")
 
 # --- Metrics ---
 # /metrics shows every tenant's slug and counts. With METRICS_TOKEN (or

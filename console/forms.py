@@ -12,6 +12,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from django import forms
+from django.conf import settings
 from django.core import signing
 
 from config import inputs
@@ -21,6 +22,18 @@ from tenants.models import Tenant
 from tenants.roles import Role
 
 DEFAULT_TARGET = '{"type": "http", "url": "https://service.internal/hook", "method": "POST"}'
+
+
+def default_target() -> str:
+    """The new-schedule form's target: under `make run`, the demo receiver (a new
+    user's first schedule then succeeds instead of failing on DNS); else a template."""
+    if settings.DEMO_RECEIVER_URL:
+        return json.dumps(
+            {"type": "http", "url": f"{settings.DEMO_RECEIVER_URL}/ok", "method": "POST"}
+        )
+    return DEFAULT_TARGET
+
+
 ROLE_CHOICES = [(r.label, r.label) for r in Role]
 
 # Error keys of dispatch.exceptions.InvalidSchedule.detail → the form field that shows them.
@@ -180,6 +193,7 @@ class ScheduleForm(forms.Form):
         if not self.initial.get("preview_seed") and not self.initial.get("version"):
             # A new schedule (an edit form keeps its schedule's id and carries no seed).
             self.initial["preview_seed"] = issue_seed()
+            self.initial.setdefault("target", default_target())
 
     def ignored_fields(self) -> set[str]:
         """Fields of the other kind (or of another misfire policy) in a submission: the

@@ -89,3 +89,28 @@ def test_the_schedule_page_shows_the_target_as_json(world: World) -> None:
     parsed = json.loads(shown.replace("&quot;", '"').replace("&#x27;", "'"))
     assert parsed["headers"]["Authorization"] == {"secret": "vault:kv/billing/hook#token"}
     assert "{'type'" not in shown
+
+
+def test_the_new_schedule_form_proposes_the_demo_receiver_under_make_run(
+    world: World, settings: Any
+) -> None:
+    # Without a demo receiver: a template naming a service that a user must change.
+    page = world.client("operator").get("/schedules/new").content.decode()
+    assert "https://service.internal/hook" in page
+    # Under `make run` (run_platform sets DEMO_RECEIVER_URL): the receiver, which the
+    # SSRF guard lets through, so a newcomer's first schedule succeeds.
+    settings.DEMO_RECEIVER_URL = "http://127.0.0.1:9911"
+    settings.TARGET_TEST_ALLOW = ["127.0.0.1:9911"]
+    page = world.client("operator").get("/schedules/new").content.decode()
+    assert "http://127.0.0.1:9911/ok" in page and "service.internal" not in page
+    response = world.client("operator").post(
+        "/schedules/new",
+        form_data(
+            name="first",
+            target=json.dumps(
+                {"type": "http", "url": "http://127.0.0.1:9911/ok", "method": "POST"}
+            ),
+        ),
+    )
+    assert response.status_code == 302, response.content.decode()[:3000]
+    assert Schedule.objects.get(name="first").target["url"] == "http://127.0.0.1:9911/ok"

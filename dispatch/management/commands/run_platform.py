@@ -81,6 +81,7 @@ class Command(BaseCommand):
             # (editing them) and in the workers (calling them).
             settings.TARGET_TEST_ALLOW = [*settings.TARGET_TEST_ALLOW, receiver]
             env["TARGET_TEST_ALLOW"] = ",".join(settings.TARGET_TEST_ALLOW)
+            env["DEMO_RECEIVER_URL"] = f"http://{receiver}"
             seeded = demo_data.seed(access.tenant, f"http://{receiver}")
             procs["demo-receiver"] = [py, "-m", "dispatch.demo", str(port)]
         procs["web"] = [py, "manage.py", "runserver", opts["bind"], "--noreload", "--skip-checks"]
