@@ -222,7 +222,9 @@ SPECTACULAR_SETTINGS = {
 CELERY_BROKER_URL = get("CELERY_BROKER_URL") or embedded.broker_url()
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = False  # the DB lease decides retries, not redelivery loops
-CELERY_WORKER_PREFETCH_MULTIPLIER = get_int("CELERY_PREFETCH_MULTIPLIER", 4)
+# 1: with late acks a process reserves only the message it runs, so a message
+# published later with a higher priority is not stuck behind reserved lows.
+CELERY_WORKER_PREFETCH_MULTIPLIER = get_int("CELERY_PREFETCH_MULTIPLIER", 1)
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_IGNORE_RESULT = True
