@@ -41,7 +41,7 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix .
 
 typecheck: $(STAMP)
-	$(EMBED) $(BIN)/mypy config tenants dispatch console
+	$(EMBED) $(BIN)/mypy config core tenants dispatch console bench
 
 migrations-check: $(STAMP)
 	$(EMBED) $(BIN)/python manage.py makemigrations --check --dry-run

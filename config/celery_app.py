@@ -17,8 +17,9 @@ embedded.acquire()
 
 app = Celery("scheduler")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-# dispatch.bench.tasks: the benchmarks' no-op task, consumed only from their own queue.
-app.autodiscover_tasks(["dispatch", "dispatch.bench"])
+# Only the platform's tasks: the benchmarks' no-op task (bench/tasks.py) is imported
+# by the bench's own workers alone (`--include bench.tasks`, bench/consume.py).
+app.autodiscover_tasks(["dispatch"])
 
 
 # Celery's Django fixup closes every database connection before and after each

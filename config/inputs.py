@@ -27,7 +27,7 @@ from typing import IO, Any
 from rest_framework import exceptions, parsers
 
 MAX_JSON_DEPTH = 32
-# dispatch/cron.py computes up to the year 9000; a year of margin past the last
+# dispatch/timing/cron.py computes up to the year 9000; a year of margin past the last
 # accepted instant keeps its look-ahead (next occurrence, yearly schedules) in range.
 MIN_INSTANT = datetime(1970, 1, 1, tzinfo=UTC)
 MAX_INSTANT = datetime(8999, 12, 31, 23, 59, 59, tzinfo=UTC)

@@ -53,6 +53,8 @@ INSTALLED_APPS = [
     "tenants",
     "dispatch",
     "console",
+    # The benchmark suite: only its `manage.py bench` command (no models).
+    "bench",
 ]
 
 MIDDLEWARE = [

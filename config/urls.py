@@ -3,7 +3,7 @@ from django.urls import URLPattern, URLResolver, include, path
 from drf_spectacular.views import SpectacularJSONAPIView, SpectacularSwaggerSplitView
 from rest_framework.permissions import AllowAny
 
-from config import health, metrics
+from dispatch.ops import health, metrics
 from tenants.login import AdminLoginForm
 
 # The admin's log-in has the console's brute-force limits (tenants/login.py).

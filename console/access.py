@@ -18,7 +18,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from dispatch import cron
+from dispatch.timing import cron
 from tenants import selectors as tenant_selectors
 from tenants.audit import audit_record
 from tenants.roles import Principal, Role

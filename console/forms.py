@@ -16,8 +16,9 @@ from django.conf import settings
 from django.core import signing
 
 from config import inputs
-from dispatch import cron, selectors
+from dispatch import selectors
 from dispatch.models import DurationClass, Misfire, Overlap, Priority, Schedule
+from dispatch.timing import cron
 from tenants.models import Tenant
 from tenants.roles import Role
 

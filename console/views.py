@@ -34,10 +34,11 @@ from console.access import (
     tenant_view,
     viewer_zone,
 )
-from dispatch import cron, explain, selectors, services
+from dispatch import explain, selectors, services
 from dispatch.exceptions import DispatchError, InvalidSchedule, NotFound
 from dispatch.models import Execution, Kind, Schedule
 from dispatch.schedule_fields import clean_schedule
+from dispatch.timing import cron
 from tenants import selectors as tenant_selectors
 from tenants import services as tenant_services
 from tenants.exceptions import TenantsError

@@ -15,10 +15,10 @@ from uuid import UUID
 
 from django.conf import settings
 
-from dispatch import cron
 from dispatch.exceptions import InvalidSchedule
 from dispatch.models import DurationClass, Misfire, Overlap, Priority, Schedule
 from dispatch.targets import clean_target
+from dispatch.timing import cron
 from tenants import naming
 from tenants.models import Tenant
 

@@ -12,7 +12,6 @@ from typing import Any, Generic, TypeVar
 from django.db import connection
 from django.db.models import Case, Count, Max, Model, Q, QuerySet, Value, When
 
-from dispatch import cron
 from dispatch.exceptions import InvalidSchedule, NotFound
 from dispatch.models import (
     BeatNode,
@@ -23,6 +22,7 @@ from dispatch.models import (
     Schedule,
     SchedulerPartition,
 )
+from dispatch.timing import cron
 from tenants.models import Tenant, TenantQuota
 
 T = TypeVar("T")

@@ -15,7 +15,6 @@ from typing import Any
 from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 
-from dispatch import cron
 from dispatch.exceptions import (
     IdempotencyConflict,
     InvalidSchedule,
@@ -27,6 +26,7 @@ from dispatch.exceptions import (
 from dispatch.models import Execution, ExecutionEvent, ExecutionState, Kind, Schedule, Trigger
 from dispatch.schedule_fields import ScheduleSpec, clean_schedule, partition_for
 from dispatch.selectors import as_uuid
+from dispatch.timing import cron
 from tenants.audit import audit_record
 from tenants.models import TenantQuota
 from tenants.roles import Principal
@@ -192,7 +192,7 @@ def schedule_create(
         created_by=actor.label,
     )
     _store(schedule, spec)
-    # A schedule with upstreams is fired by them (dispatch/dependencies.py), not by its own timing.
+    # A schedule with upstreams is fired by them (dispatch/scheduler/dependencies.py), not by its own timing.
     schedule.next_run_at = None if spec.depends_on else _first_run(schedule, now=now)
     _save_unique(schedule, force_insert=True)
     if spec.depends_on:

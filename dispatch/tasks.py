@@ -15,7 +15,7 @@ from typing import Any
 from celery import shared_task
 from django.db import DatabaseError
 
-from dispatch import alerts, ratelimit, runner
+from dispatch.worker import alerts, ratelimit, runner
 
 log = logging.getLogger("dispatch.worker")
 

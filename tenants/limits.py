@@ -23,7 +23,7 @@ from django.conf import settings
 from django.core.checks import Error
 from django.http import HttpRequest
 
-from dispatch.ratelimit import redis_client
+from dispatch.worker.ratelimit import redis_client
 
 log = logging.getLogger(__name__)
 

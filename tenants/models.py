@@ -32,7 +32,7 @@ class Tenant(models.Model):
     active = models.BooleanField(default=True)
     # Operator-managed egress allow-list for HTTP targets: CIDRs ("10.20.0.0/16")
     # and host patterns ("*.billing.internal"). Private ranges are reachable only
-    # through it; the always-denied ranges never are (see dispatch/netguard.py).
+    # through it; the always-denied ranges never are (see dispatch/targets/netguard.py).
     egress_allow = models.JSONField(default=list, blank=True)
     signing_key = models.CharField(max_length=64, default=new_signing_key)
     alert_webhook_url = models.URLField(max_length=2048, blank=True)

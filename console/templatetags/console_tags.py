@@ -11,7 +11,7 @@ from django import template
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from dispatch import cron
+from dispatch.timing import cron
 
 register = template.Library()
 

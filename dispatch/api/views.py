@@ -15,7 +15,7 @@ from rest_framework.response import Response
 
 from config import inputs
 from config.api_views import StrictQueryView
-from dispatch import cron, explain, selectors, services
+from dispatch import explain, selectors, services
 from dispatch.api.serializers import (
     EmptySerializer,
     ExecutionDetailDoc,
@@ -36,6 +36,7 @@ from dispatch.api.serializers import (
     timeline_out,
 )
 from dispatch.exceptions import InvalidSchedule, PreconditionRequired
+from dispatch.timing import cron
 from tenants.roles import Principal, Role
 
 # Bounded: a version is a PositiveIntegerField, and int() of thousands of digits raises.

@@ -668,7 +668,7 @@ MAX_EGRESS_CONNECTIONS = 32
 
 
 def _egress_policy(tenant_id: Any) -> Any:
-    from dispatch import netguard
+    from dispatch.targets import netguard
 
     if os.geteuid() != 0:
         raise SandboxUnavailable(
@@ -816,7 +816,7 @@ class EgressProxy:
                 conn.close()
 
     def _connect(self, conn: socket.socket, host: str, port: int) -> socket.socket | None:
-        from dispatch import netguard
+        from dispatch.targets import netguard
         from dispatch.targets.http import resolve_checked
 
         try:

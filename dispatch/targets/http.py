@@ -27,8 +27,8 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from config import telemetry
-from dispatch import netguard, retry
 from dispatch.exceptions import InvalidSchedule
+from dispatch.targets import netguard
 from dispatch.targets.common import (
     clean_secret_ref,
     clean_str,
@@ -37,6 +37,7 @@ from dispatch.targets.common import (
     require_keys,
 )
 from dispatch.targets.runtime import Aborted, Outcome, RunContext
+from dispatch.timing import retry
 from tenants.models import Tenant
 
 KEYS = {"type", "url", "method", "headers", "body", "timeout_s"}

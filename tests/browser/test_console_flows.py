@@ -23,8 +23,8 @@ from tenants import services as tenant_services
 from tenants.models import AuditEvent, ServiceToken, Tenant
 from tenants.roles import Principal, Role
 from tests.browser.conftest import login, shot
-from tests.integration.console_support import TARGET, principal_of, user
-from tests.procs import Ledger, Proc, beat_cmd, processes, wait_for, worker_cmd
+from tests.support.console_support import TARGET, principal_of, user
+from tests.support.procs import Ledger, Proc, beat_cmd, processes, wait_for, worker_cmd
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 PW = "browser-pw-Секрет-1"

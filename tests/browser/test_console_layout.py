@@ -12,7 +12,7 @@ from dispatch import services
 from tenants import services as tenant_services
 from tenants.roles import Role
 from tests.browser.conftest import login, shot
-from tests.integration.console_support import TARGET, principal_of, user
+from tests.support.console_support import TARGET, principal_of, user
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 PW = "browser-pw-layout-1"

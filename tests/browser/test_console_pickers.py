@@ -17,7 +17,7 @@ from tenants import services as tenant_services
 from tenants.models import Tenant
 from tenants.roles import Principal, Role
 from tests.browser.conftest import login, shot
-from tests.integration.console_support import TARGET, principal_of, user
+from tests.support.console_support import TARGET, principal_of, user
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 # Skipped with the others (conftest) when Playwright is not installed.

@@ -16,7 +16,7 @@ from tenants import services as tenant_services
 from tenants.models import Membership, ServiceToken, Tenant
 from tenants.roles import Role
 from tests.browser.conftest import login, shot
-from tests.integration.console_support import TARGET, principal_of, user
+from tests.support.console_support import TARGET, principal_of, user
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 PW = "browser-pw-Секрет-2"

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from tests.browser.conftest import shot
-from tests.integration.console_support import user
+from tests.support.console_support import user
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 PW = "browser-throttle-pw-1"

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from tests.browser.conftest import shot
-from tests.procs import server_data_dir
+from tests.support.procs import server_data_dir
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]

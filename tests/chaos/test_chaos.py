@@ -26,8 +26,8 @@ from tenants.models import Tenant
 from tenants.roles import Principal, Role
 from tests.chaos import harness
 from tests.chaos.servers import OwnRedis, Postgres
-from tests.integration.worker_support import purge
-from tests.procs import Ledger, processes, wait_for
+from tests.support.procs import Ledger, processes, wait_for
+from tests.support.worker_support import purge
 
 NEMESES = harness.Cluster.NEMESES
 LEAD_S = 8.0  # first nemesis after the cluster is warm and jobs are flowing

@@ -43,7 +43,9 @@ def env_file(name: str) -> dict[str, str]:
 
 def project_text() -> str:
     parts = [p.read_text() for p in ROOT.glob("config/*.py")]
-    parts += [p.read_text() for p in ROOT.glob("dispatch/**/*.py")]
+    parts += [
+        p.read_text() for d in ("core", "dispatch", "bench") for p in ROOT.glob(f"{d}/**/*.py")
+    ]
     parts += [p.read_text() for p in (COMPOSE / "scripts").glob("*.sh")]
     return "\n".join(parts)
 

@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from dispatch import cron
+from dispatch.timing import cron
 
 SEED = "6a1f3c2e-7d4b-4e8a-9c05-1b2d3e4f5a6b"
 TICK = timedelta(microseconds=1)

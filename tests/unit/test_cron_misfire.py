@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from dispatch import cron
+from dispatch.timing import cron
 
 SEED = "9d8c7b6a-5f4e-4d3c-8b2a-1f0e9d8c7b6a"
 TICK = timedelta(microseconds=1)

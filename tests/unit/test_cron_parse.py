@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from dispatch import cron
+from dispatch.timing import cron
 
 SEED = "0b7e4a52-8c1d-4f3e-9a26-5d0c7f1e2b93"
 OTHER_SEED = "5f2d9c1a-3b4e-4c6d-8e7f-9a0b1c2d3e4f"

@@ -8,7 +8,7 @@ from itertools import pairwise
 
 import pytest
 
-from dispatch import cron
+from dispatch.timing import cron
 
 SEED = "2c4e6a8b-1d3f-4b5c-9e7a-0f1e2d3c4b5a"
 

@@ -1,4 +1,4 @@
-"""Hypothesis properties of dispatch.cron, checked against an independent oracle.
+"""Hypothesis properties of dispatch.timing.cron, checked against an independent oracle.
 
 The oracle below re-implements just enough: it parses the *resolved* expression
 (so H is already numbers), tests each wall-clock minute, and maps a matching
@@ -17,7 +17,7 @@ from zoneinfo import ZoneInfo
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from dispatch import cron
+from dispatch.timing import cron
 
 ZONES = (
     "Europe/Amsterdam",

@@ -4,7 +4,7 @@ import ipaddress
 
 import pytest
 
-from dispatch import netguard
+from dispatch.targets import netguard
 
 NO_ALLOW = netguard.AllowList()
 

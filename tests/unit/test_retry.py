@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dispatch import retry
+from dispatch.timing import retry
 
 EXP = {"max_attempts": 5, "backoff": "exponential", "initial_s": 10, "max_s": 60}
 FIXED = {"max_attempts": 5, "backoff": "fixed", "initial_s": 7, "max_s": 60}

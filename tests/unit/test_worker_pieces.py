@@ -12,10 +12,10 @@ from urllib.parse import quote, quote_plus
 
 import pytest
 
-from dispatch import ratelimit, vault
 from dispatch.targets import http
 from dispatch.targets.runtime import RunContext, describe_exception
 from dispatch.tasks import parse_message
+from dispatch.worker import ratelimit, vault
 
 
 def test_signature_is_hmac_sha256_over_timestamp_id_and_body() -> None:

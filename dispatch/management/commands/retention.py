@@ -10,7 +10,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
-from dispatch import retention
+from dispatch.scheduler import retention
 from dispatch.services import db_now
 
 

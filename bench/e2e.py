@@ -1,0 +1,364 @@
+"""`bench e2e --n 2000 --workers 1 --concurrency 2`: no-op HTTP executions end to end.
+
+N one-off HTTP jobs to a receiver on 127.0.0.1, fired by a real beat and run
+by the project's real short worker pool. Reported: completed/s (first
+started_at → last finished_at, from the database) and its ratio to the raw
+Celery no-op consume rate of the same number of worker processes and
+concurrency, measured right after.
+
+Then the worker-side overhead per execution: the runner's own
+`run_execution` is called in-process on a few hundred executions, with every
+lease function it calls (claim, attempt-started event, heartbeat, fenced
+completion) timed and its database round trips counted. A no-op call ends
+long before the first heartbeat (every EXECUTION_LEASE_S / 3), so the bench
+makes one heartbeat inside each call, on the live lease, as a longer call would.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+from unittest import mock
+
+from django.conf import settings
+from django.db import connection, reset_queries
+from django.test.utils import CaptureQueriesContext, override_settings
+
+from bench.common import (
+    SHORT_QUEUES,
+    BenchError,
+    Children,
+    beat_argv,
+    bench_tenant,
+    cleanup_tenant,
+    execute,
+    fetchall,
+    forget_beats,
+    insert_schedules,
+    percentile,
+    purge_queues,
+    quiet_logs,
+    ratio,
+    table,
+    wait_for_beats,
+    wait_worker_ready,
+    worker_argv,
+)
+from bench.consume import noop_consume_rate
+from bench.receiver import Receiver
+
+KEY = "e2e"
+FINAL = ("succeeded", "dead", "cancelled", "skipped", "failed", "timed_out")
+# The per-host token bucket (50/s by default) would otherwise be what is measured.
+UNLIMITED_RATE = "1000000/s"
+
+
+def _target(receiver: Receiver) -> dict[str, Any]:
+    return {"type": "http", "method": "GET", "url": f"{receiver.url}/noop", "timeout_s": 10}
+
+
+def run(n: int, workers: int, concurrency: int, overhead_n: int) -> dict[str, Any]:
+    with Receiver() as receiver:
+        result = _throughput(receiver, n, workers, concurrency)
+        noop = noop_consume_rate(max(n, 200), workers=workers, concurrency=concurrency)
+        result["celery_noop_per_s"] = noop["per_s"]
+        result["ratio_to_celery_noop"] = ratio(result["completed_per_s"], noop["per_s"])
+        result["overhead"] = _overhead(receiver, overhead_n)
+    return result
+
+
+def _throughput(receiver: Receiver, n: int, workers: int, concurrency: int) -> dict[str, Any]:
+    tenant = bench_tenant(n)
+    beat_name = "bench-e2e-beat"
+    names = [f"bench-w{i}" for i in range(workers)]
+    try:
+        insert_schedules(
+            tenant.pk,
+            n,
+            name_prefix="e",
+            # Out of the due index until the workers and the beat are up.
+            run_at="clock_timestamp() + interval '3650 days'",
+            next_run_at="NULL",
+            target=_target(receiver),
+            priority="default",
+            duration_class="short",
+        )
+        purge_queues(*SHORT_QUEUES)
+        with Children("e2e") as children:
+            pool = [
+                children.start(
+                    name,
+                    worker_argv(",".join(SHORT_QUEUES), concurrency, name),
+                    WORKER_ID=name,
+                    TARGET_TEST_ALLOW=receiver.allow_entry,
+                    TARGET_RATE_PER_HOST=UNLIMITED_RATE,
+                )
+                for name in names
+            ]
+            for worker in pool:
+                wait_worker_ready(worker)
+            beat = children.start(beat_name, beat_argv(beat_name))
+            wait_for_beats([beat], [beat_name])
+            execute(
+                "UPDATE dispatch_schedule SET"
+                " run_at = date_trunc('second', clock_timestamp()) + interval '2 seconds',"
+                " next_run_at = date_trunc('second', clock_timestamp()) + interval '2 seconds'"
+                " WHERE tenant_id = %(t)s",
+                {"t": tenant.pk},
+            )
+            deadline = time.monotonic() + 60 + n / 20
+            while True:
+                done = fetchall(
+                    "SELECT count(*) FROM dispatch_execution WHERE tenant_id = %(t)s AND state = ANY(%(f)s)",
+                    {"t": tenant.pk, "f": list(FINAL)},
+                )[0][0]
+                if done >= n or time.monotonic() > deadline:
+                    break
+                for child in [*pool, beat]:
+                    if not child.alive():
+                        raise BenchError(f"{child.name} exited:\n{child.output()[-3000:]}")
+                time.sleep(0.5)
+        forget_beats([beat_name])
+        row = fetchall(
+            """
+            SELECT count(*), count(DISTINCT schedule_id),
+                   count(*) FILTER (WHERE state = ANY(%(f)s)),
+                   count(*) FILTER (WHERE state = 'succeeded'),
+                   count(*) FILTER (WHERE attempt > 1),
+                   min(started_at), max(finished_at),
+                   percentile_cont(ARRAY[0.5, 0.99]) WITHIN GROUP
+                       (ORDER BY extract(epoch FROM finished_at - due_at))
+            FROM dispatch_execution WHERE tenant_id = %(t)s
+            """,
+            {"t": tenant.pk, "f": list(FINAL)},
+        )[0]
+    finally:
+        cleanup_tenant(tenant.pk)
+        purge_queues(*SHORT_QUEUES)
+    executions, distinct, completed, succeeded, retried = (int(x) for x in row[:5])
+    first_start, last_finish = row[5], row[6]
+    span = (last_finish - first_start).total_seconds() if first_start and last_finish else 0.0
+    latency = [float(x) for x in row[7]] if row[7] else [float("nan")] * 2
+    return {
+        "n": n,
+        "workers": workers,
+        "concurrency": concurrency,
+        "completed": completed,
+        "succeeded": succeeded,
+        "retried": retried,
+        "lost": n - distinct,
+        "duplicated": executions - distinct,
+        "duplicate_deliveries": sum(c - 1 for c in receiver.deliveries.values() if c > 1),
+        "span_s": span,
+        "completed_per_s": succeeded / span if span > 0 else float("nan"),
+        "due_to_finished_p50_s": latency[0],
+        "due_to_finished_p99_s": latency[1],
+    }
+
+
+# Django logs transaction control as queries; each is a round trip of its own with psycopg 3.
+_CONTROL = ("BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE SAVEPOINT")
+
+
+def _count(queries: CaptureQueriesContext) -> tuple[int, int]:
+    """(round trips, statements other than transaction control) of a captured stretch."""
+    sqls = [q["sql"].strip().upper() for q in queries.captured_queries]
+    return len(sqls), sum(1 for q in sqls if not q.startswith(_CONTROL))
+
+
+class _Probe:
+    """Per-call time and database work of the lease functions the runner calls."""
+
+    def __init__(self) -> None:
+        self.calls: dict[str, list[tuple[float, int, int]]] = defaultdict(list)
+
+    def wrap(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            with CaptureQueriesContext(connection) as queries:
+                t0 = time.perf_counter()
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    elapsed_ms = (time.perf_counter() - t0) * 1000
+                    self.calls[name].append((elapsed_ms, *_count(queries)))
+
+        return timed
+
+
+@contextmanager
+def _instrumented(probe: _Probe) -> Iterator[None]:
+    from dispatch.targets import KINDS
+    from dispatch.worker import leases
+
+    http = KINDS["http"]
+    lease_s = float(settings.EXECUTION_LEASE_S)
+
+    class HeartbeatingHttp:
+        """The http target, with the heartbeat a call longer than lease/3 would get."""
+
+        clean = staticmethod(http.clean)
+        rate_key = staticmethod(http.rate_key)
+
+        @staticmethod
+        def run(ctx: Any) -> Any:
+            leases.lease_heartbeat(
+                execution_id=ctx.execution_id, token=ctx.fencing_token, lease_s=lease_s
+            )
+            t0 = time.perf_counter()
+            try:
+                return http.run(ctx)
+            finally:
+                probe.calls["target_call"].append(((time.perf_counter() - t0) * 1000, 0, 0))
+
+    with (
+        mock.patch.object(leases, "execution_claim", probe.wrap("claim", leases.execution_claim)),
+        mock.patch.object(leases, "event_add", probe.wrap("event", leases.event_add)),
+        mock.patch.object(
+            leases, "lease_heartbeat", probe.wrap("heartbeat", leases.lease_heartbeat)
+        ),
+        mock.patch.object(leases, "attempt_finish", probe.wrap("complete", leases.attempt_finish)),
+        mock.patch.dict(KINDS, {"http": HeartbeatingHttp}),
+    ):
+        yield
+
+
+def _overhead(receiver: Receiver, k: int) -> dict[str, Any]:
+    from dispatch.worker import runner
+
+    tenant = bench_tenant(k)
+    try:
+        insert_schedules(
+            tenant.pk,
+            k,
+            name_prefix="o",
+            run_at="clock_timestamp() - interval '1 second'",
+            next_run_at="NULL",
+            target=_target(receiver),
+            priority="default",
+            duration_class="short",
+        )
+        ids = [
+            str(r[0])
+            for r in fetchall(
+                """
+                INSERT INTO dispatch_execution
+                    (id, schedule_id, tenant_id, partition, scheduled_for, due_at, trigger,
+                     attempt, state, queue, lease_owner, fencing_token, error, log_excerpt,
+                     reason_code, reason)
+                SELECT gen_random_uuid(), s.id, s.tenant_id, s.partition, s.run_at, s.run_at,
+                       'api', 1, 'scheduled', '', '', 0, '', '', '', ''
+                FROM dispatch_schedule s WHERE s.tenant_id = %(t)s
+                RETURNING id
+                """,
+                {"t": tenant.pk},
+            )
+        ]
+        probe = _Probe()
+        per_exec: list[tuple[float, int, int, str]] = []
+        with (
+            quiet_logs(),
+            override_settings(
+                TARGET_TEST_ALLOW=[receiver.allow_entry], TARGET_RATE_PER_HOST=UNLIMITED_RATE
+            ),
+            _instrumented(probe),
+        ):
+            for eid in ids:
+                # The query log is a bounded deque: emptied per run so counts stay exact.
+                reset_queries()
+                with CaptureQueriesContext(connection) as queries:
+                    t0 = time.perf_counter()
+                    outcome = runner.run_execution(execution_id=eid, attempt=1)
+                    elapsed = (time.perf_counter() - t0) * 1000
+                per_exec.append((elapsed, *_count(queries), outcome))
+    finally:
+        cleanup_tenant(tenant.pk)
+    outcomes = {o for *_, o in per_exec}
+    if outcomes != {"succeeded"}:
+        raise BenchError(f"e2e overhead: in-process runs ended {sorted(outcomes)}")
+
+    def mean_of(name: str, field: int) -> float:
+        calls = probe.calls[name]
+        return statistics.fmean(c[field] for c in calls) if calls else 0.0
+
+    steps = ("claim", "event", "heartbeat", "complete")
+    lease_ms = [
+        sum(probe.calls[s][i][0] for s in ("claim", "heartbeat", "complete"))
+        for i in range(len(per_exec))
+    ]
+    db_ms = sum(mean_of(s, 0) for s in steps)
+    run_ms = statistics.fmean(e for e, *_ in per_exec)
+    return {
+        "n": k,
+        "db_round_trips_per_exec": statistics.fmean(r for _, r, _, _ in per_exec),
+        "statements_per_exec": statistics.fmean(q for _, _, q, _ in per_exec),
+        "claim_heartbeat_complete_ms": statistics.fmean(lease_ms),
+        "claim_heartbeat_complete_p99_ms": percentile(lease_ms, 0.99),
+        "db_ms_per_exec": db_ms,
+        "run_total_ms": run_ms,
+        "target_call_ms": mean_of("target_call", 0),
+        "other_ms": run_ms - db_ms - mean_of("target_call", 0),
+        "steps": {
+            s: {"ms": mean_of(s, 0), "round_trips": mean_of(s, 1), "statements": mean_of(s, 2)}
+            for s in steps
+        },
+    }
+
+
+def report(result: dict[str, Any], data: dict[str, Any]) -> str:
+    keys = [
+        "n",
+        "workers",
+        "concurrency",
+        "completed",
+        "lost",
+        "duplicated",
+        "duplicate_deliveries",
+        "completed_per_s",
+        "celery_noop_per_s",
+        "ratio_to_celery_noop",
+    ]
+    o = result["overhead"]
+    steps = [{"step": s} | v for s, v in o["steps"].items()]
+    return "\n".join(
+        [
+            table([result], keys),
+            "",
+            f"worker-side overhead per execution ({o['n']} in-process runs of runner.run_execution):",
+            table(steps, ["step", "ms", "round_trips", "statements"]),
+            f"claim + heartbeat + complete: {o['claim_heartbeat_complete_ms']:.2f} ms"
+            f" (p99 {o['claim_heartbeat_complete_p99_ms']:.2f} ms);"
+            f" all DB steps {o['db_ms_per_exec']:.2f} ms; {o['db_round_trips_per_exec']:.1f}"
+            f" round trips ({o['statements_per_exec']:.1f} statements,"
+            f" {o['db_round_trips_per_exec'] - o['statements_per_exec']:.1f} BEGIN/COMMIT) per execution;"
+            f" no-op HTTP call {o['target_call_ms']:.2f} ms; the rest of run_execution"
+            f" {o['other_ms']:.2f} ms",
+        ]
+    )
+
+
+def summary(data: dict[str, Any]) -> list[dict[str, Any]]:
+    r = data.get(KEY)
+    if not r or "completed_per_s" not in r:
+        return []
+    name = f"e2e {r['n']} ({r['workers']}x{r['concurrency']})"
+    o = r.get("overhead") or {}
+    return [
+        {
+            "name": name,
+            "figure": "completed/s vs celery no-op/s",
+            "value": r["completed_per_s"],
+            "ceiling": r.get("celery_noop_per_s"),
+            "ratio": r.get("ratio_to_celery_noop"),
+        },
+        {"name": name, "figure": "lost / duplicated", "value": f"{r['lost']} / {r['duplicated']}"},
+        {
+            "name": name,
+            "figure": "claim+heartbeat+complete ms/exec",
+            "value": o.get("claim_heartbeat_complete_ms"),
+        },
+        {"name": name, "figure": "DB round trips/exec", "value": o.get("db_round_trips_per_exec")},
+    ]

@@ -1,0 +1,156 @@
+"""`python manage.py bench <which>`: benchmarks on this machine (code in bench/).
+
+Run them on a database and broker of their own (`make bench` uses a separate
+embedded data folder when no URLs are set): each creates a throwaway tenant,
+starts real beats / workers / web servers as it needs, and removes its rows
+and purges its queues when done. Every figure is merged into the JSON file
+and printed next to its raw ceiling from `limits` (run that first).
+
+    bench limits  --n 20000 --noop-n 5000
+    bench burst   --n 10000 --beats 2
+    bench steady  --rates 1000,2000,5000 --seconds 60
+    bench e2e     --n 2000 --workers 1 --concurrency 2
+    bench scale   --small 10000 --large 1000000
+    bench api     --schedules 2000 --rows 10000000
+    bench flatten --n 10000 --jitter 30
+    bench all     (all of them at moderate sizes, then one combined table)
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from bench import suite
+
+
+def _rates(text: str) -> list[int]:
+    try:
+        rates = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError("rates are whole numbers, e.g. 1000,2000,5000") from None
+    if not rates or min(rates) <= 0:
+        raise argparse.ArgumentTypeError("give at least one positive rate")
+    return rates
+
+
+def _names(text: str) -> list[str]:
+    names = [x.strip() for x in text.split(",") if x.strip()]
+    unknown = sorted(set(names) - set(suite.ORDER))
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown bench {unknown[0]!r}")
+    return names
+
+
+# Per subcommand: (option, type, default for the subcommand, default inside `all`, help).
+OPTIONS: dict[str, list[tuple[str, Any, Any, Any, str]]] = {
+    "limits": [
+        ("n", int, 20_000, 20_000, "due rows claimed and messages published"),
+        ("noop-n", int, 5_000, 5_000, "no-op Celery tasks consumed"),
+    ],
+    "burst": [
+        ("n", int, 10_000, 10_000, "one-offs due at the same second"),
+        ("beats", int, 2, 2, "beat processes"),
+        ("lead", float, 0, 0, "seconds between making them due and due time (0: 3 s)"),
+    ],
+    "steady": [
+        ("rates", _rates, [1000, 2000, 5000], [1000, 2000, 5000], "due rates per second"),
+        ("seconds", float, 60, 30, "seconds of due times per rate"),
+        ("beats", int, 2, 2, "beat processes"),
+        ("lead", float, None, None, "seconds from insert to the first due time (default: by size)"),
+    ],
+    "e2e": [
+        ("n", int, 2000, 2000, "no-op HTTP executions"),
+        ("workers", int, 1, 1, "worker processes"),
+        ("concurrency", int, 2, 2, "prefork concurrency per worker"),
+        ("overhead-n", int, 300, 300, "in-process runs measuring per-execution overhead"),
+    ],
+    "scale": [
+        ("small", int, 10_000, 10_000, "idle schedules, small table"),
+        ("large", int, 1_000_000, 1_000_000, "idle schedules, large table"),
+        ("due", int, 20, 20, "schedules due in every cycle"),
+        ("cycles", int, 30, 30, "measured beat cycles per size"),
+        ("rss-seconds", float, 5, 5, "seconds a beat subprocess runs before its RSS is read"),
+    ],
+    "api": [
+        ("schedules", int, 2000, 2000, "schedules created through POST /v1/schedules"),
+        ("rows", int, 10_000_000, 1_000_000, "execution rows in the tenant's history"),
+        ("clients", int, 4, 4, "concurrent API clients"),
+        ("requests", int, 200, 200, "GETs per page depth"),
+        ("web-workers", int, 2, 2, "gunicorn worker processes"),
+    ],
+    "flatten": [
+        ("n", int, 10_000, 10_000, "schedules due at the same minute"),
+        ("jitter", int, 30, 30, "jitter_s of the spread variant"),
+        ("beats", int, 2, 2, "beat processes"),
+    ],
+}
+HELP = {
+    "limits": "raw ceilings: claim+insert+advance, pipelined publish, Celery no-op consume",
+    "burst": "N one-offs due at the same second, real beats and broker",
+    "steady": "fire lag under steady due rates, real beats",
+    "e2e": "no-op HTTP executions end to end, real beat and workers; per-execution overhead",
+    "scale": "beat cycle cost with a small vs a large idle schedule table; beat RSS",
+    "api": "schedule creation rate and execution-list latency through a real web server",
+    "flatten": "top-of-the-minute burst without and with jitter spreading",
+}
+
+
+def _dest(which: str, option: str) -> str:
+    return f"{which}_{option.replace('-', '_')}"
+
+
+class Command(BaseCommand):
+    help = "Benchmarks: " + ", ".join(suite.ORDER) + ", all (see bench/)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        sub = parser.add_subparsers(dest="which", required=True)
+        for which, options in OPTIONS.items():
+            p = sub.add_parser(which, help=HELP[which])
+            for option, kind, default, _, text in options:
+                p.add_argument(f"--{option}", type=kind, default=default, help=text)
+            p.add_argument("--json", default="bench-results.json")
+        every = sub.add_parser(
+            "all", help="limits first, then every other bench, then one combined table"
+        )
+        for which, options in OPTIONS.items():
+            for option, kind, _, default, text in options:
+                every.add_argument(
+                    f"--{which}-{option}",
+                    dest=_dest(which, option),
+                    type=kind,
+                    default=default,
+                    help=f"{which}: {text}",
+                )
+        every.add_argument(
+            "--skip", type=_names, default=[], help="comma-separated benches not to run"
+        )
+        every.add_argument("--json", default="bench-results.json")
+
+    def handle(self, *args: Any, **opts: Any) -> None:
+        path = Path(opts["json"])
+        which = opts["which"]
+        if which == "all":
+            plan = [
+                (
+                    name,
+                    {
+                        option.replace("-", "_"): opts[_dest(name, option)]
+                        for option, *_ in OPTIONS[name]
+                    },
+                )
+                for name in suite.ORDER
+                if name not in opts["skip"]
+            ]
+            failed = suite.run_all(plan, path, self.stdout.write)
+            if failed:
+                raise CommandError(f"bench all: {', '.join(failed)} failed (see above)")
+            return
+        bench_opts = {
+            option.replace("-", "_"): opts[option.replace("-", "_")]
+            for option, *_ in OPTIONS[which]
+        }
+        suite.run_one(which, bench_opts, path, self.stdout.write)

@@ -1,0 +1,170 @@
+"""Rescue of running executions whose worker went away (RELIABILITY.md C6).
+
+A worker that dies, is paused past its lease, or hangs past its timeout stops
+heartbeating (or keeps a run alive too long). The sweeper moves such rows to
+their next attempt — or to `dead` once attempts are exhausted — and bumps the
+fencing token in the same statement, so whatever the lost worker writes later
+matches no row. A job that kills its worker every time therefore ends `dead`
+after exactly max_attempts attempts, never in a redelivery loop.
+
+Called by the beat every cycle (`sweep_expired_leases(partitions=[...])`).
+Due-ness uses the database clock only.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import socket
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+
+from dispatch.models import ExecutionEvent
+from dispatch.scheduler import dependencies
+from dispatch.sql import queries
+from dispatch.targets.runtime import clip
+from dispatch.timing import retry
+from dispatch.worker import alerts
+
+log = logging.getLogger("dispatch.sweeper")
+
+
+def _actor() -> str:
+    return f"sweeper:{socket.gethostname()}:{os.getpid()}"
+
+
+def sweep_expired_leases(*, partitions: list[int] | None, limit: int = 500) -> int:
+    """Retry or bury up to `limit` running executions whose lease expired or that overran.
+
+    `partitions` restricts the sweep to those partitions (None = all). Rows
+    another sweeper is handling are skipped (SKIP LOCKED). Returns how many
+    executions were moved.
+    """
+    grace = settings.EXECUTION_BACKSTOP_GRACE_S
+    actor = _actor()
+    with transaction.atomic():
+        with connection.cursor() as cur:
+            cur.execute(
+                queries["sweep_lock_expired"],
+                {
+                    "grace_s": grace,
+                    "all_partitions": partitions is None,
+                    "partitions": list(partitions or []),
+                    "limit": limit,
+                },
+            )
+            rows = cur.fetchall()
+        if not rows:
+            return 0
+        plans: dict[str, dict[str, Any]] = {}
+        for (
+            execution_id,
+            tenant_id,
+            schedule_id,
+            attempt,
+            token,
+            owner,
+            lease_expires_at,
+            _started_at,
+            retry_raw,
+            timeout_s,
+            lease_expired,
+        ) in rows:
+            pol = retry.policy(json.loads(retry_raw) if isinstance(retry_raw, str) else retry_raw)
+            if lease_expired:
+                code = "lease_expired"
+                why = (
+                    f"lease of worker {owner or '?'} (token {token}) expired at "
+                    f"{lease_expires_at:%H:%M:%S} UTC without a heartbeat"
+                )
+            else:
+                code = "backstop_timeout"
+                why = (
+                    f"still running {timeout_s} s + {grace} s grace after it started "
+                    f"(worker {owner or '?'}, token {token}); treated as hung"
+                )
+            dead = retry.exhausted(pol, attempt)
+            plans[str(execution_id)] = {
+                "tenant_id": tenant_id,
+                "schedule_id": schedule_id,
+                "attempt": attempt,
+                "token": token,
+                "state": "dead" if dead else "retry_scheduled",
+                "delay": 0.0 if dead else retry.backoff_s(pol, attempt),
+                "code": code,
+                "why": why,
+                "max": int(pol["max_attempts"]),
+            }
+        ids = list(plans)
+        with connection.cursor() as cur:
+            cur.execute(
+                queries["sweep_apply"],
+                {
+                    "ids": ids,
+                    "tokens": [plans[i]["token"] for i in ids],
+                    "states": [plans[i]["state"] for i in ids],
+                    "delays": [plans[i]["delay"] for i in ids],
+                    "codes": [plans[i]["code"] for i in ids],
+                    "reasons": [
+                        f"attempt {plans[i]['attempt']} timed out: {plans[i]['why']}"
+                        + (" — attempts exhausted" if plans[i]["state"] == "dead" else "")
+                        for i in ids
+                    ],
+                },
+            )
+            applied = {str(row[0]): (row[1], row[2]) for row in cur.fetchall()}
+        events: list[ExecutionEvent] = []
+        for execution_id, (attempt_now, token_now) in applied.items():
+            plan = plans[execution_id]
+            base = {
+                "tenant_id": plan["tenant_id"],
+                "schedule_id": plan["schedule_id"],
+                "execution_id": execution_id,
+                "actor": actor,
+            }
+            events.append(
+                ExecutionEvent(
+                    kind="timed_out",
+                    message=clip(f"attempt {plan['attempt']} timed out: {plan['why']}"),
+                    data={
+                        "attempt": plan["attempt"],
+                        "reason_code": plan["code"],
+                        "old_token": plan["token"],
+                        "fencing_token": token_now,
+                    },
+                    **base,
+                )
+            )
+            if plan["state"] == "dead":
+                events.append(
+                    ExecutionEvent(
+                        kind="dead",
+                        message=clip(
+                            f"dead after attempt {plan['attempt']} of {plan['max']}: "
+                            f"{plan['why']} — attempts exhausted"
+                        ),
+                        data={"attempts": plan["attempt"], "reason_code": plan["code"]},
+                        **base,
+                    )
+                )
+                transaction.on_commit(functools.partial(alerts.dead_notice_enqueue, execution_id))
+            else:
+                events.append(
+                    ExecutionEvent(
+                        kind="retry_scheduled",
+                        message=f"attempt {attempt_now} of {plan['max']} in {plan['delay']:.1f} s",
+                        data={"next_attempt": attempt_now, "delay_s": round(plan["delay"], 3)},
+                        **base,
+                    )
+                )
+        ExecutionEvent.objects.bulk_create(events)
+        buried = [eid for eid in applied if plans[eid]["state"] == "dead"]
+        if buried:
+            dependencies.propagate(execution_ids=buried)
+    if applied:
+        log.info("swept %d execution(s) with expired leases or overrun timeouts", len(applied))
+    return len(applied)

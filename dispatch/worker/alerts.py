@@ -1,0 +1,145 @@
+"""The notice a tenant gets when one of its executions ends `dead`.
+
+Sent after the commit that made it dead (a rolled-back transaction must not
+alert), by a separate Celery task, so neither a worker slot nor a beat cycle
+waits on a tenant's slow webhook. The webhook URL is tenant-supplied, so it
+goes through the same SSRF guard and pinned connection as HTTP targets, and
+is signed with the tenant's key. At-least-once: an `alert_sent` event makes a
+redelivered notice task a no-op.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.conf import settings
+from django.core.mail import send_mail
+
+from dispatch.models import Execution, ExecutionEvent
+from dispatch.targets import netguard
+
+log = logging.getLogger("dispatch.alerts")
+
+NOTICE_TASK = "dispatch.send_dead_notice"
+NOTICE_QUEUE = "low.short"
+
+
+def dead_notice_enqueue(execution_id: str) -> None:
+    """Queue the dead-execution notice (call from transaction.on_commit)."""
+    from config.celery_app import app
+
+    try:
+        app.send_task(NOTICE_TASK, args=[str(execution_id)], queue=NOTICE_QUEUE)
+    except Exception as exc:
+        # The execution is dead and its timeline says so; only the push is lost.
+        log.error("could not queue the dead notice for %s: %s", execution_id, exc)
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z") if value else None
+
+
+def notice_payload(execution: Execution) -> dict[str, Any]:
+    return {
+        "event": "execution.dead",
+        "tenant": execution.tenant.slug,
+        "schedule_id": str(execution.schedule_id),
+        "schedule_name": execution.schedule.name,
+        "execution_id": str(execution.id),
+        "scheduled_for": _iso(execution.scheduled_for),
+        "attempts": execution.attempt,
+        "reason_code": execution.reason_code,
+        "reason": execution.reason,
+        "finished_at": _iso(execution.finished_at),
+    }
+
+
+def send_dead_notice(*, execution_id: str) -> list[str]:
+    """Send the notice over the tenant's configured channels; returns the channels that worked."""
+    execution = (
+        Execution.objects.select_related("tenant", "schedule").filter(pk=execution_id).first()
+    )
+    if execution is None or execution.state != "dead":
+        return []
+    if ExecutionEvent.objects.filter(execution=execution, kind="alert_sent").exists():
+        return []
+    tenant = execution.tenant
+    payload = notice_payload(execution)
+    sent: list[str] = []
+    failed: list[str] = []
+    if tenant.alert_webhook_url:
+        try:
+            status = _post_webhook(tenant.alert_webhook_url, payload, tenant=tenant)
+            (sent if 200 <= status < 300 else failed).append(f"webhook (HTTP {status})")
+        except (OSError, netguard.Denied, ValueError) as exc:
+            failed.append(f"webhook ({getattr(exc, 'reason', None) or type(exc).__name__})")
+    if tenant.alert_email:
+        try:
+            send_mail(
+                subject=f"[scheduler] {execution.schedule.name}: execution dead",
+                message=json.dumps(payload, indent=2),
+                from_email=settings.ALERT_EMAIL_FROM,
+                recipient_list=[tenant.alert_email],
+            )
+            sent.append("email")
+        except Exception as exc:
+            failed.append(f"email ({type(exc).__name__})")
+    if sent or failed:
+        ExecutionEvent.objects.create(
+            tenant=tenant,
+            schedule_id=execution.schedule_id,
+            execution=execution,
+            kind="alert_sent" if sent else "alert_failed",
+            message=(
+                f"tenant notified: {', '.join(sent)}"
+                if sent
+                else f"notice failed: {', '.join(failed)}"
+            ),
+            data={"sent": sent, "failed": failed},
+            actor="alerts",
+        )
+    return sent
+
+
+def _post_webhook(url: str, payload: dict[str, Any], *, tenant: Any) -> int:
+    from dispatch.targets import http as http_target
+
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("not an http(s) URL")
+    tls = parts.scheme == "https"
+    port = parts.port or (443 if tls else 80)
+    timeout = float(settings.ALERT_WEBHOOK_TIMEOUT_S)
+    addresses = http_target.resolve_checked(
+        parts.hostname,
+        port,
+        allow=netguard.AllowList.parse(tenant.egress_allow),
+        timeout=timeout,
+    )
+    body = json.dumps(payload, separators=(",", ":")).encode()
+    timestamp = int(time.time())
+    headers = {
+        "Content-Type": "application/json",
+        "User-Agent": http_target.USER_AGENT,
+        "X-Execution-Id": payload["execution_id"],
+        "X-Signature-Timestamp": str(timestamp),
+        "X-Signature": http_target.sign(
+            tenant.signing_key, timestamp, payload["execution_id"], body
+        ),
+    }
+    conn = http_target.PinnedConnection(
+        parts.hostname, port, addresses=addresses, tls=tls, timeout=timeout
+    )
+    try:
+        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        conn.request("POST", path, body=body, headers=headers)
+        response = conn.getresponse()
+        response.read(64 * 1024)
+        return int(response.status)
+    finally:
+        conn.close()

@@ -1,0 +1,284 @@
+"""Execution leases: claim, heartbeat, fenced completion (RELIABILITY.md C2, C3, C6).
+
+The broker is transport, the database is truth (C7): a message only names an
+(execution, attempt); whether it runs is decided here by one conditional
+UPDATE. Every later write is conditional on the fencing token the claim
+returned, so a worker that lost its lease — swept after a pause, cancelled by
+an overlap `replace` — changes nothing; its attempt to is recorded as a
+`fencing_rejected` event, never applied.
+
+All statements are named queries in dispatch/sql/worker.sql; each is one
+round trip that also writes the matching timeline events.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+
+from dispatch.scheduler import dependencies
+from dispatch.sql import queries
+from dispatch.targets.runtime import clip
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A claimed attempt: everything the runner needs, read in the claim's round trip."""
+
+    execution_id: str
+    attempt: int
+    fencing_token: int
+    scheduled_for: datetime
+    schedule_id: str
+    schedule_name: str
+    target: dict[str, Any]
+    retry: dict[str, Any]
+    timeout_s: int
+    schedule_deleted: bool
+    tenant_id: int
+    tenant_slug: str
+    signing_key: str
+    egress_allow: list[str]
+    tenant_active: bool
+    owner: str
+    # Read at claim time: whether finishing must also fire or skip dependents. A
+    # dependent created while this attempt runs takes its first occurrence from
+    # the upstream's next run, as it would had it been created a moment later.
+    has_dependents: bool = True
+
+
+@dataclass(frozen=True)
+class Peek:
+    """The row a message named, as it is now (for messages that claimed nothing)."""
+
+    state: str
+    attempt: int
+    fencing_token: int
+    lease_owner: str
+    due_in_s: float
+    tenant_id: int
+    schedule_id: str
+
+
+@dataclass(frozen=True)
+class Event:
+    kind: str
+    message: str
+    data: dict[str, Any]
+
+    def as_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "message": clip(self.message), "data": self.data}
+
+
+def _json(value: Any, default: Any) -> Any:
+    # Django's psycopg setup leaves jsonb undecoded (str) for raw cursors.
+    if value is None:
+        return default
+    return json.loads(value) if isinstance(value, (str, bytes)) else value
+
+
+def worker_id() -> str:
+    """This process's name in leases and events: WORKER_ID (default hostname) + pid.
+
+    The pid is read per call: prefork pool children share the parent's
+    settings, and each child holds its own leases.
+    """
+    return f"{settings.WORKER_ID or socket.gethostname()}:{os.getpid()}"
+
+
+def execution_claim(*, execution_id: str, attempt: int, owner: str, lease_s: float) -> Claim | None:
+    """Claim `attempt` of an execution for `owner`, or None when that attempt is not claimable.
+
+    Claimable means: state scheduled/queued/retry_scheduled, the row's attempt is
+    the message's, and it is due by the database clock. The row becomes
+    `running` with a lease and a bumped fencing token; `claimed` is recorded.
+    """
+    with connection.cursor() as cur:
+        cur.execute(
+            queries["claim_execution"],
+            {"id": execution_id, "attempt": attempt, "owner": owner, "lease_s": lease_s},
+        )
+        row = cur.fetchone()
+    if row is None:
+        return None
+    return Claim(
+        execution_id=str(row[0]),
+        attempt=row[1],
+        fencing_token=row[2],
+        scheduled_for=row[3],
+        schedule_id=str(row[4]),
+        schedule_name=row[5],
+        target=_json(row[6], {}),
+        retry=_json(row[7], {}),
+        timeout_s=row[8],
+        schedule_deleted=row[9],
+        tenant_id=row[10],
+        tenant_slug=row[11],
+        signing_key=row[12],
+        egress_allow=list(_json(row[13], [])),
+        tenant_active=row[14],
+        owner=owner,
+        has_dependents=row[15],
+    )
+
+
+def execution_peek(*, execution_id: str) -> Peek | None:
+    """The current row of an execution (None when it does not exist)."""
+    with connection.cursor() as cur:
+        cur.execute(queries["peek_execution"], {"id": execution_id})
+        row = cur.fetchone()
+    if row is None:
+        return None
+    return Peek(
+        state=row[0],
+        attempt=row[1],
+        fencing_token=row[2],
+        lease_owner=row[3],
+        due_in_s=float(row[4] or 0.0),
+        tenant_id=row[5],
+        schedule_id=str(row[6]),
+    )
+
+
+def lease_heartbeat(*, execution_id: str, token: int, lease_s: float) -> bool:
+    """Extend the lease; False means the token is no longer current: stop, record nothing."""
+    with connection.cursor() as cur:
+        cur.execute(queries["heartbeat"], {"id": execution_id, "token": token, "lease_s": lease_s})
+        return bool(cur.rowcount == 1)
+
+
+def event_add(
+    *,
+    execution_id: str,
+    tenant_id: int,
+    schedule_id: str,
+    kind: str,
+    message: str,
+    data: dict[str, Any] | None = None,
+    actor: str,
+) -> None:
+    """Append one event to an execution's timeline."""
+    with connection.cursor() as cur:
+        cur.execute(
+            queries["insert_event"],
+            {
+                "id": execution_id,
+                "tenant_id": tenant_id,
+                "schedule_id": schedule_id,
+                "kind": kind,
+                "message": clip(message),
+                "data": json.dumps(data or {}, default=str),
+                "actor": actor,
+            },
+        )
+
+
+def attempt_finish(
+    *,
+    claim: Claim,
+    state: str,
+    events: Sequence[Event],
+    attempt_inc: int = 0,
+    delay_s: float = 0.0,
+    status_code: int | None = None,
+    exit_code: int | None = None,
+    error: str = "",
+    log_excerpt: str = "",
+    reason_code: str = "",
+    reason: str = "",
+    after_commit: Callable[[], None] | None = None,
+) -> bool:
+    """End the claimed attempt in `state` with its events, only under the claim's token.
+
+    Returns False (and changes nothing) when the token is no longer current;
+    the caller records that with `fencing_rejected`. `after_commit` runs only
+    if the change was applied and committed (e.g. the dead-execution notice).
+    """
+    propagate = claim.has_dependents and state in dependencies.FINAL_STATES
+    # One statement in autocommit when nothing else must commit with it (the
+    # common case): no BEGIN/COMMIT round trips on the worker's hot path.
+    with transaction.atomic() if propagate else contextlib.nullcontext():
+        with connection.cursor() as cur:
+            cur.execute(
+                queries["finish_attempt"],
+                {
+                    "id": claim.execution_id,
+                    "token": claim.fencing_token,
+                    "state": state,
+                    "attempt_inc": attempt_inc,
+                    "delay_s": max(0.0, delay_s),
+                    "status_code": status_code,
+                    "exit_code": exit_code,
+                    "error": error.replace("\x00", ""),
+                    "log_excerpt": log_excerpt.replace("\x00", ""),
+                    "reason_code": reason_code[:40],
+                    "reason": clip(reason, 500),
+                    "events": json.dumps([e.as_json() for e in events], default=str),
+                    "actor": claim.owner,
+                },
+            )
+            applied = cur.fetchone() is not None
+        if applied and propagate:
+            # Same transaction: a dependent's occurrence exists iff the upstream's outcome does.
+            dependencies.propagate(execution_ids=[claim.execution_id])
+        if applied and after_commit is not None:
+            # In autocommit on_commit runs at once: the statement has committed.
+            transaction.on_commit(after_commit)
+    return applied
+
+
+def rate_limit_hold(*, claim: Claim, delay_s: float, message: str, data: dict[str, Any]) -> bool:
+    """Hand the claimed attempt back until its rate-limit slot, not consumed.
+
+    One statement: the row goes back to retry_scheduled at the slot, and the
+    execution's single `held_rate_limit` timeline entry is written or has its
+    count bumped. False when the token is no longer current.
+    """
+    with connection.cursor() as cur:
+        cur.execute(
+            queries["hold_rate_limit"],
+            {
+                "id": claim.execution_id,
+                "token": claim.fencing_token,
+                "delay_s": max(0.0, delay_s),
+                "attempt": claim.attempt,
+                "reason": clip(message, 500),
+                "message": message,
+                "data": json.dumps(data, default=str),
+                "actor": claim.owner,
+            },
+        )
+        return cur.fetchone() is not None
+
+
+def fencing_rejected(
+    *, claim: Claim, what: str, data: dict[str, Any] | None = None, kind: str = "fencing_rejected"
+) -> tuple[int, str] | None:
+    """Record that this worker's `what` (heartbeat / completion) was refused by the token check.
+
+    Returns the row's current (token, state), or None if the row is gone.
+    """
+    payload = {"worker": claim.owner, "token": claim.fencing_token, "attempt": claim.attempt}
+    with connection.cursor() as cur:
+        cur.execute(
+            queries["record_fencing_rejected"],
+            {
+                "id": claim.execution_id,
+                "kind": kind,
+                "owner": claim.owner,
+                "what": what,
+                "token": claim.fencing_token,
+                "data": json.dumps(payload | (data or {}), default=str),
+            },
+        )
+        row = cur.fetchone()
+    return (int(row[0]), str(row[1])) if row else None

@@ -1,0 +1,524 @@
+"""Runs one execution named by a broker message: claim, heartbeat, call, record.
+
+The message is never trusted over the row (RELIABILITY.md C7): it only names
+(execution_id, attempt). The claim decides; a message that claims nothing
+(duplicate, stale, early, orphan) is counted, logged and acknowledged.
+
+While the target runs, a heartbeat thread extends the lease every third of it
+and enforces the attempt's deadline. If a heartbeat finds the token gone
+(the sweeper took the execution over, or an overlap `replace` cancelled it),
+the attempt is stopped at once — HTTP socket shut, process group killed —
+and its result is never applied, only recorded as rejected.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import traceback
+from types import ModuleType
+from typing import Any
+
+from django.conf import settings
+from django.db import DatabaseError, connection
+
+from config import telemetry
+from config.logs import log_context
+from core import faults
+from dispatch.targets import KINDS
+from dispatch.targets.runtime import (
+    Aborted,
+    Outcome,
+    RunContext,
+    SecretError,
+    clip,
+    describe_exception,
+)
+from dispatch.timing import retry
+from dispatch.worker import alerts, leases, ratelimit, vault
+from dispatch.worker.leases import Claim, Event, Peek
+
+log = logging.getLogger("dispatch.worker")
+
+# A message that arrives this little before its row is due (a beat whose
+# clock runs slightly ahead) waits instead of being dropped.
+EARLY_WAIT_S = 2.0
+# Events carry a short response excerpt; the row keeps the full (bounded) one.
+EVENT_EXCERPT_CHARS = 512
+CLAIMABLE = {"scheduled", "queued", "retry_scheduled"}
+# A rate-limit slot at most this far off is waited for in place (capped at a third
+# of the lease); a later one hands the attempt back until then.
+RATE_LIMIT_INLINE_S = 1.0
+FINAL = {"succeeded", "dead", "cancelled", "skipped"}
+
+
+def run_execution(*, execution_id: str, attempt: int) -> str:
+    """Claim and run `attempt` of an execution; returns a one-word result for the task log."""
+    owner = leases.worker_id()
+    lease_s = float(settings.EXECUTION_LEASE_S)
+    claim = leases.execution_claim(
+        execution_id=execution_id, attempt=attempt, owner=owner, lease_s=lease_s
+    )
+    if claim is None:
+        peek = leases.execution_peek(execution_id=execution_id)
+        if (
+            peek is not None
+            and peek.state in CLAIMABLE
+            and peek.attempt == attempt
+            and 0 < peek.due_in_s <= EARLY_WAIT_S
+        ):
+            time.sleep(peek.due_in_s + 0.01)
+            claim = leases.execution_claim(
+                execution_id=execution_id, attempt=attempt, owner=owner, lease_s=lease_s
+            )
+            if claim is None:
+                peek = leases.execution_peek(execution_id=execution_id)
+        if claim is None:
+            return _ignore(execution_id=execution_id, attempt=attempt, owner=owner, peek=peek)
+    return _run_claimed(claim, lease_s=lease_s)
+
+
+def _ignore(*, execution_id: str, attempt: int, owner: str, peek: Peek | None) -> str:
+    if peek is None:
+        ratelimit.count_delivery("orphan")
+        log.warning(
+            "message for unknown execution %s (attempt %s) dropped: nothing to run",
+            execution_id,
+            attempt,
+        )
+        return "orphan"
+    if peek.attempt > attempt:
+        kind, why = "stale", f"the execution is already at attempt {peek.attempt} ({peek.state})"
+    elif peek.attempt < attempt:
+        kind, why = "ahead", f"the execution is only at attempt {peek.attempt} ({peek.state})"
+    elif peek.state == "running":
+        kind, why = (
+            "duplicate",
+            f"attempt {attempt} is already running (token {peek.fencing_token}, worker {peek.lease_owner})",
+        )
+    elif peek.state in FINAL:
+        kind, why = "duplicate", f"attempt {attempt} already ended ({peek.state})"
+    elif peek.state in CLAIMABLE and peek.due_in_s > 0:
+        kind, why = (
+            "early",
+            f"it is not due for another {peek.due_in_s:.1f} s; it will be re-published",
+        )
+    else:
+        kind, why = "unclaimable", f"the execution is {peek.state}"
+    ratelimit.count_delivery(kind)
+    log.info("%s delivery of execution %s attempt %s ignored: %s", kind, execution_id, attempt, why)
+    leases.event_add(
+        execution_id=execution_id,
+        tenant_id=peek.tenant_id,
+        schedule_id=peek.schedule_id,
+        kind="delivery_ignored",
+        message=f"{kind} message for attempt {attempt} ignored by {owner}: {why}",
+        data={
+            "delivery": kind,
+            "message_attempt": attempt,
+            "state": peek.state,
+            "attempt": peek.attempt,
+            "fencing_token": peek.fencing_token,
+        },
+        actor=owner,
+    )
+    return kind
+
+
+class Heartbeat(threading.Thread):
+    """Extends the lease every lease/3 and aborts the attempt at its deadline or on lease loss.
+
+    After the deadline plus one lease it stops extending: a target that ignores
+    the abort (stuck in a system call) then loses its lease to the sweeper
+    instead of holding the execution forever.
+    """
+
+    def __init__(self, claim: Claim, ctx: RunContext, lease_s: float) -> None:
+        super().__init__(name=f"heartbeat-{claim.execution_id[:8]}", daemon=True)
+        self.claim = claim
+        self.ctx = ctx
+        self.lease_s = lease_s
+        self.lost = False
+        self._done = threading.Event()
+
+    def run(self) -> None:
+        interval = max(0.2, self.lease_s / 3)
+        next_beat = time.monotonic() + interval
+        give_up = self.ctx.deadline + self.lease_s
+        try:
+            while True:
+                wake = next_beat if self.ctx.aborted else min(next_beat, self.ctx.deadline)
+                if self._done.wait(max(0.0, wake - time.monotonic())):
+                    return
+                now = time.monotonic()
+                if now >= self.ctx.deadline and not self.ctx.aborted:
+                    self.ctx.abort("deadline")
+                if now < next_beat:
+                    continue
+                next_beat = now + interval
+                if now > give_up:
+                    log.error(
+                        "execution %s ignored its deadline; no longer extending its lease",
+                        self.claim.execution_id,
+                    )
+                    return
+                try:
+                    ok = leases.lease_heartbeat(
+                        execution_id=self.claim.execution_id,
+                        token=self.claim.fencing_token,
+                        lease_s=self.lease_s,
+                    )
+                except DatabaseError as exc:
+                    # Keep trying: if the database stays away past the lease, the
+                    # sweeper takes over and the next heartbeat finds 0 rows.
+                    log.warning("heartbeat of %s failed: %s", self.claim.execution_id, exc)
+                    connection.close()
+                    continue
+                if not ok:
+                    self.lost = True
+                    self.ctx.abort("lease lost")
+                    return
+        finally:
+            connection.close()
+
+    def finish(self) -> None:
+        self._done.set()
+        self.join(timeout=10)
+
+
+def _context(claim: Claim) -> RunContext:
+    return RunContext(
+        execution_id=claim.execution_id,
+        scheduled_for=claim.scheduled_for,
+        attempt=claim.attempt,
+        fencing_token=claim.fencing_token,
+        tenant_id=claim.tenant_id,
+        tenant_slug=claim.tenant_slug,
+        signing_key=claim.signing_key,
+        egress_allow=claim.egress_allow,
+        target=claim.target,
+        timeout_s=float(claim.timeout_s),
+        excerpt_bytes=settings.RESPONSE_EXCERPT_BYTES,
+        resolve_secret=lambda ref: vault.resolve(ref, tenant_slug=claim.tenant_slug),
+    )
+
+
+def _run_claimed(claim: Claim, *, lease_s: float) -> str:
+    # One span per attempt (child of Celery's task span, itself continuing the
+    # beat's publish span from the message headers), and every log line of the
+    # attempt carries its ids.
+    with (
+        telemetry.tracer.start_as_current_span("execution.attempt") as span,
+        log_context(
+            execution_id=claim.execution_id, schedule_id=claim.schedule_id, tenant=claim.tenant_slug
+        ),
+    ):
+        span.set_attribute("scheduler.execution_id", claim.execution_id)
+        span.set_attribute("scheduler.schedule_id", str(claim.schedule_id))
+        span.set_attribute("scheduler.tenant", claim.tenant_slug)
+        span.set_attribute("scheduler.attempt", claim.attempt)
+        span.set_attribute("scheduler.fencing_token", claim.fencing_token)
+        result = _run_claimed_attempt(claim, lease_s=lease_s)
+        span.set_attribute("scheduler.result", result)
+        return result
+
+
+def _run_claimed_attempt(claim: Claim, *, lease_s: float) -> str:
+    if claim.schedule_deleted or not claim.tenant_active:
+        why = "its schedule was deleted" if claim.schedule_deleted else "its tenant is deactivated"
+        applied = leases.attempt_finish(
+            claim=claim,
+            state="cancelled",
+            events=[Event("cancelled", f"not run: {why}", {"attempt": claim.attempt})],
+            reason_code="schedule_deleted" if claim.schedule_deleted else "tenant_inactive",
+            reason=f"not run: {why}",
+        )
+        if not applied:
+            leases.fencing_rejected(claim=claim, what="cancellation")
+        return "cancelled"
+
+    module = KINDS.get(str(claim.target.get("type")))
+    if module is None:
+        return _record(
+            claim,
+            None,
+            Outcome.failure(
+                f"unknown target type {claim.target.get('type')!r}",
+                retryable=False,
+                reason_code="bad_target",
+            ),
+        )
+    held, waited = _rate_limit(claim, module, lease_s=lease_s)
+    if held:
+        return "held"
+
+    ctx = _context(claim)
+    leases.event_add(
+        execution_id=claim.execution_id,
+        tenant_id=claim.tenant_id,
+        schedule_id=claim.schedule_id,
+        kind="attempt_started",
+        message=f"attempt {claim.attempt} started by {claim.owner} (timeout {claim.timeout_s} s)",
+        data={
+            "attempt": claim.attempt,
+            "fencing_token": claim.fencing_token,
+            "target": claim.target.get("type"),
+            "timeout_s": claim.timeout_s,
+        }
+        | ({"rate_limit_wait_s": round(waited, 3)} if waited else {}),
+        actor=claim.owner,
+    )
+    heartbeat = Heartbeat(claim, ctx, lease_s)
+    heartbeat.start()
+    faults.crash_at("worker_after_claim", claim.execution_id)
+    try:
+        with telemetry.tracer.start_as_current_span("target.call") as call_span:
+            call_span.set_attribute("scheduler.target", str(claim.target.get("type")))
+            outcome = _call(module, ctx)
+    finally:
+        heartbeat.finish()
+    faults.crash_at("worker_before_complete", claim.execution_id)
+    if heartbeat.lost:
+        return _lost(claim, ctx, outcome)
+    return _record(claim, ctx, outcome)
+
+
+def _rate_limit(claim: Claim, module: ModuleType, *, lease_s: float) -> tuple[bool, float]:
+    """Take the attempt's slot on its target host: (handed back, seconds waited in place).
+
+    A slot close enough is waited for here, holding the claim (well within the
+    lease, before any heartbeat is needed). A later one hands the attempt back
+    until then, once: the slot stays reserved for it, so on re-delivery it goes
+    at once instead of queueing again.
+    """
+    key = module.rate_key(claim.target)
+    if not key:
+        return False, 0.0
+    inline = min(RATE_LIMIT_INLINE_S, lease_s / 3)
+    slot = ratelimit.reserve(key, ticket=f"{claim.execution_id}:{claim.attempt}", inline_s=inline)
+    if not slot.hold:
+        if slot.wait_s > 0:
+            time.sleep(slot.wait_s)
+        return False, slot.wait_s
+    host = key.split(":", 1)[1]
+    message = (
+        f"waiting: host {host} at its rate limit ({settings.TARGET_RATE_PER_HOST}); "
+        f"attempt {claim.attempt} held {slot.wait_s:.2f} s for its turn, not consumed"
+    )
+    applied = leases.rate_limit_hold(
+        claim=claim,
+        delay_s=slot.wait_s,
+        message=message,
+        data={"host": host, "delay_s": round(slot.wait_s, 3), "attempt": claim.attempt},
+    )
+    if not applied:
+        leases.fencing_rejected(claim=claim, what="rate-limit hold")
+    return True, slot.wait_s
+
+
+def _call(module: ModuleType, ctx: RunContext) -> Outcome:
+    try:
+        outcome: Outcome = module.run(ctx)
+        return outcome
+    except SecretError as exc:
+        return Outcome.failure(
+            ctx.redact(exc.message),
+            retryable=exc.retryable,
+            reason_code="secret",
+            latency_ms=ctx.elapsed_ms(),
+        )
+    except Aborted:
+        if ctx.abort_reason == "deadline":
+            return Outcome.failure(
+                f"stopped at its {ctx.timeout_s:g} s timeout",
+                retryable=True,
+                reason_code="timeout",
+                latency_ms=ctx.elapsed_ms(),
+            )
+        return Outcome.failure(
+            f"stopped: {ctx.abort_reason}",
+            retryable=True,
+            reason_code="aborted",
+            latency_ms=ctx.elapsed_ms(),
+        )
+    except Exception as exc:
+        # Never let a target's exception (whose text may quote a header or an
+        # argv element, or one character of a secret it could not encode) reach
+        # the logs or the row: the frames, and a description without the data.
+        log.error(
+            "target %s of execution %s raised:\n%s%s",
+            ctx.target.get("type"),
+            ctx.execution_id,
+            "".join(traceback.format_tb(exc.__traceback__)),
+            ctx.redact(describe_exception(exc)),
+        )
+        return Outcome.failure(
+            ctx.redact(f"internal error: {describe_exception(exc)}"),
+            retryable=True,
+            reason_code="internal",
+            latency_ms=ctx.elapsed_ms(),
+        )
+
+
+def _lost(claim: Claim, ctx: RunContext, outcome: Outcome) -> str:
+    result = "succeeded" if outcome.ok else "failed"
+    peek = leases.execution_peek(execution_id=claim.execution_id)
+    if peek is not None and peek.state == "cancelled":
+        leases.event_add(
+            execution_id=claim.execution_id,
+            tenant_id=claim.tenant_id,
+            schedule_id=claim.schedule_id,
+            kind="cancelled_stop",
+            message=(
+                f"worker {claim.owner} stopped attempt {claim.attempt}: the execution was "
+                f"cancelled (token {claim.fencing_token} → {peek.fencing_token}); result discarded"
+            ),
+            data={
+                "worker": claim.owner,
+                "token": claim.fencing_token,
+                "current_token": peek.fencing_token,
+                "discarded": result,
+            },
+            actor=claim.owner,
+        )
+        log.info("execution %s cancelled while running; stopped", claim.execution_id)
+        return "cancelled_stop"
+    leases.fencing_rejected(
+        claim=claim, what="heartbeat", data={"discarded": result, "latency_ms": outcome.latency_ms}
+    )
+    log.warning(
+        "execution %s: lease lost (token %s no longer current); attempt stopped, result discarded",
+        claim.execution_id,
+        claim.fencing_token,
+    )
+    return "fenced"
+
+
+def _record(claim: Claim, ctx: RunContext | None, outcome: Outcome) -> str:
+    def redact(text: str) -> str:
+        return ctx.redact(text) if ctx is not None else text
+
+    pol = retry.policy(claim.retry)
+    n, max_attempts = claim.attempt, int(pol["max_attempts"])
+    excerpt = redact(outcome.excerpt)
+    error = redact(outcome.error)
+    data: dict[str, Any] = {
+        "attempt": n,
+        "fencing_token": claim.fencing_token,
+        "status_code": outcome.status_code,
+        "exit_code": outcome.exit_code,
+        "latency_ms": outcome.latency_ms,
+        "response": clip(excerpt, EVENT_EXCERPT_CHARS),
+    } | outcome.data
+    shown = (
+        f"HTTP {outcome.status_code}"
+        if outcome.status_code is not None
+        else f"exit {outcome.exit_code}"
+        if outcome.exit_code is not None
+        else ""
+    )
+    common: dict[str, Any] = {
+        "claim": claim,
+        "status_code": outcome.status_code,
+        "exit_code": outcome.exit_code,
+        "log_excerpt": excerpt,
+    }
+    if outcome.ok:
+        state = "succeeded"
+        applied = leases.attempt_finish(
+            state=state,
+            events=[
+                Event(
+                    "attempt_succeeded",
+                    f"attempt {n} succeeded{' (' + shown + ')' if shown else ''} "
+                    f"in {outcome.latency_ms} ms",
+                    data,
+                )
+            ],
+            **common,
+        )
+    else:
+        failed = Event(
+            "attempt_failed",
+            f"attempt {n} failed after {outcome.latency_ms} ms: {error}",
+            data
+            | {
+                "error": clip(error, 500),
+                "reason_code": outcome.reason_code,
+                "retryable": outcome.retryable,
+            },
+        )
+        if outcome.retryable and not retry.exhausted(pol, n):
+            state = "retry_scheduled"
+            delay = retry.backoff_s(pol, n, retry_after_s=outcome.retry_after_s)
+            honoured = (
+                f", honouring Retry-After {outcome.retry_after_s:g} s"
+                if outcome.retry_after_s is not None
+                else ""
+            )
+            applied = leases.attempt_finish(
+                state=state,
+                attempt_inc=1,
+                delay_s=delay,
+                error=error,
+                reason_code=outcome.reason_code,
+                reason=f"attempt {n} failed: {error}",
+                events=[
+                    failed,
+                    Event(
+                        "retry_scheduled",
+                        f"attempt {n + 1} of {max_attempts} in {delay:.1f} s "
+                        f"({pol['backoff']} backoff{honoured})",
+                        {
+                            "next_attempt": n + 1,
+                            "delay_s": round(delay, 3),
+                            "retry_after_s": outcome.retry_after_s,
+                        },
+                    ),
+                ],
+                **common,
+            )
+        else:
+            state = "dead"
+            why = (
+                "not retryable"
+                if not outcome.retryable
+                else f"attempts exhausted ({n} of {max_attempts})"
+            )
+            reason = f"{error} — {why}"
+            applied = leases.attempt_finish(
+                state=state,
+                error=error,
+                reason_code=outcome.reason_code or "failed",
+                reason=reason,
+                events=[
+                    failed,
+                    Event(
+                        "dead",
+                        f"dead after attempt {n}: {reason}",
+                        {"attempts": n, "reason_code": outcome.reason_code},
+                    ),
+                ],
+                after_commit=lambda: alerts.dead_notice_enqueue(claim.execution_id),
+                **common,
+            )
+    if not applied:
+        leases.fencing_rejected(claim=claim, what="completion", data={"discarded": state})
+        log.warning(
+            "execution %s: completion (%s) with token %s rejected; not applied",
+            claim.execution_id,
+            state,
+            claim.fencing_token,
+        )
+        return "fenced"
+    log.info(
+        "execution %s attempt %s: %s%s in %s ms%s",
+        claim.execution_id,
+        n,
+        state,
+        f" ({shown})" if shown else "",
+        outcome.latency_ms,
+        "" if outcome.ok else f": {clip(error, 300)}",
+    )
+    return state

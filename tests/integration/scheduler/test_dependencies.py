@@ -1,0 +1,110 @@
+"""B runs after A succeeds, for the same occurrence; A failing or skipped skips B, naming A."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from django.db import transaction
+
+from dispatch import services
+from dispatch.models import Execution, Schedule
+from dispatch.scheduler import dependencies
+from tenants.roles import Principal
+
+pytestmark = pytest.mark.django_db
+TARGET = {"type": "http", "url": "https://billing.internal/hook"}
+AT = datetime(2030, 1, 1, 2, 0, tzinfo=UTC)
+
+
+def sched(p: Principal, name: str, **extra: Any) -> Schedule:
+    return services.schedule_create(
+        actor=p, data={"name": name, "cron": "0 2 * * *", "target": TARGET} | extra
+    )
+
+
+def finish(s: Schedule, state: str) -> Execution:
+    ex = Execution.objects.create(
+        schedule=s, tenant=s.tenant, partition=s.partition, scheduled_for=AT, due_at=AT, state=state
+    )
+    with transaction.atomic():
+        dependencies.propagate(execution_ids=[ex.id])
+    return ex
+
+
+def test_dependent_is_not_self_fired_and_runs_after_upstream_succeeds(
+    admin_principal: Principal,
+) -> None:
+    a = sched(admin_principal, "export")
+    b = sched(admin_principal, "report", depends_on=[str(a.id)])
+    assert b.next_run_at is None and a.next_run_at is not None
+    finish(a, "succeeded")
+    run = Execution.objects.get(schedule=b)
+    assert run.scheduled_for == AT and run.trigger == "dependency" and run.state == "scheduled"
+    finish_again = dependencies.propagate(execution_ids=[Execution.objects.get(schedule=a).id])
+    assert finish_again == 0  # idempotent: one execution per occurrence
+
+
+@pytest.mark.parametrize("state", ["dead", "skipped", "cancelled"])
+def test_upstream_failure_skips_dependent_naming_it(admin_principal: Principal, state: str) -> None:
+    a = sched(admin_principal, "nightly-export")
+    b = sched(admin_principal, "report", depends_on=[str(a.id)])
+    up = finish(a, state)
+    skipped = Execution.objects.get(schedule=b)
+    assert skipped.state == "skipped" and skipped.reason_code == "upstream"
+    assert (
+        "nightly-export" in skipped.reason
+        and str(up.id) in skipped.reason
+        and state in skipped.reason
+    )
+
+
+def test_dependent_with_two_upstreams_waits_for_both(admin_principal: Principal) -> None:
+    a, c = sched(admin_principal, "a"), sched(admin_principal, "c")
+    b = sched(admin_principal, "b", depends_on=[str(a.id), str(c.id)])
+    finish(a, "succeeded")
+    assert not Execution.objects.filter(schedule=b).exists()
+    finish(c, "succeeded")
+    assert Execution.objects.get(schedule=b).state == "scheduled"
+
+
+def test_dependency_cycles_are_refused(admin_principal: Principal) -> None:
+    from dispatch.exceptions import InvalidSchedule
+
+    a = sched(admin_principal, "a")
+    b = sched(admin_principal, "b", depends_on=[str(a.id)])
+    with pytest.raises(InvalidSchedule, match="cycle"):
+        services.schedule_update(
+            actor=admin_principal,
+            schedule_id=a.id,
+            data={"depends_on": [str(b.id)]},
+            expected_version=None,
+        )
+
+
+def test_worker_completion_fires_the_dependent_in_the_same_transaction(
+    admin_principal: Principal,
+) -> None:
+    from dispatch.worker import leases
+
+    a = sched(admin_principal, "export")
+    b = sched(admin_principal, "report", depends_on=[str(a.id)])
+    past = services.db_now() - timedelta(minutes=1)
+    ex = Execution.objects.create(
+        schedule=a,
+        tenant=a.tenant,
+        partition=a.partition,
+        scheduled_for=past,
+        due_at=past,
+        state="queued",
+    )
+    claim = leases.execution_claim(execution_id=str(ex.id), attempt=1, owner="w-test", lease_s=30)
+    assert claim is not None
+    assert leases.attempt_finish(claim=claim, state="succeeded", events=[])
+    follow = Execution.objects.get(schedule=b)
+    assert (
+        follow.scheduled_for == past
+        and follow.trigger == "dependency"
+        and follow.state == "scheduled"
+    )

@@ -1,0 +1,188 @@
+"""Queue and command targets run by a real worker, and the per-host rate limit
+shared through Redis (held, not failed; the attempt is not consumed)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.conf import settings
+from kombu import Connection
+
+from dispatch.models import Execution, ExecutionEvent, ManagedCommand
+from tenants.roles import Principal
+from tests.support.procs import Ledger, Proc
+from tests.support.worker_support import (
+    Pump,
+    final,
+    make_execution,
+    make_schedule,
+    publish,
+    purge,
+    worker_processes,
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+ONE_SHOT = {"max_attempts": 1, "backoff": "fixed", "initial_s": 0, "max_s": 0}
+CMD_SECRET = "cmd-secret-4b1d0c2e"
+
+
+@pytest.fixture(scope="module")
+def ledger() -> Iterator[Ledger]:
+    ledger = Ledger()
+    yield ledger
+    ledger.close()
+
+
+@pytest.fixture(scope="module")
+def worker(
+    tmp_path_factory: pytest.TempPathFactory, ledger: Ledger, django_db_setup: Any
+) -> Iterator[Proc]:
+    purge(settings.CELERY_BROKER_URL)
+    with worker_processes(tmp_path_factory.mktemp("targets")) as start:
+        yield start(
+            "w1",
+            concurrency=3,
+            TARGET_TEST_ALLOW=ledger.allow_entry,
+            TARGET_RATE_PER_HOST="2/s",
+            SECRETS_BACKEND="env",
+            SCHED_SECRET_BILLING__CMD_TOKEN=CMD_SECRET,
+        )
+    purge(settings.CELERY_BROKER_URL)
+
+
+def run(principal: Principal, target: dict[str, Any], *, timeout_s: int = 10) -> Execution:
+    execution = make_execution(
+        make_schedule(principal, target, retry=ONE_SHOT, timeout_s=timeout_s)
+    )
+    publish(execution.id, 1)
+    Pump().until(final(execution), timeout=20)
+    execution.refresh_from_db()
+    return execution
+
+
+def test_queue_target_publishes_the_ids_and_body(worker: Proc, admin_principal: Principal) -> None:
+    with Connection(settings.CELERY_BROKER_URL) as conn:
+        conn.default_channel.client.delete("billing.jobs")
+        execution = run(
+            admin_principal,
+            {
+                "type": "queue",
+                "broker": "default",
+                "exchange": "",
+                "routing_key": "billing.jobs",
+                "body": {"invoice": 42},
+            },
+        )
+        assert execution.state == "succeeded", execution.error
+        queue = conn.SimpleQueue("billing.jobs")
+        message = queue.get(timeout=5)
+        message.ack()
+        queue.close()
+    assert message.payload == {
+        "execution_id": str(execution.id),
+        "scheduled_for": execution.scheduled_for.isoformat().replace("+00:00", "Z"),
+        "attempt": 1,
+        "fencing_token": 1,
+        "body": {"invoice": 42},
+    }
+    assert message.headers["execution_id"] == str(execution.id)
+
+
+def test_command_runs_without_shell_env_minimal_secret_redacted(
+    worker: Proc, admin_principal: Principal
+) -> None:
+    ManagedCommand.objects.create(
+        name="report",
+        argv=[
+            "/bin/sh",
+            "-c",
+            "echo id=$SCHED_EXECUTION_ID attempt=$SCHED_ATTEMPT token=$API_TOKEN day=$0; env",
+            "{day}",
+        ],
+        env=["API_TOKEN"],
+    )
+    execution = run(
+        admin_principal,
+        {
+            "type": "command",
+            "command": "report",
+            "args": {"day": "2026-01-01"},
+            "env": {"API_TOKEN": {"secret": "env:CMD_TOKEN"}},
+        },
+    )
+    assert execution.state == "succeeded" and execution.exit_code == 0, execution.error
+    out = execution.log_excerpt
+    assert f"id={execution.id} attempt=1 token=[redacted] day=2026-01-01" in out
+    assert CMD_SECRET not in out
+    names = {line.split("=", 1)[0] for line in out.splitlines()[1:] if "=" in line}
+    assert not names & {
+        "DATABASE_URL",
+        "CELERY_BROKER_URL",
+        "REDIS_URL",
+        "VAULT_TOKEN",
+        "SCHED_SECRET_BILLING__CMD_TOKEN",
+        "SECRET_KEY",
+    }
+    assert "PATH" in names and "API_TOKEN" in names
+
+
+def test_command_failure_exit_code_is_recorded(worker: Proc, admin_principal: Principal) -> None:
+    ManagedCommand.objects.create(
+        name="fails", argv=["/bin/sh", "-c", "echo bad input >&2; exit 3"]
+    )
+    execution = run(admin_principal, {"type": "command", "command": "fails", "args": {}})
+    assert execution.state == "dead" and execution.exit_code == 3
+    assert execution.reason_code == "exit_3" and "bad input" in execution.log_excerpt
+    failed = ExecutionEvent.objects.get(execution=execution, kind="attempt_failed")
+    assert failed.data["retryable"] is True and failed.data["exit_code"] == 3
+
+
+def test_command_past_its_deadline_is_killed_with_its_children(
+    worker: Proc, admin_principal: Principal
+) -> None:
+    ManagedCommand.objects.create(
+        name="hangs", argv=["/bin/sh", "-c", "sleep 31.5 & exec sleep 31.6"]
+    )
+    execution = run(
+        admin_principal, {"type": "command", "command": "hangs", "args": {}}, timeout_s=1
+    )
+    assert execution.state == "dead" and execution.reason_code == "timeout"
+    assert (execution.finished_at - execution.started_at).total_seconds() < 5
+    left = subprocess.run(["pgrep", "-f", "sleep 31.[56]"], capture_output=True, text=True)
+    assert left.stdout.strip() == "", "the command's process group outlived the attempt"
+
+
+def test_rate_limited_host_holds_attempts_without_consuming_them(
+    worker: Proc, ledger: Ledger, admin_principal: Principal
+) -> None:
+    ledger.requests.clear()
+    schedule = make_schedule(
+        admin_principal, {"type": "http", "url": f"{ledger.url}/hook"}, retry=ONE_SHOT
+    )
+    executions = [make_execution(schedule) for _ in range(8)]
+    for e in executions:
+        publish(e.id, 1)
+    pump = Pump()
+    pump.until(lambda: all(final(e)() for e in executions), timeout=30, what="all eight")
+
+    for e in executions:
+        e.refresh_from_db()
+        assert e.state == "succeeded" and e.attempt == 1
+    times = sorted(r["at"] for r in ledger.requests)
+    assert len(times) == 8
+    # Bucket of 2 refilled at 2/s: no one-second window may see more than 2 + 2 calls
+    # (one more allowed for delivery jitter), so eight calls need about (8 - 2) / 2 = 3 s.
+    assert all(sum(1 for t in times if s <= t < s + 1.0) <= 5 for s in times), times
+    assert times[-1] - times[0] >= 2.8
+    held = ExecutionEvent.objects.filter(kind="held_rate_limit")
+    assert held.exists()
+    assert held.first().message.startswith(
+        f"waiting: host 127.0.0.1:{ledger.port} at its rate limit"
+    )
+    assert (
+        json.dumps(list(held.values_list("data", flat=True))).count('"attempt": 1') == held.count()
+    )
