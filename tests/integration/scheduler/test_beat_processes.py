@@ -33,19 +33,29 @@ def db_now() -> datetime:
         return cur.fetchone()[0]
 
 
+def broker_queues(broker: str) -> list[Queue]:
+    """The queues beats publish QUEUES' messages to: on RabbitMQ one priority queue
+    per duration class (config.celery_app.amqp_queue), on Redis the named ones."""
+    from config.celery_app import amqp_queue
+
+    if not broker.startswith("amqp"):
+        return [Queue(name, durable=True, auto_delete=False) for name in QUEUES]
+    return list({q.name: q for q in (amqp_queue(name)[0] for name in QUEUES)}.values())
+
+
 def purge(broker: str) -> None:
     with Connection(broker) as conn:
-        for name in QUEUES:
-            Queue(name, durable=True, auto_delete=False)(conn.default_channel).declare()
-            conn.default_channel.queue_purge(name)
+        for queue in broker_queues(broker):
+            queue(conn.default_channel).declare()
+            conn.default_channel.queue_purge(queue.name)
 
 
 def drain(broker: str) -> list[tuple[str, int]]:
     """Every message waiting in the queues: (execution_id, attempt)."""
     out: list[tuple[str, int]] = []
     with Connection(broker) as conn:
-        for name in QUEUES:
-            q = conn.SimpleQueue(Queue(name, durable=True, auto_delete=False), no_ack=True)
+        for queue in broker_queues(broker):
+            q = conn.SimpleQueue(queue, no_ack=True)
             while True:
                 try:
                     msg = q.get_nowait()
