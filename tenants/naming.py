@@ -55,7 +55,7 @@ def slug_problem(slug: str) -> str | None:
 
 
 def invisible_char(text: str) -> str | None:
-    """The first bidi control or invisible character in `text`, as `U+XXXX NAME`, or None."""
+    """The first bidi control or invisible character in `text`, as e.g. `U+202E RIGHT-TO-LEFT OVERRIDE`, or None."""
     for char in text:
         if char in _INVISIBLE_EXTRA or unicodedata.category(char) == "Cf":
             return f"U+{ord(char):04X} {unicodedata.name(char, 'unnamed')}"

@@ -10,24 +10,18 @@ from typing import Any
 import pytest
 import redis
 from django.conf import settings
-from django.db import connection
-from kombu import Queue
 
 from dispatch import services
 from dispatch.models import Execution, ExecutionEvent, Schedule, SchedulerPartition
-from dispatch.scheduler.beat import Beat, BeatConfig
+from dispatch.scheduler.beat import Beat
 from dispatch.timing import cron
 from tenants.models import AuditEvent, Tenant
 from tenants.roles import Principal
+from tests.support.beat_support import empty_queues, running_beat
+from tests.support.worker_support import db_now
 
 pytestmark = pytest.mark.django_db(transaction=True)
 TARGET = {"type": "http", "url": "https://billing.internal/hook"}
-
-
-def db_now() -> datetime:
-    with connection.cursor() as cur:
-        cur.execute("SELECT clock_timestamp()")
-        return cur.fetchone()[0]
 
 
 def queue_len(name: str) -> int:
@@ -40,34 +34,14 @@ def queue_len(name: str) -> int:
 
 @pytest.fixture(autouse=True)
 def _empty_queues() -> Iterator[None]:
-    from config.celery_app import app
-
-    def purge() -> None:
-        # Declared exactly as Celery declares them, or RabbitMQ refuses the redeclaration.
-        with app.connection_for_write() as conn:
-            for name in ("high.short", "default.short", "low.short", "default.long"):
-                Queue(name, durable=True, auto_delete=False)(conn.default_channel).declare()
-                conn.default_channel.queue_purge(name)
-
-    purge()
-    yield
-    purge()
+    with empty_queues():
+        yield
 
 
 @pytest.fixture
 def beat(db: Any) -> Iterator[Beat]:
-    b = Beat(
-        BeatConfig(
-            name="test-beat",
-            partitions=settings.SCHEDULER_PARTITIONS,
-            lease_ttl_s=30,
-            lookahead_s=5,
-            cycle_s=0.2,
-        )
-    )
-    b.start()
-    yield b
-    b.shutdown()
+    with running_beat("test-beat", cycle_s=0.2) as b:
+        yield b
 
 
 def make(principal: Principal, **data: Any) -> Schedule:

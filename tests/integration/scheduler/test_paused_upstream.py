@@ -11,55 +11,29 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-from django.conf import settings
-from django.db import connection
-from kombu import Queue
 
 from dispatch import explain, services
 from dispatch.models import Execution, ExecutionEvent, Schedule
-from dispatch.scheduler.beat import PAUSED_RECORD_LIMIT, Beat, BeatConfig
+from dispatch.scheduler.beat import PAUSED_RECORD_LIMIT, Beat
 from dispatch.timing import cron
 from tenants.roles import Principal
+from tests.support.beat_support import empty_queues, running_beat
+from tests.support.worker_support import db_now
 
 pytestmark = pytest.mark.django_db(transaction=True)
 TARGET = {"type": "http", "url": "https://billing.internal/hook"}
 
 
-def db_now() -> datetime:
-    with connection.cursor() as cur:
-        cur.execute("SELECT clock_timestamp()")
-        return cur.fetchone()[0]
-
-
 @pytest.fixture(autouse=True)
 def _empty_queues() -> Iterator[None]:
-    from config.celery_app import app
-
-    def purge() -> None:
-        with app.connection_for_write() as conn:
-            for name in ("high.short", "default.short", "low.short"):
-                Queue(name, durable=True, auto_delete=False)(conn.default_channel).declare()
-                conn.default_channel.queue_purge(name)
-
-    purge()
-    yield
-    purge()
+    with empty_queues():
+        yield
 
 
 @pytest.fixture
 def beat(db: Any) -> Iterator[Beat]:
-    b = Beat(
-        BeatConfig(
-            name="paused-beat",
-            partitions=settings.SCHEDULER_PARTITIONS,
-            lease_ttl_s=30,
-            lookahead_s=5,
-            sweep_interval_s=0,
-        )
-    )
-    b.start()
-    yield b
-    b.shutdown()
+    with running_beat("paused-beat", sweep_interval_s=0) as b:
+        yield b
 
 
 def paused_since(

@@ -7,61 +7,34 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.conf import settings
-from django.db import connection
 from django.test import Client
-from kombu import Queue
 
 from dispatch import selectors, services
 from dispatch.models import Execution, Schedule
-from dispatch.scheduler.beat import Beat, BeatConfig
+from dispatch.scheduler.beat import Beat
 from tenants.roles import Principal
+from tests.support.beat_support import empty_queues, running_beat
+from tests.support.worker_support import db_now
 
 pytestmark = pytest.mark.django_db(transaction=True)
 TARGET = {"type": "http", "url": "https://billing.internal/hook"}
 
 
-def db_now() -> datetime:
-    with connection.cursor() as cur:
-        cur.execute("SELECT clock_timestamp()")
-        return cur.fetchone()[0]
-
-
 @pytest.fixture(autouse=True)
 def _empty_queues() -> Iterator[None]:
-    from config.celery_app import app
-
-    def purge() -> None:
-        with app.connection_for_write() as conn:
-            for name in ("high.short", "default.short", "low.short"):
-                Queue(name, durable=True, auto_delete=False)(conn.default_channel).declare()
-                conn.default_channel.queue_purge(name)
-
-    purge()
-    yield
-    purge()
+    with empty_queues():
+        yield
 
 
 @pytest.fixture
 def beat(db: Any) -> Iterator[Beat]:
-    b = Beat(
-        BeatConfig(
-            name="marks-beat",
-            partitions=settings.SCHEDULER_PARTITIONS,
-            lease_ttl_s=30,
-            lookahead_s=5,
-            # Sweep on every cycle: the lost-message check is what is tested.
-            sweep_interval_s=0,
-            queued_republish_s=30,
-        )
-    )
-    b.start()
-    yield b
-    b.shutdown()
+    # Sweep on every cycle: the lost-message check is what is tested.
+    with running_beat("marks-beat", sweep_interval_s=0, queued_republish_s=30) as b:
+        yield b
 
 
 def schedule(principal: Principal, name: str) -> Schedule:
