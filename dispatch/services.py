@@ -12,9 +12,11 @@ import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.db.models import F
 
+from core.db import db_clock, notify
+from core.db import db_now as db_now  # re-exported: the clock callers of services use
 from dispatch.exceptions import (
     IdempotencyConflict,
     InvalidSchedule,
@@ -36,21 +38,6 @@ WAKE_CHANNEL = "scheduler_wakeup"
 # waiting for its next cycle.
 WAKE_HORIZON = timedelta(seconds=60)
 TRIGGER_RETRY_AFTER_S = 5
-
-
-def db_now() -> datetime:
-    """The database clock (RELIABILITY.md C5): due-ness never depends on an app host's clock."""
-    with connection.cursor() as cur:
-        cur.execute("SELECT now()")
-        value: datetime = cur.fetchone()[0]
-    return value
-
-
-def _db_clock() -> datetime:
-    with connection.cursor() as cur:
-        cur.execute("SELECT clock_timestamp()")
-        value: datetime = cur.fetchone()[0]
-    return value
 
 
 def schedule_snapshot(schedule: Schedule) -> dict[str, Any]:
@@ -83,8 +70,7 @@ def _first_run(schedule: Schedule, *, now: datetime) -> datetime | None:
 
 def _wake_beat(schedule: Schedule, *, now: datetime) -> None:
     if schedule.next_run_at is not None and schedule.next_run_at <= now + WAKE_HORIZON:
-        with connection.cursor() as cur:
-            cur.execute("SELECT pg_notify(%s, %s)", [WAKE_CHANNEL, str(schedule.partition)])
+        notify(WAKE_CHANNEL, str(schedule.partition))
 
 
 def _event(
@@ -461,7 +447,7 @@ def _trigger(*, actor: Principal, schedule_id: uuid.UUID | str) -> tuple[Executi
     # previous run: its own overlap is decided when it comes due.
     running = list(
         Execution.objects.filter(schedule=schedule, state__in=active_states)
-        .exclude(state=ExecutionState.SCHEDULED, due_at__gt=_db_clock())
+        .exclude(state=ExecutionState.SCHEDULED, due_at__gt=db_clock())
         .values_list("id", "state")
     )
     state, code, reason = ExecutionState.SCHEDULED, "", ""
@@ -472,7 +458,7 @@ def _trigger(*, actor: Principal, schedule_id: uuid.UUID | str) -> tuple[Executi
         Execution.objects.filter(id__in=[r[0] for r in running], state__in=active_states).update(
             state=ExecutionState.CANCELLED,
             fencing_token=F("fencing_token") + 1,
-            finished_at=_db_clock(),
+            finished_at=db_clock(),
             reason_code="replaced",
             reason="cancelled: replaced by a manual run (overlap replace)",
         )
@@ -481,7 +467,7 @@ def _trigger(*, actor: Principal, schedule_id: uuid.UUID | str) -> tuple[Executi
     # so two triggers in one transaction are two occurrences; on the rare
     # same-microsecond collision, take the next instant.
     while True:
-        now = _db_clock()
+        now = db_clock()
         try:
             with transaction.atomic():
                 execution = Execution.objects.create(
@@ -513,8 +499,7 @@ def _trigger(*, actor: Principal, schedule_id: uuid.UUID | str) -> tuple[Executi
         after={"execution_id": str(execution.id), "scheduled_for": now.isoformat(), "state": state},
     )
     if state == ExecutionState.SCHEDULED:
-        with connection.cursor() as cur:
-            cur.execute("SELECT pg_notify(%s, %s)", [WAKE_CHANNEL, str(schedule.partition)])
+        notify(WAKE_CHANNEL, str(schedule.partition))
     return execution, 0
 
 

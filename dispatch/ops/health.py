@@ -7,6 +7,8 @@ from django.db import DatabaseError, connection
 from django.db.migrations.executor import MigrationExecutor
 from django.http import HttpRequest, JsonResponse
 
+from core.db import ping
+
 
 def healthz(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"status": "ok"})
@@ -15,8 +17,7 @@ def healthz(request: HttpRequest) -> JsonResponse:
 def readyz(request: HttpRequest) -> JsonResponse:
     checks: dict[str, str] = {}
     try:
-        with connection.cursor() as cur:
-            cur.execute("SELECT 1")
+        ping()
         executor = MigrationExecutor(connection)
         pending = executor.migration_plan(executor.loader.graph.leaf_nodes())
         checks["database"] = "ok"

@@ -37,6 +37,7 @@ from django.db import connection, transaction
 
 from config import telemetry
 from core import faults
+from core.db import db_clock
 from dispatch.models import ExecutionEvent, Schedule
 from dispatch.scheduler import dependencies, retention
 from dispatch.services import WAKE_CHANNEL, schedule_snapshot
@@ -112,13 +113,6 @@ def _rows(sql_name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
     with psycopg.Cursor(connection.connection) as cur:
         cur.execute(queries[sql_name], params, binary=True)
         return list(cur.fetchall()) if cur.description else []
-
-
-def _db_clock() -> datetime:
-    with connection.cursor() as cur:
-        cur.execute("SELECT clock_timestamp()")
-        value: datetime = cur.fetchone()[0]
-    return value
 
 
 class Beat:
@@ -263,7 +257,7 @@ class Beat:
         # Due-ness is judged on the database clock (RELIABILITY.md C5); the local
         # clock only measures intervals, so a skewed host neither fires early nor late.
         before = time.time()
-        db_now = _db_clock().timestamp()
+        db_now = db_clock().timestamp()
         after = time.time()
         self.clock_offset = db_now - (before + after) / 2
 
@@ -448,7 +442,7 @@ class Beat:
     def _fire_planned(self, numbers: list[int]) -> tuple[int, int]:
         """The general path, occurrences planned in Python (cron math, misfire, overlap):
         (schedules claimed, executions inserted)."""
-        now = _db_clock()
+        now = db_clock()
         due = _rows(
             "due_schedules",
             {"numbers": numbers, "lookahead": self.cfg.lookahead_s, "batch": self.cfg.batch},
@@ -966,7 +960,7 @@ class Beat:
         rows = _rows("paused_upstreams_due", {"numbers": numbers, "limit": self.cfg.batch})
         if not rows:
             return 0
-        now = _db_clock()
+        now = db_clock()
         plan = _FirePlan(beat=self.cfg.name, epochs=self.owned)
         for row in rows:
             sched, paused_by, paused_reason = row[:14], row[14], row[15]
@@ -1027,7 +1021,7 @@ class Beat:
             return
         self._last_retention = time.monotonic()
         archive = Path(settings.RETENTION_ARCHIVE_DIR) if settings.RETENTION_ARCHIVE_DIR else None
-        retention.purge(now=_db_clock(), archive_dir=archive)
+        retention.purge(now=db_clock(), archive_dir=archive)
 
     # --- waiting ---------------------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from django.db import connection
 
+from core.db import notify
 from dispatch.services import WAKE_CHANNEL
 
 FINAL_STATES = ("succeeded", "dead", "skipped", "cancelled")
@@ -85,5 +86,5 @@ def propagate(*, execution_ids: list[Any]) -> int:
             if cur.fetchone() is not None:
                 written += 1
                 if params["state"] == "scheduled":
-                    cur.execute("SELECT pg_notify(%s, %s)", [WAKE_CHANNEL, str(partition)])
+                    notify(WAKE_CHANNEL, str(partition))
     return written

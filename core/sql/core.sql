@@ -1,0 +1,17 @@
+-- Statements shared by every app: the database clock and the beat wake-up.
+
+-- name: db_now
+-- The transaction's clock (RELIABILITY.md C5): due-ness never depends on an app host's clock.
+SELECT now() AS now
+
+-- name: db_clock
+-- The wall clock of the database at this moment (moves inside a transaction).
+SELECT clock_timestamp() AS now
+
+-- name: notify
+-- NOTIFY a channel; PostgreSQL delivers it only when the transaction commits.
+SELECT pg_notify(%(channel)s, %(payload)s)
+
+-- name: ping
+-- Liveness probe of the database connection.
+SELECT 1 AS ok
