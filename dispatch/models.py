@@ -8,6 +8,8 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
 
+from dispatch.states import ExecutionState as ExecutionState  # re-exported
+from dispatch.states import Trigger as Trigger  # re-exported
 from tenants.models import Tenant
 
 
@@ -142,42 +144,6 @@ class Schedule(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.id})"
-
-
-class ExecutionState(models.TextChoices):
-    SCHEDULED = "scheduled"
-    QUEUED = "queued"
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    RETRY_SCHEDULED = "retry_scheduled"
-    TIMED_OUT = "timed_out"
-    DEAD = "dead"
-    SKIPPED = "skipped"
-    CANCELLED = "cancelled"
-
-
-ACTIVE_STATES = (
-    ExecutionState.SCHEDULED,
-    ExecutionState.QUEUED,
-    ExecutionState.RUNNING,
-    ExecutionState.RETRY_SCHEDULED,
-)
-FINAL_STATES = (
-    ExecutionState.SUCCEEDED,
-    ExecutionState.DEAD,
-    ExecutionState.SKIPPED,
-    ExecutionState.CANCELLED,
-)
-
-
-class Trigger(models.TextChoices):
-    CRON = "cron"
-    MANUAL = "manual"
-    RETRY = "retry"
-    CATCH_UP = "catch_up"
-    DEPENDENCY = "dependency"
-    API = "api"
 
 
 class Execution(models.Model):

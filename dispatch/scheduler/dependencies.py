@@ -21,8 +21,6 @@ from django.db import connection
 from core.db import notify
 from dispatch.services import WAKE_CHANNEL
 
-FINAL_STATES = ("succeeded", "dead", "skipped", "cancelled")
-
 _DEPENDENTS = """
 SELECT e.id, e.state, e.scheduled_for, up.name, d.id, d.tenant_id, d.partition, e.reason_code
 FROM dispatch_execution e

@@ -27,6 +27,7 @@ from django.db import connection, transaction
 
 from dispatch.scheduler import dependencies
 from dispatch.sql import queries
+from dispatch.states import FINAL_STATES
 from dispatch.targets.runtime import clip
 
 
@@ -203,7 +204,7 @@ def attempt_finish(
     the caller records that with `fencing_rejected`. `after_commit` runs only
     if the change was applied and committed (e.g. the dead-execution notice).
     """
-    propagate = claim.has_dependents and state in dependencies.FINAL_STATES
+    propagate = claim.has_dependents and state in FINAL_STATES
     # One statement in autocommit when nothing else must commit with it (the
     # common case): no BEGIN/COMMIT round trips on the worker's hot path.
     with transaction.atomic() if propagate else contextlib.nullcontext():

@@ -26,6 +26,7 @@ from django.db import DatabaseError, connection
 from config import telemetry
 from config.logs import log_context
 from core import faults
+from dispatch.states import CLAIMABLE_STATES
 from dispatch.targets import KINDS
 from dispatch.targets.runtime import (
     Aborted,
@@ -46,7 +47,7 @@ log = logging.getLogger("dispatch.worker")
 EARLY_WAIT_S = 2.0
 # Events carry a short response excerpt; the row keeps the full (bounded) one.
 EVENT_EXCERPT_CHARS = 512
-CLAIMABLE = {"scheduled", "queued", "retry_scheduled"}
+
 # A rate-limit slot at most this far off is waited for in place (capped at a third
 # of the lease); a later one hands the attempt back until then.
 RATE_LIMIT_INLINE_S = 1.0
@@ -64,7 +65,7 @@ def run_execution(*, execution_id: str, attempt: int) -> str:
         peek = leases.execution_peek(execution_id=execution_id)
         if (
             peek is not None
-            and peek.state in CLAIMABLE
+            and peek.state in CLAIMABLE_STATES
             and peek.attempt == attempt
             and 0 < peek.due_in_s <= EARLY_WAIT_S
         ):
@@ -99,7 +100,7 @@ def _ignore(*, execution_id: str, attempt: int, owner: str, peek: Peek | None) -
         )
     elif peek.state in FINAL:
         kind, why = "duplicate", f"attempt {attempt} already ended ({peek.state})"
-    elif peek.state in CLAIMABLE and peek.due_in_s > 0:
+    elif peek.state in CLAIMABLE_STATES and peek.due_in_s > 0:
         kind, why = (
             "early",
             f"it is not due for another {peek.due_in_s:.1f} s; it will be re-published",
