@@ -12,6 +12,8 @@ from django.views import defaults
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 
+from core.errors import AppError
+
 
 def _flatten(detail: Any) -> Any:
     if isinstance(detail, dict):
@@ -49,18 +51,10 @@ def error_response(
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
-    code = getattr(exc, "code", None)
-    app_status = getattr(exc, "status", None)
-    if isinstance(code, str) and isinstance(app_status, int) and hasattr(exc, "message"):
+    if isinstance(exc, AppError):
         retry_after = getattr(exc, "retry_after", None)
         retry_headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
-        return error_response(
-            app_status,
-            code,
-            str(getattr(exc, "message", "")),
-            getattr(exc, "detail", None),
-            retry_headers,
-        )
+        return error_response(exc.status, exc.code, exc.message, exc.detail, retry_headers)
     if isinstance(exc, Http404):
         return error_response(404, "not_found", "not found")
     if isinstance(exc, DjangoPermissionDenied):

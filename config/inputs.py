@@ -26,6 +26,8 @@ from typing import IO, Any
 
 from rest_framework import exceptions, parsers
 
+from core.errors import AppError
+
 MAX_JSON_DEPTH = 32
 # dispatch/timing/cron.py computes up to the year 9000; a year of margin past the last
 # accepted instant keeps its look-ahead (next occurrence, yearly schedules) in range.
@@ -38,18 +40,19 @@ _BAD_CHAR = re.compile("[\x00\ud800-\udfff]")
 _JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
 
 
-class InvalidInput(Exception):
+class InvalidInput(AppError):
     """Bad input, about one field; the API answers it as 400 `invalid` (config/api_errors.py)."""
 
     code = "invalid"
     status = 400
 
     def __init__(self, field: str, reason: str) -> None:
-        super().__init__(f"{field}: {reason}" if field else reason)
+        super().__init__(
+            f"{field}: {reason}" if field else reason,
+            detail={field or "non_field_errors": [reason]},
+        )
         self.field = field
         self.reason = reason
-        self.message = str(self)
-        self.detail = {field or "non_field_errors": [reason]}
 
 
 def text_problem(value: str) -> str | None:

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
+from core.errors import AppError
 
-class DispatchError(Exception):
+
+class DispatchError(AppError):
     code = "dispatch_error"
     status = 400
-
-    def __init__(self, message: str, *, detail: dict[str, list[str]] | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.detail = detail or {}
 
 
 class InvalidSchedule(DispatchError):

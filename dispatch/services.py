@@ -17,6 +17,7 @@ from django.db.models import F
 
 from core.db import db_clock, notify
 from core.db import db_now as db_now  # re-exported: the clock callers of services use
+from core.errors import constraint_name
 from dispatch.exceptions import (
     IdempotencyConflict,
     InvalidSchedule,
@@ -144,20 +145,28 @@ def _store(schedule: Schedule, spec: ScheduleSpec) -> None:
         setattr(schedule, key, value)
 
 
+# A schedule's unique constraints, by the name PostgreSQL reports, as the field
+# error a user sees.
+_UNIQUE_VIOLATIONS = {
+    "schedule_name_unique_live": ("name", "a schedule with this name already exists"),
+    # A resubmitted form (or a forged id): never reveal whose id it was.
+    "dispatch_schedule_pkey": ("id", "this form was already submitted; reload it"),
+}
+
+
+def _raise_unique_violation(exc: IntegrityError) -> None:
+    """Raise the field error for a schedule unique constraint `exc` violated; return otherwise."""
+    violated = _UNIQUE_VIOLATIONS.get(constraint_name(exc) or "")
+    if violated is not None:
+        raise InvalidSchedule.field(*violated) from None
+
+
 def _save_unique(schedule: Schedule, **kwargs: Any) -> None:
     try:
         with transaction.atomic():
             schedule.save(**kwargs)
     except IntegrityError as exc:
-        if "schedule_name_unique_live" in str(exc):
-            raise InvalidSchedule.field(
-                "name", "a schedule with this name already exists"
-            ) from None
-        if "dispatch_schedule_pkey" in str(exc):
-            # A resubmitted form (or a forged id): never reveal whose id it was.
-            raise InvalidSchedule.field(
-                "id", "this form was already submitted; reload it"
-            ) from None
+        _raise_unique_violation(exc)
         raise
 
 
@@ -483,7 +492,7 @@ def _trigger(*, actor: Principal, schedule_id: uuid.UUID | str) -> tuple[Executi
                 )
             break
         except IntegrityError as exc:
-            if "execution_one_per_occurrence" not in str(exc):
+            if constraint_name(exc) != "execution_one_per_occurrence":
                 raise
     _event(
         schedule,
@@ -530,15 +539,7 @@ def job_create(*, actor: Principal, data: dict[str, Any]) -> tuple[Schedule, boo
             existing = _job_by_key(actor, key)
             if existing is not None:
                 return _same_job(existing, digest), False
-        if "schedule_name_unique_live" in str(exc):
-            raise InvalidSchedule.field(
-                "name", "a schedule with this name already exists"
-            ) from None
-        if "dispatch_schedule_pkey" in str(exc):
-            # A resubmitted form (or a forged id): never reveal whose id it was.
-            raise InvalidSchedule.field(
-                "id", "this form was already submitted; reload it"
-            ) from None
+        _raise_unique_violation(exc)
         raise
 
 

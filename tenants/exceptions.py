@@ -1,14 +1,11 @@
 """Errors of the tenants app; each carries a stable `code` the API returns."""
 
+from core.errors import AppError
 
-class TenantsError(Exception):
+
+class TenantsError(AppError):
     code = "tenants_error"
     status = 400
-
-    def __init__(self, message: str, *, detail: dict[str, list[str]] | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.detail = detail or {}
 
 
 class NotFound(TenantsError):
