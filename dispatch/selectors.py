@@ -22,6 +22,7 @@ from dispatch.models import (
     Schedule,
     SchedulerPartition,
 )
+from dispatch.states import IN_FLIGHT_STATES
 from dispatch.timing import cron
 from tenants.models import Tenant, TenantQuota
 
@@ -347,7 +348,7 @@ class Usage:
 def tenant_usage(*, tenant: Tenant, day_start: datetime) -> Usage:
     """Queued+running against the concurrency cap; today's executions against the daily quota."""
     counts = Execution.objects.filter(tenant=tenant).aggregate(
-        inflight=Count("id", filter=Q(state__in=[ExecutionState.QUEUED, ExecutionState.RUNNING])),
+        inflight=Count("id", filter=Q(state__in=IN_FLIGHT_STATES)),
         today=Count(
             "id",
             filter=Q(scheduled_for__gte=day_start)

@@ -29,6 +29,7 @@ from dispatch.exceptions import (
 from dispatch.models import Execution, ExecutionEvent, ExecutionState, Kind, Schedule, Trigger
 from dispatch.schedule_fields import ScheduleSpec, clean_schedule, partition_for
 from dispatch.selectors import as_uuid
+from dispatch.states import IN_FLIGHT_STATES
 from dispatch.timing import cron
 from tenants.audit import audit_record
 from tenants.models import TenantQuota
@@ -413,10 +414,11 @@ def schedule_resume(*, actor: Principal, schedule_id: uuid.UUID | str) -> Schedu
 def schedule_trigger(*, actor: Principal, schedule_id: uuid.UUID | str) -> Execution:
     """Run now: a manual occurrence at the database's current instant, fired by the beat.
 
-    Manual runs count against the tenant's concurrency limit: past it the
-    trigger is refused with 429 (and the refusal audited), so a burst of
-    clicks or a retrying client cannot pile up work. The schedule's overlap
-    policy applies to accepted triggers as it does to timed ones.
+    Manual runs count against the tenant's concurrency limit: with its
+    executions in flight (IN_FLIGHT_STATES: queued + running) at the limit the
+    trigger is refused with 429 (and the refusal audited). An accepted run is
+    `scheduled` and the beat admits it under the same cap. The schedule's
+    overlap policy applies to accepted triggers as it does to timed ones.
     """
     execution, limit = _trigger(actor=actor, schedule_id=schedule_id)
     if execution is None:
@@ -449,8 +451,11 @@ def _trigger(*, actor: Principal, schedule_id: uuid.UUID | str) -> tuple[Executi
         ExecutionState.RETRY_SCHEDULED,
     ]
     if quota is not None:
-        active = Execution.objects.filter(tenant=actor.tenant, state__in=active_states).count()
-        if active >= quota.max_concurrent:
+        # The one "in flight" (dispatch/states.py) the beat's admission uses too.
+        in_flight = Execution.objects.filter(
+            tenant=actor.tenant, state__in=IN_FLIGHT_STATES
+        ).count()
+        if in_flight >= quota.max_concurrent:
             return None, quota.max_concurrent
     # An occurrence the beat planned ahead (scheduled, not yet due) is not a
     # previous run: its own overlap is decided when it comes due.
