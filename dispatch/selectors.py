@@ -113,8 +113,12 @@ def schedule_list(
         qs = qs.filter(kind=kind)
     if paused is not None:
         qs = qs.filter(paused=paused)
+    # Each row's output names its tenant and upstreams: fetched with the page, not per row.
     return _keyset(
-        qs.prefetch_related("depends_on"), field="created_at", cursor=cursor, limit=limit
+        qs.select_related("tenant").prefetch_related("depends_on"),
+        field="created_at",
+        cursor=cursor,
+        limit=limit,
     )
 
 
