@@ -20,7 +20,7 @@ from django.shortcuts import render
 
 from dispatch.timing import cron
 from tenants import selectors as tenant_selectors
-from tenants.audit import audit_record
+from tenants import services as tenant_services
 from tenants.roles import Principal, Role
 
 P = ParamSpec("P")
@@ -54,13 +54,8 @@ def principal_for(request: HttpRequest) -> Principal | None:
 
 
 def forbidden(request: HttpRequest, principal: Principal, needed: Role) -> HttpResponse:
-    audit_record(
-        actor=principal,
-        action=f"denied.{(request.method or '').lower()}",
-        object_type="route",
-        object_id=request.path[:64],
-        after={"needed": needed.label, "had": principal.role.label},
-        outcome="denied",
+    tenant_services.audit_denied(
+        actor=principal, method=request.method, path=request.path, needed=needed
     )
     response = render(
         request,

@@ -18,7 +18,7 @@ from django.core import signing
 from config import inputs
 from dispatch import selectors
 from dispatch.models import DurationClass, Misfire, Overlap, Priority, Schedule
-from dispatch.timing import cron
+from dispatch.timing import cron, retry
 from tenants.models import Tenant
 from tenants.roles import Role
 
@@ -150,14 +150,20 @@ class ScheduleForm(forms.Form):
         label="Timeout (s)",
         help_text="an attempt is stopped after this long; empty: the target's default",
     )
-    retry_max_attempts = forms.IntegerField(initial=3, label="Max attempts")
+    retry_max_attempts = forms.IntegerField(
+        initial=retry.DEFAULT_POLICY["max_attempts"], label="Max attempts"
+    )
     retry_backoff = forms.ChoiceField(
         choices=[("exponential", "exponential"), ("fixed", "fixed")],
-        initial="exponential",
+        initial=retry.DEFAULT_POLICY["backoff"],
         label="Backoff",
     )
-    retry_initial_s = forms.IntegerField(initial=10, label="First retry after (s)")
-    retry_max_s = forms.IntegerField(initial=3600, label="Longest wait (s)")
+    retry_initial_s = forms.IntegerField(
+        initial=retry.DEFAULT_POLICY["initial_s"], label="First retry after (s)"
+    )
+    retry_max_s = forms.IntegerField(
+        initial=retry.DEFAULT_POLICY["max_s"], label="Longest wait (s)"
+    )
     priority = forms.ChoiceField(choices=Priority.choices, initial=Priority.DEFAULT)
     duration = forms.ChoiceField(choices=DurationClass.choices, initial=DurationClass.SHORT)
     concurrency = forms.ChoiceField(
@@ -236,33 +242,23 @@ class ScheduleForm(forms.Form):
 
     @classmethod
     def initial_from(cls, schedule: Schedule) -> dict[str, Any]:
-        retry = schedule.retry or {}
+        pol = retry.policy(schedule.retry)
         run_at = ""
         if schedule.run_at is not None:
             local = schedule.run_at.astimezone(cron.get_zone(schedule.timezone))
             run_at = local.replace(tzinfo=None).isoformat(timespec="seconds")
-        return {
-            "name": schedule.name,
-            "kind": schedule.kind,
+        return selectors.schedule_fields(schedule) | {
             "cron": schedule.cron,
             "run_at": run_at,
-            "timezone": schedule.timezone,
             # timeout_s has its own field: the JSON shows the rest of the target.
             "target": json.dumps(
                 {k: v for k, v in (schedule.target or {}).items() if k != "timeout_s"}, indent=1
             ),
             "timeout_s": schedule.timeout_s,
-            "retry_max_attempts": retry.get("max_attempts", 3),
-            "retry_backoff": retry.get("backoff", "exponential"),
-            "retry_initial_s": retry.get("initial_s", 10),
-            "retry_max_s": retry.get("max_s", 3600),
-            "priority": schedule.priority,
-            "duration": schedule.duration_class,
-            "concurrency": schedule.overlap,
-            "misfire": schedule.misfire,
-            "misfire_grace_s": schedule.misfire_grace_s,
-            "catch_up_limit": schedule.catch_up_limit,
-            "jitter_s": schedule.jitter_s,
+            "retry_max_attempts": pol["max_attempts"],
+            "retry_backoff": pol["backoff"],
+            "retry_initial_s": pol["initial_s"],
+            "retry_max_s": pol["max_s"],
             # Every live upstream, by name (no cap: what is not shown would be dropped on save).
             "depends_on": "\n".join(
                 schedule.depends_on.filter(deleted_at__isnull=True)

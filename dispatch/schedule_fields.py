@@ -18,7 +18,7 @@ from django.conf import settings
 from dispatch.exceptions import InvalidSchedule
 from dispatch.models import DurationClass, Misfire, Overlap, Priority, Schedule
 from dispatch.targets import clean_target
-from dispatch.timing import cron
+from dispatch.timing import cron, retry
 from tenants import naming
 from tenants.models import Tenant
 
@@ -50,12 +50,7 @@ def clean_retry(value: Any) -> dict[str, Any]:
     unknown = sorted(set(value) - RETRY_KEYS)
     if unknown:
         raise InvalidSchedule.field(f"retry.{unknown[0]}", "unknown field")
-    out: dict[str, Any] = {
-        "max_attempts": 3,
-        "backoff": "exponential",
-        "initial_s": 10,
-        "max_s": 3600,
-    }
+    out: dict[str, Any] = dict(retry.DEFAULT_POLICY)
     for key in ("max_attempts", "initial_s", "max_s"):
         if key in value:
             v = value[key]

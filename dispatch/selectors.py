@@ -83,6 +83,25 @@ def as_uuid(value: uuid.UUID | str) -> uuid.UUID | None:
         return None
 
 
+def schedule_fields(schedule: Schedule) -> dict[str, Any]:
+    """The definition fields shown alike by the API (`schedule_out`), the audit
+    snapshot (`services.schedule_snapshot`) and the console's edit form, under
+    their API names. Each adds the fields it renders its own way (cron, run_at,
+    target, retry)."""
+    return {
+        "name": schedule.name,
+        "kind": schedule.kind,
+        "timezone": schedule.timezone,
+        "priority": schedule.priority,
+        "duration": schedule.duration_class,
+        "concurrency": schedule.overlap,
+        "misfire": schedule.misfire,
+        "misfire_grace_s": schedule.misfire_grace_s,
+        "catch_up_limit": schedule.catch_up_limit,
+        "jitter_s": schedule.jitter_s,
+    }
+
+
 def schedule_get(*, tenant: Tenant, schedule_id: uuid.UUID | str) -> Schedule:
     pk = as_uuid(schedule_id)
     schedule = (

@@ -28,7 +28,7 @@ from dispatch.exceptions import (
 )
 from dispatch.models import Execution, ExecutionEvent, ExecutionState, Kind, Schedule, Trigger
 from dispatch.schedule_fields import ScheduleSpec, clean_schedule, partition_for
-from dispatch.selectors import as_uuid
+from dispatch.selectors import as_uuid, schedule_fields
 from dispatch.states import IN_FLIGHT_STATES
 from dispatch.timing import cron
 from tenants.audit import audit_record
@@ -44,21 +44,11 @@ TRIGGER_RETRY_AFTER_S = 5
 
 def schedule_snapshot(schedule: Schedule) -> dict[str, Any]:
     """A JSON-safe view of a definition for audit before/after (secret references only)."""
-    return {
-        "name": schedule.name,
-        "kind": schedule.kind,
+    return schedule_fields(schedule) | {
         "cron": schedule.cron or None,
-        "timezone": schedule.timezone,
         "run_at": schedule.run_at.isoformat() if schedule.run_at else None,
         "target": schedule.target,
         "retry": schedule.retry,
-        "priority": schedule.priority,
-        "duration": schedule.duration_class,
-        "concurrency": schedule.overlap,
-        "misfire": schedule.misfire,
-        "misfire_grace_s": schedule.misfire_grace_s,
-        "catch_up_limit": schedule.catch_up_limit,
-        "jitter_s": schedule.jitter_s,
         "paused": schedule.paused,
         "version": schedule.version,
     }

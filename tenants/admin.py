@@ -1,8 +1,7 @@
-from typing import Any
-
 from django.contrib import admin
 from django.http import HttpRequest
 
+from core.admin import ReadOnlyAdmin
 from tenants.models import AuditEvent, Membership, ServiceToken, Tenant, TenantQuota
 
 
@@ -38,16 +37,7 @@ class ServiceTokenAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
 
 @admin.register(AuditEvent)
-class AuditEventAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class AuditEventAdmin(ReadOnlyAdmin):
     list_display = ("at", "tenant", "actor_label", "action", "object_type", "object_id", "outcome")
     list_filter = ("action", "outcome", "tenant")
     search_fields = ("actor_label", "object_id", "request_id")
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False

@@ -19,6 +19,18 @@ from tenants.roles import Principal, Role
 from tenants.selectors import user_by_username
 
 
+def audit_denied(*, actor: Principal, method: str | None, path: str, needed: Role) -> None:
+    """Record a request the actor's role did not allow (console and API alike)."""
+    audit_record(
+        actor=actor,
+        action=f"denied.{(method or '').lower()}",
+        object_type="route",
+        object_id=path[:64],
+        after={"needed": needed.label, "had": actor.role.label},
+        outcome="denied",
+    )
+
+
 def _token_view(token: ServiceToken) -> dict[str, object]:
     return {
         "name": token.name,

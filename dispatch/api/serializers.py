@@ -20,6 +20,7 @@ from dispatch.models import (
     Priority,
     Schedule,
 )
+from dispatch.selectors import schedule_fields
 
 # Schedule.version is a PositiveIntegerField; a larger number could never match.
 MAX_VERSION = 2**31 - 1
@@ -226,20 +227,11 @@ def schedule_out(s: Schedule) -> dict[str, Any]:
     return {
         "id": str(s.id),
         "tenant": s.tenant.slug,
-        "name": s.name,
-        "kind": s.kind,
+        **schedule_fields(s),
         "cron": s.cron or None,
         "run_at": iso_z(s.run_at),
-        "timezone": s.timezone,
         "target": s.target,
         "retry": s.retry,
-        "concurrency": s.overlap,
-        "misfire": s.misfire,
-        "misfire_grace_s": s.misfire_grace_s,
-        "catch_up_limit": s.catch_up_limit,
-        "jitter_s": s.jitter_s,
-        "priority": s.priority,
-        "duration": s.duration_class,
         "depends_on": [str(d.id) for d in s.depends_on.all()],
         "paused": s.paused,
         "paused_at": iso_z(s.paused_at),
@@ -338,11 +330,15 @@ class ScheduleOutDoc(serializers.Serializer[Any]):
     created_by = serializers.CharField()
 
 
-class SchedulePageDoc(serializers.Serializer[Any]):
-    results = ScheduleOutDoc(many=True)
-    next_cursor = serializers.CharField(
+def _next_cursor_doc() -> serializers.CharField:
+    return serializers.CharField(
         allow_null=True, help_text="pass as ?cursor= for the next page; null on the last"
     )
+
+
+class SchedulePageDoc(serializers.Serializer[Any]):
+    results = ScheduleOutDoc(many=True)
+    next_cursor = _next_cursor_doc()
 
 
 class ExecutionOutDoc(serializers.Serializer[Any]):
@@ -373,9 +369,7 @@ class ExecutionOutDoc(serializers.Serializer[Any]):
 
 class ExecutionPageDoc(serializers.Serializer[Any]):
     results = ExecutionOutDoc(many=True)
-    next_cursor = serializers.CharField(
-        allow_null=True, help_text="pass as ?cursor= for the next page; null on the last"
-    )
+    next_cursor = _next_cursor_doc()
 
 
 class EventDoc(serializers.Serializer[Any]):

@@ -7,8 +7,8 @@ from typing import Any
 from rest_framework import permissions
 from rest_framework.request import Request
 
-from tenants.audit import audit_record
 from tenants.roles import Principal, Role
+from tenants.services import audit_denied
 
 READ_METHODS = {"GET", "HEAD", "OPTIONS"}
 
@@ -34,12 +34,5 @@ class HasTenantRole(permissions.BasePermission):
         if principal.can(needed):
             return True
         # Denied attempts are part of the audit trail.
-        audit_record(
-            actor=principal,
-            action=f"denied.{request.method.lower() if request.method else ''}",
-            object_type="route",
-            object_id=request.path[:64],
-            after={"needed": needed.label, "had": principal.role.label},
-            outcome="denied",
-        )
+        audit_denied(actor=principal, method=request.method, path=request.path, needed=needed)
         return False
