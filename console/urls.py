@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from console import views
+from console.views import access, dashboard, executions, explain, ops, schedules
 from tenants.login import ConsoleLoginForm
 
 urlpatterns = [
@@ -13,41 +13,51 @@ urlpatterns = [
         name="login",
     ),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
-    path("", views.home, name="console-home"),
-    path("dashboard/live", views.dashboard_live, name="console-dashboard-live"),
-    path("upcoming", views.upcoming, name="console-upcoming"),
-    path("tenant", views.tenant_switch, name="console-tenant-switch"),
-    path("prefs/tz", views.set_timezone, name="console-set-tz"),
-    path("schedules/", views.schedule_list, name="console-schedules"),
-    path("schedules/new", views.schedule_create, name="console-schedule-new"),
-    path("schedules/preview", views.schedule_preview, name="console-schedule-preview"),
-    path("schedules/pick", views.schedule_pick, name="console-schedule-pick"),
-    path("schedules/<uuid:schedule_id>/", views.schedule_detail, name="console-schedule"),
-    path("schedules/<uuid:schedule_id>/edit", views.schedule_edit, name="console-schedule-edit"),
+    path("", dashboard.home, name="console-home"),
+    path("dashboard/live", dashboard.dashboard_live, name="console-dashboard-live"),
+    path("upcoming", dashboard.upcoming, name="console-upcoming"),
+    path("tenant", access.tenant_switch, name="console-tenant-switch"),
+    path("prefs/tz", access.set_timezone, name="console-set-tz"),
+    path("schedules/", schedules.schedule_list, name="console-schedules"),
+    path("schedules/new", schedules.schedule_create, name="console-schedule-new"),
+    path("schedules/preview", schedules.schedule_preview, name="console-schedule-preview"),
+    path("schedules/pick", schedules.schedule_pick, name="console-schedule-pick"),
+    path("schedules/<uuid:schedule_id>/", schedules.schedule_detail, name="console-schedule"),
+    path(
+        "schedules/<uuid:schedule_id>/edit", schedules.schedule_edit, name="console-schedule-edit"
+    ),
     path(
         "schedules/<uuid:schedule_id>/preview",
-        views.schedule_preview,
+        schedules.schedule_preview,
         name="console-schedule-edit-preview",
     ),
-    path("schedules/<uuid:schedule_id>/pause", views.schedule_pause, name="console-schedule-pause"),
     path(
-        "schedules/<uuid:schedule_id>/resume", views.schedule_resume, name="console-schedule-resume"
+        "schedules/<uuid:schedule_id>/pause",
+        schedules.schedule_pause,
+        name="console-schedule-pause",
+    ),
+    path(
+        "schedules/<uuid:schedule_id>/resume",
+        schedules.schedule_resume,
+        name="console-schedule-resume",
     ),
     path(
         "schedules/<uuid:schedule_id>/trigger",
-        views.schedule_trigger,
+        schedules.schedule_trigger,
         name="console-schedule-trigger",
     ),
     path(
-        "schedules/<uuid:schedule_id>/delete", views.schedule_delete, name="console-schedule-delete"
+        "schedules/<uuid:schedule_id>/delete",
+        schedules.schedule_delete,
+        name="console-schedule-delete",
     ),
-    path("executions/<uuid:execution_id>/", views.execution_detail, name="console-execution"),
-    path("explain", views.explain_page, name="console-explain"),
-    path("tokens/", views.tokens, name="console-tokens"),
-    path("tokens/<int:token_id>/revoke", views.token_revoke, name="console-token-revoke"),
-    path("members/", views.members, name="console-members"),
-    path("members/<int:user_id>/role", views.member_role, name="console-member-role"),
-    path("members/<int:user_id>/remove", views.member_remove, name="console-member-remove"),
-    path("ops/", views.ops_overview, name="console-ops"),
-    path("ops/audit", views.ops_audit, name="console-ops-audit"),
+    path("executions/<uuid:execution_id>/", executions.execution_detail, name="console-execution"),
+    path("explain", explain.explain_page, name="console-explain"),
+    path("tokens/", access.tokens, name="console-tokens"),
+    path("tokens/<int:token_id>/revoke", access.token_revoke, name="console-token-revoke"),
+    path("members/", access.members, name="console-members"),
+    path("members/<int:user_id>/role", access.member_role, name="console-member-role"),
+    path("members/<int:user_id>/remove", access.member_remove, name="console-member-remove"),
+    path("ops/", ops.ops_overview, name="console-ops"),
+    path("ops/audit", ops.ops_audit, name="console-ops-audit"),
 ]

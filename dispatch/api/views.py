@@ -295,10 +295,9 @@ class SchedulePreviewView(StrictQueryView):
             occurrences = selectors.schedule_next_runs(schedule=schedule, after=after, count=count)
         except cron.CronError as exc:
             raise InvalidSchedule.field("from", exc.message) from None
-        seed = str(schedule.id)
         if schedule.kind == "cron":
-            description = cron.describe(schedule.cron, seed=seed)
-            resolved = cron.resolve(schedule.cron, seed=seed)
+            text = selectors.cron_text(schedule.cron, seed=schedule.id)
+            description, resolved = text.description, text.resolved
         else:
             description = f"once, at {iso_z(schedule.run_at)}"
             resolved = ""

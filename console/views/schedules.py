@@ -1,0 +1,337 @@
+"""Schedule pages: the list, the form with its live preview, the detail page,
+the actions (pause, resume, trigger, delete) and the schedule picker."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from console import forms as console_forms
+from console.access import base_context, tenant_view, viewer_zone
+from console.views.common import is_htmx, schedule_or_404
+from dispatch import selectors, services
+from dispatch.exceptions import DispatchError, InvalidSchedule
+from dispatch.models import Kind
+from dispatch.schedule_fields import clean_schedule
+from tenants.roles import Principal, Role
+
+PICK_TARGET = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,40}")
+
+
+@require_GET
+@tenant_view(Role.VIEWER)
+def schedule_list(request: HttpRequest, principal: Principal) -> HttpResponse:
+    q = request.GET.get("q", "").strip()[:200]
+    kind = request.GET.get("kind", "")
+    status = request.GET.get("status", "")
+    paused = {"paused": True, "active": False}.get(status)
+    error = ""
+    try:
+        page = selectors.schedule_list(
+            tenant=principal.tenant,
+            cursor=request.GET.get("cursor") or None,
+            limit=50,
+            search=q,
+            kind=kind if kind in Kind.values else "",
+            paused=paused,
+        )
+    except InvalidSchedule as exc:
+        error = exc.message
+        page = selectors.Page(items=[], next_cursor=None)
+    last = selectors.last_executions(
+        tenant=principal.tenant, schedule_ids=[s.id for s in page.items]
+    )
+    rows = [(s, last.get(s.id)) for s in page.items]
+    ctx = base_context(
+        request,
+        principal,
+        rows=rows,
+        next_cursor=page.next_cursor,
+        q=q,
+        kind=kind,
+        status=status,
+        error=error,
+    )
+    if is_htmx(request) and request.headers.get("HX-Target") == "schedule-rows":
+        return render(request, "console/schedules.html#rows", ctx)
+    return render(request, "console/schedules.html", ctx)
+
+
+def _apply_errors(form: console_forms.ScheduleForm, exc: DispatchError) -> None:
+    """Put a service error on the field it names; anything else above the form."""
+    unplaced = False
+    for key, messages in (exc.detail or {}).items():
+        target = console_forms.field_for_error(key)
+        for message in messages:
+            if target and target in form.fields:
+                form.add_error(target, f"{key}: {message}")
+            else:
+                unplaced = True
+    if unplaced or not exc.detail:
+        form.add_error(None, exc.message)
+
+
+@require_http_methods(["GET", "POST"])
+@tenant_view(Role.OPERATOR)
+def schedule_create(request: HttpRequest, principal: Principal) -> HttpResponse:
+    form = console_forms.ScheduleForm(request.POST or None, tenant=principal.tenant)
+    if request.method == "POST" and form.is_valid():
+        try:
+            schedule = services.schedule_create(
+                actor=principal, data=form.to_service_data(), schedule_id=form.preview_seed_id()
+            )
+        except DispatchError as exc:
+            _apply_errors(form, exc)
+        else:
+            return redirect("console-schedule", schedule_id=schedule.id)
+    form.live(reverse("console-schedule-preview"))
+    ctx = base_context(
+        request,
+        principal,
+        form=form,
+        schedule=None,
+        zones=_zones(),
+        preview_url=reverse("console-schedule-preview"),
+    )
+    status = 400 if request.method == "POST" else 200
+    return render(request, "console/schedule_form.html", ctx, status=status)
+
+
+@require_http_methods(["GET", "POST"])
+@tenant_view(Role.OPERATOR)
+def schedule_edit(
+    request: HttpRequest, principal: Principal, schedule_id: uuid.UUID
+) -> HttpResponse:
+    schedule = schedule_or_404(principal, schedule_id)
+    if request.method == "POST":
+        form = console_forms.ScheduleForm(
+            request.POST, tenant=principal.tenant, schedule_id=schedule.id
+        )
+        if form.is_valid() and form.cleaned_data.get("version") is None:
+            # Like the API's 428: an edit must say which version it was made on.
+            form.add_error(None, "version: missing; reload the page and edit again")
+        if form.is_valid():
+            try:
+                services.schedule_update(
+                    actor=principal,
+                    schedule_id=schedule.id,
+                    data=form.to_service_data(),
+                    expected_version=form.cleaned_data.get("version"),
+                )
+            except DispatchError as exc:
+                _apply_errors(form, exc)
+            else:
+                return redirect("console-schedule", schedule_id=schedule.id)
+        status = 400
+    else:
+        form = console_forms.ScheduleForm(
+            initial=console_forms.ScheduleForm.initial_from(schedule),
+            tenant=principal.tenant,
+            schedule_id=schedule.id,
+        )
+        status = 200
+    preview_url = reverse("console-schedule-edit-preview", kwargs={"schedule_id": schedule.id})
+    form.live(preview_url)
+    ctx = base_context(
+        request, principal, form=form, schedule=schedule, zones=_zones(), preview_url=preview_url
+    )
+    return render(request, "console/schedule_form.html", ctx, status=status)
+
+
+def _zones() -> list[str]:
+    from zoneinfo import available_timezones
+
+    return sorted(available_timezones())
+
+
+@require_POST
+@tenant_view(Role.VIEWER)
+def schedule_preview(
+    request: HttpRequest, principal: Principal, schedule_id: uuid.UUID | None = None
+) -> HttpResponse:
+    """Live validation and preview of the form as typed (htmx POST; writes nothing)."""
+    schedule = schedule_or_404(principal, schedule_id) if schedule_id else None
+    form = console_forms.ScheduleForm(
+        request.POST, tenant=principal.tenant, schedule_id=schedule.id if schedule else None
+    )
+    ctx: dict[str, Any] = {"schedule": schedule, "errors": [], "rows": []}
+    # Only a seed this server issued (console/forms.py); an altered one is
+    # reported by the form and previewed with a throwaway id.
+    seed = (
+        schedule.id
+        if schedule
+        else (console_forms.read_seed(request.POST.get("preview_seed", "")) or uuid.uuid4())
+    )
+    ctx["provisional_seed"] = schedule is None
+    if not form.is_valid():
+        ctx["errors"] = [str(e) for errs in form.errors.values() for e in errs]
+    else:
+        data = form.to_service_data()
+        try:
+            spec = clean_schedule(
+                tenant=principal.tenant, data=data, schedule_id=seed, existing=schedule
+            )
+        except InvalidSchedule as exc:
+            ctx["errors"] = [f"{k}: {m}" for k, ms in exc.detail.items() for m in ms] or [
+                exc.message
+            ]
+        else:
+            ctx.update(
+                selectors.definition_preview(
+                    spec.values, seed=seed, schedule=schedule, now=services.db_now()
+                )
+            )
+    ctx["viewer_tz"] = viewer_zone(request)
+    return render(request, "console/schedule_form.html#preview", ctx)
+
+
+@require_GET
+@tenant_view(Role.VIEWER)
+def schedule_detail(
+    request: HttpRequest, principal: Principal, schedule_id: uuid.UUID
+) -> HttpResponse:
+    schedule = schedule_or_404(principal, schedule_id)
+    now = services.db_now()
+    text = (
+        selectors.cron_text(schedule.cron, seed=schedule.id) if schedule.kind == Kind.CRON else None
+    )
+    ctx = base_context(
+        request,
+        principal,
+        schedule=schedule,
+        description=text.description if text else "once",
+        resolved=text.resolved if text and text.resolved != schedule.cron else "",
+        upcoming=selectors.schedule_next_runs(
+            schedule=schedule, after=now, count=selectors.PREVIEW_COUNT
+        ),
+        history=selectors.schedule_history_rows(
+            tenant=principal.tenant, schedule=schedule, now=now
+        ),
+        upstream=selectors.schedule_upstreams(schedule=schedule),
+        downstream=selectors.schedule_dependents(tenant=principal.tenant, schedule=schedule),
+        resume_plan=selectors.resume_plan(schedule, now) if schedule.paused else "",
+        pause_form=console_forms.PauseForm(),
+        zone=schedule.timezone,
+        message=request.GET.get("done", "")[:200],
+    )
+    return render(request, "console/schedule_detail.html", ctx)
+
+
+def _action_redirect(schedule_id: uuid.UUID, message: str) -> HttpResponse:
+    from urllib.parse import urlencode
+
+    url = reverse("console-schedule", kwargs={"schedule_id": schedule_id})
+    return HttpResponseRedirect(f"{url}?{urlencode({'done': message})}")
+
+
+def _action_error(
+    request: HttpRequest, principal: Principal, exc: DispatchError, status: int
+) -> HttpResponse:
+    ctx = base_context(request, principal, error=exc.message)
+    return render(request, "console/action_error.html", ctx, status=status)
+
+
+@require_POST
+@tenant_view(Role.OPERATOR)
+def schedule_pause(
+    request: HttpRequest, principal: Principal, schedule_id: uuid.UUID
+) -> HttpResponse:
+    schedule = schedule_or_404(principal, schedule_id)
+    form = console_forms.PauseForm(request.POST)
+    if not form.is_valid():
+        return _action_error(request, principal, InvalidSchedule("reason: too long"), 400)
+    until = None
+    raw = form.cleaned_data.get("until") or ""
+    try:
+        if raw:
+            until = console_forms.parse_local(raw, viewer_zone(request))
+        services.schedule_pause(
+            actor=principal,
+            schedule_id=schedule.id,
+            reason=form.cleaned_data.get("reason") or "",
+            until=until,
+        )
+    except ValueError:
+        return _action_error(
+            request, principal, InvalidSchedule("until: is not a date and time"), 400
+        )
+    except DispatchError as exc:
+        return _action_error(request, principal, exc, exc.status)
+    return _action_redirect(schedule.id, "Pause changed." if schedule.paused else "Paused.")
+
+
+@require_POST
+@tenant_view(Role.OPERATOR)
+def schedule_resume(
+    request: HttpRequest, principal: Principal, schedule_id: uuid.UUID
+) -> HttpResponse:
+    schedule = schedule_or_404(principal, schedule_id)
+    plan = selectors.resume_plan(schedule, services.db_now()) if schedule.paused else ""
+    try:
+        services.schedule_resume(actor=principal, schedule_id=schedule.id)
+    except DispatchError as exc:
+        return _action_error(request, principal, exc, exc.status)
+    if not schedule.paused:
+        # Resume is idempotent (a double click, a stale page): nothing was changed.
+        return _action_redirect(schedule.id, "It was not paused: nothing changed.")
+    return _action_redirect(schedule.id, f"Resumed. {plan}".strip())
+
+
+@require_POST
+@tenant_view(Role.OPERATOR)
+def schedule_trigger(
+    request: HttpRequest, principal: Principal, schedule_id: uuid.UUID
+) -> HttpResponse:
+    schedule = schedule_or_404(principal, schedule_id)
+    try:
+        execution = services.schedule_trigger(actor=principal, schedule_id=schedule.id)
+    except DispatchError as exc:
+        return _action_error(request, principal, exc, exc.status)
+    return redirect("console-execution", execution_id=execution.id)
+
+
+@require_http_methods(["GET", "POST"])
+@tenant_view(Role.OPERATOR)
+def schedule_delete(
+    request: HttpRequest, principal: Principal, schedule_id: uuid.UUID
+) -> HttpResponse:
+    schedule = schedule_or_404(principal, schedule_id)
+    if request.method == "POST":
+        try:
+            services.schedule_delete(actor=principal, schedule_id=schedule.id)
+        except DispatchError as exc:
+            return _action_error(request, principal, exc, exc.status)
+        return redirect("console-schedules")
+    ctx = base_context(request, principal, schedule=schedule)
+    return render(request, "console/schedule_delete.html", ctx)
+
+
+@require_GET
+@tenant_view(Role.VIEWER)
+def schedule_pick(request: HttpRequest, principal: Principal) -> HttpResponse:
+    """Search results for a schedule picker (htmx fragment): tenant-scoped, bounded.
+
+    `target` names the text field a result fills (`mode=add` appends a line to a
+    list of names, otherwise it replaces the value); `exclude` leaves one
+    schedule out (a schedule cannot depend on itself)."""
+    q = (request.GET.get("q") or request.GET.get("schedule") or "").strip()[:200]
+    target = request.GET.get("target", "")
+    if not PICK_TARGET.fullmatch(target):
+        target = ""
+    exclude = selectors.as_uuid(request.GET.get("exclude") or "")
+    rows, more = selectors.schedule_search(tenant=principal.tenant, q=q, exclude=exclude)
+    ctx = {
+        "rows": rows,
+        "more": more,
+        "q": q,
+        "target": target,
+        "mode": "add" if request.GET.get("mode") == "add" else "set",
+        "results_id": f"{target}-results" if target else "pick-results",
+    }
+    return render(request, "console/schedule_pick.html", ctx)
