@@ -10,8 +10,20 @@ from __future__ import annotations
 
 
 class AppError(Exception):
+    """Subclasses name their code and status in the class line:
+    `class NotFound(DispatchError, code="not_found", status=404)`."""
+
     code = "error"
     status = 400
+
+    def __init_subclass__(
+        cls, *, code: str | None = None, status: int | None = None, **kwargs: object
+    ) -> None:
+        super().__init_subclass__(**kwargs)
+        if code is not None:
+            cls.code = code
+        if status is not None:
+            cls.status = status
 
     def __init__(self, message: str, *, detail: dict[str, list[str]] | None = None) -> None:
         super().__init__(message)

@@ -5,48 +5,40 @@ from __future__ import annotations
 from core.errors import AppError
 
 
-class DispatchError(AppError):
-    code = "dispatch_error"
-    status = 400
+class DispatchError(AppError, code="dispatch_error", status=400):
+    """Any error of the dispatch app."""
 
 
-class InvalidSchedule(DispatchError):
-    code = "invalid"
-    status = 400
+class InvalidSchedule(DispatchError, code="invalid", status=400):
+    """A definition or a parameter that does not validate; `detail` names the field."""
 
     @classmethod
     def field(cls, name: str, reason: str) -> InvalidSchedule:
         return cls(f"{name}: {reason}", detail={name: [reason]})
 
 
-class NotFound(DispatchError):
-    code = "not_found"
-    status = 404
+class NotFound(DispatchError, code="not_found", status=404):
+    """No such schedule or execution for this tenant (another tenant's is missing too)."""
 
 
-class VersionConflict(DispatchError):
-    code = "conflict"
-    status = 409
+class VersionConflict(DispatchError, code="conflict", status=409):
+    """The definition changed since the version the edit was made on."""
 
 
-class PreconditionRequired(DispatchError):
-    code = "precondition_required"
-    status = 428
+class PreconditionRequired(DispatchError, code="precondition_required", status=428):
+    """An edit that does not say which version it was made on."""
 
 
-class IdempotencyConflict(DispatchError):
-    code = "idempotency_conflict"
-    status = 409
+class IdempotencyConflict(DispatchError, code="idempotency_conflict", status=409):
+    """An idempotency key reused with a different request body."""
 
 
-class QuotaExceeded(DispatchError):
-    code = "quota_exceeded"
-    status = 422
+class QuotaExceeded(DispatchError, code="quota_exceeded", status=422):
+    """The tenant is at its limit of active schedules."""
 
 
-class TriggerLimited(DispatchError):
-    code = "throttled"
-    status = 429
+class TriggerLimited(DispatchError, code="throttled", status=429):
+    """A manual trigger refused at the tenant's concurrency limit; retry after `retry_after` s."""
 
     def __init__(self, message: str, *, retry_after: int) -> None:
         super().__init__(message)

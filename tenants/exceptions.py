@@ -3,21 +3,17 @@
 from core.errors import AppError
 
 
-class TenantsError(AppError):
-    code = "tenants_error"
-    status = 400
+class TenantsError(AppError, code="tenants_error", status=400):
+    """Any error of the tenants app."""
 
 
-class NotFound(TenantsError):
-    code = "not_found"
-    status = 404
+class NotFound(TenantsError, code="not_found", status=404):
+    """No such tenant, token, user or membership (for this tenant)."""
 
 
-class PermissionDenied(TenantsError):
-    code = "forbidden"
-    status = 403
+class PermissionDenied(TenantsError, code="forbidden", status=403):
+    """The actor may not do this."""
 
 
-class InvalidInput(TenantsError):
-    code = "invalid"
-    status = 400
+class InvalidInput(TenantsError, code="invalid", status=400):
+    """Input that does not validate; `detail` names the field."""
