@@ -195,3 +195,5 @@ class EventData:
     # The execution this decision was about: the run still active that made an
     # overlap-forbid skip, or the newer run that replaced a cancelled one.
     RELATED_EXECUTION_ID = "related_execution_id"
+    # On a manual trigger under overlap `replace`: the active runs it cancelled.
+    REPLACED_EXECUTION_IDS = "replaced_execution_ids"

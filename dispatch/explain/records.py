@@ -204,8 +204,9 @@ def events_of(execution: Execution, kinds: frozenset[EventKind]) -> list[Executi
 def related_execution(execution: Execution, schedule: Schedule) -> Evidence | None:
     """The execution a skip or cancellation was about, as recorded.
 
-    An event of the execution names it (`data.related_execution_id`). Otherwise
-    the records' structure does: an upstream skip is about the upstream run of
+    An event of the execution names it (`data.related_execution_id`); a manual run
+    that replaced it lists it in its `triggered` event. Otherwise the records'
+    structure does: an upstream skip is about the upstream run of
     the same occurrence that did not succeed (dependencies fire per occurrence);
     an overlap skip is about the schedule's earlier run that was active when the
     skip was recorded.
@@ -229,6 +230,19 @@ def related_execution(execution: Execution, schedule: Schedule) -> Evidence | No
             .first()
             if pk is not None
             else None
+        )
+    elif execution.reason_code == ReasonCode.REPLACED:
+        # Replaced by a manual run: its `triggered` event lists the runs it cancelled.
+        found = (
+            ExecutionEvent.objects.filter(
+                tenant_id=execution.tenant_id,
+                schedule_id=execution.schedule_id,
+                kind=EventKind.TRIGGERED,
+                data__replaced_execution_ids__contains=[str(execution.id)],
+            )
+            .order_by("at", "id")
+            .values_list("execution_id", flat=True)
+            .first()
         )
     elif execution.reason_code == ReasonCode.UPSTREAM:
         found = (
