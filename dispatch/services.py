@@ -25,7 +25,15 @@ from dispatch.exceptions import (
     TriggerLimited,
     VersionConflict,
 )
-from dispatch.models import Execution, ExecutionEvent, ExecutionState, Kind, Schedule, Trigger
+from dispatch.models import (
+    Execution,
+    ExecutionEvent,
+    ExecutionState,
+    Kind,
+    Overlap,
+    Schedule,
+    Trigger,
+)
 from dispatch.schedule_fields import ScheduleSpec, clean_schedule, partition_for
 from dispatch.selectors import as_uuid
 from dispatch.states import EventData, EventKind, ReasonCode
@@ -469,11 +477,11 @@ def _trigger(*, actor: Principal, schedule_id: uuid.UUID | str) -> tuple[Executi
     )
     state, code, reason = ExecutionState.SCHEDULED, "", ""
     links: dict[str, Any] = {}
-    if running and schedule.overlap == "forbid":
+    if running and schedule.overlap == Overlap.FORBID:
         state, code = ExecutionState.SKIPPED, ReasonCode.OVERLAP_FORBID
         reason = f"skipped: previous run {running[0][0]} still {running[0][1]} (overlap forbid)"
         links[EventData.RELATED_EXECUTION_ID] = str(running[0][0])
-    elif running and schedule.overlap == "replace":
+    elif running and schedule.overlap == Overlap.REPLACE:
         replaced = list(
             Execution.objects.filter(
                 id__in=[r[0] for r in running], state__in=active_states
