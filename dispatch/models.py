@@ -8,37 +8,15 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
 
-from dispatch.states import ExecutionState as ExecutionState  # re-exported
-from dispatch.states import Trigger as Trigger  # re-exported
+# The vocabulary lives in dispatch.states; re-exported for the model's callers.
+from dispatch.states import DurationClass as DurationClass
+from dispatch.states import ExecutionState as ExecutionState
+from dispatch.states import Kind as Kind
+from dispatch.states import Misfire as Misfire
+from dispatch.states import Overlap as Overlap
+from dispatch.states import Priority as Priority
+from dispatch.states import Trigger as Trigger
 from tenants.models import Tenant
-
-
-class Kind(models.TextChoices):
-    CRON = "cron"
-    ONCE = "once"
-
-
-class Priority(models.TextChoices):
-    HIGH = "high"
-    DEFAULT = "default"
-    LOW = "low"
-
-
-class DurationClass(models.TextChoices):
-    SHORT = "short"
-    LONG = "long"
-
-
-class Overlap(models.TextChoices):
-    FORBID = "forbid"
-    ALLOW = "allow"
-    REPLACE = "replace"
-
-
-class Misfire(models.TextChoices):
-    SKIP = "skip"
-    RUN_ONCE = "run_once"
-    CATCH_UP = "catch_up"
 
 
 class Schedule(models.Model):

@@ -36,7 +36,7 @@ from dispatch.models import (
 )
 from dispatch.schedule_fields import ScheduleSpec, clean_schedule, partition_for
 from dispatch.selectors import as_uuid
-from dispatch.states import EventData, EventKind, ReasonCode
+from dispatch.states import AuditAction, EventData, EventKind, ReasonCode
 from dispatch.timing import cron
 from tenants.audit import audit_record
 from tenants.models import AuditEvent, TenantQuota
@@ -200,7 +200,7 @@ def schedule_create(
         schedule.depends_on.set(spec.depends_on)
     audit = _audit(
         actor,
-        "schedule.create",
+        AuditAction.SCHEDULE_CREATE,
         schedule,
         after=schedule_snapshot(schedule),
     )
@@ -250,7 +250,7 @@ def schedule_update(
         schedule.save(update_fields=["next_run_at"])
     audit = _audit(
         actor,
-        "schedule.update",
+        AuditAction.SCHEDULE_UPDATE,
         schedule,
         before=before,
         after=schedule_snapshot(schedule),
@@ -286,7 +286,7 @@ def schedule_delete(*, actor: Principal, schedule_id: uuid.UUID | str) -> None:
     )
     audit = _audit(
         actor,
-        "schedule.delete",
+        AuditAction.SCHEDULE_DELETE,
         schedule,
         before=before,
     )
@@ -338,7 +338,7 @@ def schedule_pause(
         msg += f" until {until.isoformat()}"
     audit = _audit(
         actor,
-        "schedule.pause",
+        AuditAction.SCHEDULE_PAUSE,
         schedule,
         before=before,
         after=schedule_snapshot(schedule),
@@ -374,7 +374,11 @@ def _pause_update(
     msg = f"pause changed by {actor.label}" + (f' ("{reason}")' if reason else "")
     msg += f" until {until.isoformat()}" if until else "; no end time"
     audit = _audit(
-        actor, "schedule.pause_update", schedule, before=before, after=_pause_state(schedule)
+        actor,
+        AuditAction.SCHEDULE_PAUSE_UPDATE,
+        schedule,
+        before=before,
+        after=_pause_state(schedule),
     )
     _event(
         schedule,
@@ -409,7 +413,7 @@ def schedule_resume(*, actor: Principal, schedule_id: uuid.UUID | str) -> Schedu
     schedule.save(update_fields=["paused", "paused_until", "version"])
     audit = _audit(
         actor,
-        "schedule.resume",
+        AuditAction.SCHEDULE_RESUME,
         schedule,
         before=before,
         after=schedule_snapshot(schedule),
@@ -439,7 +443,7 @@ def schedule_trigger(*, actor: Principal, schedule_id: uuid.UUID | str) -> Execu
         with transaction.atomic():
             audit_record(
                 actor=actor,
-                action="schedule.trigger",
+                action=AuditAction.SCHEDULE_TRIGGER,
                 object_type="schedule",
                 object_id=str(schedule_id),
                 outcome="denied",
@@ -521,7 +525,7 @@ def _trigger(*, actor: Principal, schedule_id: uuid.UUID | str) -> tuple[Executi
                 raise
     audit = _audit(
         actor,
-        "schedule.trigger",
+        AuditAction.SCHEDULE_TRIGGER,
         schedule,
         after={"execution_id": str(execution.id), "scheduled_for": now.isoformat(), "state": state},
     )
@@ -620,7 +624,7 @@ def _job_insert(*, actor: Principal, data: dict[str, Any], digest: str) -> Sched
     schedule.save(force_insert=True)
     audit = _audit(
         actor,
-        "job.create",
+        AuditAction.JOB_CREATE,
         schedule,
         after=schedule_snapshot(schedule) | {"idempotency_key": key},
     )

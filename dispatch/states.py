@@ -1,4 +1,4 @@
-"""The platform's vocabulary: execution states, triggers and the state sets.
+"""The platform's vocabulary: states, triggers, event kinds, reason codes, answers.
 
 Defined once; Python compares against these and SQL receives the sets as
 parameters (`state_values(...)`), so a state's meaning cannot drift between
@@ -56,6 +56,35 @@ class Trigger(models.TextChoices):
     CATCH_UP = "catch_up"
     DEPENDENCY = "dependency"
     API = "api"
+
+
+# A schedule's definition: what it is and how it runs.
+class Kind(models.TextChoices):
+    CRON = "cron"
+    ONCE = "once"
+
+
+class Priority(models.TextChoices):
+    HIGH = "high"
+    DEFAULT = "default"
+    LOW = "low"
+
+
+class DurationClass(models.TextChoices):
+    SHORT = "short"
+    LONG = "long"
+
+
+class Overlap(models.TextChoices):
+    FORBID = "forbid"
+    ALLOW = "allow"
+    REPLACE = "replace"
+
+
+class Misfire(models.TextChoices):
+    SKIP = "skip"
+    RUN_ONCE = "run_once"
+    CATCH_UP = "catch_up"
 
 
 class EventKind(models.TextChoices):
@@ -181,6 +210,19 @@ class ExplainCode(models.TextChoices):
         "missing",
         "no record at all: the scheduler never fired it (report to operators)",
     )
+
+
+class AuditAction(models.TextChoices):
+    """`AuditEvent.action` of the writes to a schedule or job (object_type "schedule")."""
+
+    SCHEDULE_CREATE = "schedule.create"
+    SCHEDULE_UPDATE = "schedule.update"
+    SCHEDULE_DELETE = "schedule.delete"
+    SCHEDULE_PAUSE = "schedule.pause"
+    SCHEDULE_PAUSE_UPDATE = "schedule.pause_update"
+    SCHEDULE_RESUME = "schedule.resume"
+    SCHEDULE_TRIGGER = "schedule.trigger"
+    JOB_CREATE = "job.create"
 
 
 class EventData:

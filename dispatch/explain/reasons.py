@@ -25,6 +25,7 @@ from dispatch.states import (
     CANCEL_EVENT_KINDS,
     CLAIMABLE_STATES,
     HELD_EVENT_KINDS,
+    AuditAction,
     EventKind,
     ExplainCode,
     ReasonCode,
@@ -195,8 +196,8 @@ def _about_occurrence(
         )
         base.evidence = [
             Evidence("schedule", str(schedule.id), schedule.name),
-            *records.audit_evidence(schedule, "schedule.create"),
-            *records.audit_evidence(schedule, "job.create"),
+            *records.audit_evidence(schedule, AuditAction.SCHEDULE_CREATE),
+            *records.audit_evidence(schedule, AuditAction.JOB_CREATE),
         ]
         return base
     if schedule.deleted_at is not None and occurrence >= schedule.deleted_at:
@@ -207,7 +208,7 @@ def _about_occurrence(
         )
         base.evidence = [
             Evidence("schedule", str(schedule.id), schedule.name),
-            *records.audit_evidence(schedule, "schedule.delete"),
+            *records.audit_evidence(schedule, AuditAction.SCHEDULE_DELETE),
         ]
         return base
     pause = records.pause_covering(schedule, occurrence, now=now)
@@ -416,7 +417,7 @@ def _about_execution(
         if execution.reason_code == ReasonCode.SCHEDULE_DELETED:
             answer.code = ExplainCode.DELETED
             answer.sentence = f"the {label} for {when} was cancelled: {reason}"
-            answer.evidence.extend(records.audit_evidence(schedule, "schedule.delete"))
+            answer.evidence.extend(records.audit_evidence(schedule, AuditAction.SCHEDULE_DELETE))
             return answer
         answer.code = ExplainCode.CANCELLED
         finished = clock(execution.finished_at, zone) if execution.finished_at else "?"

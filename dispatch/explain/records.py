@@ -19,7 +19,7 @@ from django.db.models import Q
 from dispatch.explain.present import Evidence, who
 from dispatch.models import Execution, ExecutionEvent, Kind, Schedule, Trigger
 from dispatch.selectors import as_uuid
-from dispatch.states import EventData, EventKind, ExecutionState, ReasonCode
+from dispatch.states import AuditAction, EventData, EventKind, ExecutionState, ReasonCode
 from dispatch.timing import cron
 from tenants.models import AuditEvent
 
@@ -46,7 +46,7 @@ def definition_at(schedule: Schedule, instant: datetime) -> tuple[str, str, date
             tenant_id=schedule.tenant_id,
             object_type="schedule",
             object_id=str(schedule.id),
-            action="schedule.update",
+            action=AuditAction.SCHEDULE_UPDATE,
             at__gt=instant,
         )
         .order_by("at", "id")
@@ -110,7 +110,7 @@ def pause_intervals(schedule: Schedule) -> list[PauseInterval]:
             tenant_id=schedule.tenant_id,
             object_type="schedule",
             object_id=str(schedule.id),
-            action__in=("schedule.pause", "schedule.resume"),
+            action__in=(AuditAction.SCHEDULE_PAUSE, AuditAction.SCHEDULE_RESUME),
         )
     )
     # For each event, when the next one of its kind came (bounds the legacy audit match).
@@ -145,12 +145,16 @@ def _interval(
     following: dict[int, datetime | None],
 ) -> PauseInterval:
     evidence: list[Evidence] = [Evidence("event", str(paused.pk), paused.message)]
-    audit = linked_audit(paused, "schedule.pause", audits, before=following.get(paused.pk))
+    audit = linked_audit(
+        paused, AuditAction.SCHEDULE_PAUSE, audits, before=following.get(paused.pk)
+    )
     if audit is not None:
         evidence.append(_audit_item(audit))
     if resumed is not None:
         evidence.append(Evidence("event", str(resumed.pk), resumed.message))
-        audit = linked_audit(resumed, "schedule.resume", audits, before=following.get(resumed.pk))
+        audit = linked_audit(
+            resumed, AuditAction.SCHEDULE_RESUME, audits, before=following.get(resumed.pk)
+        )
         if audit is not None:
             evidence.append(_audit_item(audit))
     data = _data(paused)
