@@ -101,15 +101,10 @@ def explain(*, schedule: Schedule, at: datetime, now: datetime | None = None) ->
             notes.append(would.note)
         if would.is_occurrence:
             occurrence = would.scheduled_for
-        elif would.dst == "gap" and would.previous is not None:
-            # A wall time swallowed by a spring-forward gap ran at the gap's end.
-            answer = _about_occurrence(schedule, would.previous, at, now, zone)
-            answer.code = ExplainCode.DST_SHIFTED
-            answer.sentence = f"{would.note}. {cap(answer.sentence)}"
-            answer.notes = notes
-            return answer
-        elif would.dst == "fold" and would.previous is not None:
-            # The second copy of a repeated wall time: a fixed-hour schedule ran at the first.
+        elif would.dst is not None and would.previous is not None:
+            # "gap": a wall time swallowed by a spring-forward gap ran at the gap's end.
+            # "fold": the second copy of a repeated wall time; a fixed-hour schedule ran
+            # at the first. Either way the answer is about that earlier run.
             answer = _about_occurrence(schedule, would.previous, at, now, zone)
             answer.code = ExplainCode.DST_SHIFTED
             answer.sentence = f"{would.note}. {cap(answer.sentence)}"
