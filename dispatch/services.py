@@ -486,10 +486,11 @@ def _trigger(*, actor: Principal, schedule_id: uuid.UUID | str) -> tuple[Executi
         reason = f"skipped: previous run {running[0][0]} still {running[0][1]} (overlap forbid)"
         links[EventData.RELATED_EXECUTION_ID] = str(running[0][0])
     elif running and schedule.overlap == Overlap.REPLACE:
+        # Locked as the update would lock them: the ids named below are the ones cancelled.
         replaced = list(
-            Execution.objects.filter(
-                id__in=[r[0] for r in running], state__in=active_states
-            ).values_list("id", flat=True)
+            Execution.objects.select_for_update()
+            .filter(id__in=[r[0] for r in running], state__in=active_states)
+            .values_list("id", flat=True)
         )
         Execution.objects.filter(id__in=replaced, state__in=active_states).update(
             state=ExecutionState.CANCELLED,
