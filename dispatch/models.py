@@ -8,37 +8,15 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
 
-from dispatch.states import ExecutionState as ExecutionState  # re-exported
-from dispatch.states import Trigger as Trigger  # re-exported
+# The vocabulary lives in dispatch.states; re-exported for the model's callers.
+from dispatch.states import DurationClass as DurationClass
+from dispatch.states import ExecutionState as ExecutionState
+from dispatch.states import Kind as Kind
+from dispatch.states import Misfire as Misfire
+from dispatch.states import Overlap as Overlap
+from dispatch.states import Priority as Priority
+from dispatch.states import Trigger as Trigger
 from tenants.models import Tenant
-
-
-class Kind(models.TextChoices):
-    CRON = "cron"
-    ONCE = "once"
-
-
-class Priority(models.TextChoices):
-    HIGH = "high"
-    DEFAULT = "default"
-    LOW = "low"
-
-
-class DurationClass(models.TextChoices):
-    SHORT = "short"
-    LONG = "long"
-
-
-class Overlap(models.TextChoices):
-    FORBID = "forbid"
-    ALLOW = "allow"
-    REPLACE = "replace"
-
-
-class Misfire(models.TextChoices):
-    SKIP = "skip"
-    RUN_ONCE = "run_once"
-    CATCH_UP = "catch_up"
 
 
 class Schedule(models.Model):
@@ -105,8 +83,8 @@ class Schedule(models.Model):
                 name="schedule_idempotency_key_unique",
             ),
             models.CheckConstraint(
-                condition=(Q(kind="cron") & ~Q(cron=""))
-                | (Q(kind="once") & Q(run_at__isnull=False)),
+                condition=(Q(kind=Kind.CRON) & ~Q(cron=""))
+                | (Q(kind=Kind.ONCE) & Q(run_at__isnull=False)),
                 name="schedule_kind_fields",
             ),
             models.CheckConstraint(condition=Q(timeout_s__gte=1), name="schedule_timeout_positive"),
@@ -217,23 +195,36 @@ class Execution(models.Model):
             # The sweeper's and the dispatcher's work lists: only non-final rows.
             models.Index(
                 fields=["partition", "state", "due_at"],
-                condition=Q(state__in=["scheduled", "queued", "retry_scheduled"]),
+                condition=Q(
+                    state__in=[
+                        ExecutionState.SCHEDULED,
+                        ExecutionState.QUEUED,
+                        ExecutionState.RETRY_SCHEDULED,
+                    ]
+                ),
                 name="execution_pending",
             ),
             # Overlap and concurrency checks: the active rows of a schedule / tenant.
             models.Index(
                 fields=["schedule"],
-                condition=Q(state__in=["scheduled", "queued", "running", "retry_scheduled"]),
+                condition=Q(
+                    state__in=[
+                        ExecutionState.SCHEDULED,
+                        ExecutionState.QUEUED,
+                        ExecutionState.RUNNING,
+                        ExecutionState.RETRY_SCHEDULED,
+                    ]
+                ),
                 name="execution_active_schedule",
             ),
             models.Index(
                 fields=["tenant", "state"],
-                condition=Q(state__in=["queued", "running"]),
+                condition=Q(state__in=[ExecutionState.QUEUED, ExecutionState.RUNNING]),
                 name="execution_inflight_tenant",
             ),
             models.Index(
                 fields=["lease_expires_at"],
-                condition=Q(state="running"),
+                condition=Q(state=ExecutionState.RUNNING),
                 name="execution_running_lease",
             ),
         ]
@@ -262,6 +253,7 @@ class ExecutionEvent(models.Model):
         db_index=False,
     )
     at = models.DateTimeField(db_default=Now())
+    # One of dispatch.states.EventKind (plain column: SQL writers insert kinds too).
     kind = models.CharField(max_length=40)
     message = models.CharField(max_length=1000)
     data = models.JSONField(default=dict, blank=True)

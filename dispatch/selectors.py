@@ -21,6 +21,7 @@ from dispatch.models import (
     Kind,
     Schedule,
     SchedulerPartition,
+    Trigger,
 )
 from dispatch.states import IN_FLIGHT_STATES
 from dispatch.timing import cron
@@ -473,7 +474,7 @@ def schedule_resolve(*, tenant: Tenant, ref: str, include_deleted: bool = False)
 # Fire lag measures how promptly the beat publishes what falls due. Catch-up runs
 # (missed occurrences fired late on purpose, e.g. after a pause) and manual runs
 # are not timed occurrences: they are counted apart, not in the percentiles.
-LAG_EXCLUDED_TRIGGERS = ("catch_up", "manual")
+LAG_EXCLUDED_TRIGGERS = (Trigger.CATCH_UP, Trigger.MANUAL)
 
 
 def ops_fire_lag(*, since: datetime) -> dict[str, float | int | None]:
@@ -492,7 +493,7 @@ def ops_fire_lag(*, since: datetime) -> dict[str, float | int | None]:
                   FROM dispatch_execution
                   WHERE enqueued_at IS NOT NULL AND enqueued_at >= %s) AS l
             """,
-            [list(LAG_EXCLUDED_TRIGGERS), since],
+            [[str(t.value) for t in LAG_EXCLUDED_TRIGGERS], since],
         )
         count, p50, p99, worst, excluded = cur.fetchone()
     return {

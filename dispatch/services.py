@@ -26,13 +26,21 @@ from dispatch.exceptions import (
     TriggerLimited,
     VersionConflict,
 )
-from dispatch.models import Execution, ExecutionEvent, ExecutionState, Kind, Schedule, Trigger
+from dispatch.models import (
+    Execution,
+    ExecutionEvent,
+    ExecutionState,
+    Kind,
+    Overlap,
+    Schedule,
+    Trigger,
+)
 from dispatch.schedule_fields import ScheduleSpec, clean_schedule, partition_for
 from dispatch.selectors import as_uuid, schedule_fields
-from dispatch.states import IN_FLIGHT_STATES
+from dispatch.states import IN_FLIGHT_STATES, AuditAction, EventData, EventKind, ReasonCode
 from dispatch.timing import cron
 from tenants.audit import audit_record
-from tenants.models import TenantQuota
+from tenants.models import AuditEvent, TenantQuota
 from tenants.roles import Principal
 
 WAKE_CHANNEL = "scheduler_wakeup"
@@ -67,20 +75,26 @@ def _wake_beat(schedule: Schedule, *, now: datetime) -> None:
 
 def _event(
     schedule: Schedule,
-    kind: str,
+    kind: EventKind,
     message: str,
     *,
     actor: Principal | None,
     execution: Execution | None = None,
     data: dict[str, Any] | None = None,
+    audit: AuditEvent | None = None,
 ) -> None:
+    """A timeline event; `audit` is the audit row the same change wrote (written
+    first), named in `data.audit_id` so readers link the two by id."""
+    data = dict(data or {})
+    if audit is not None:
+        data[EventData.AUDIT_ID] = audit.pk
     ExecutionEvent.objects.create(
         tenant_id=schedule.tenant_id,
         schedule=schedule,
         execution=execution,
         kind=kind,
         message=message,
-        data=data or {},
+        data=data,
         actor=actor.label if actor else "system",
     )
 
@@ -92,8 +106,8 @@ def _audit(
     *,
     before: dict[str, Any] | None = None,
     after: dict[str, Any] | None = None,
-) -> None:
-    audit_record(
+) -> AuditEvent:
+    return audit_record(
         actor=actor,
         action=action,
         object_type="schedule",
@@ -183,12 +197,14 @@ def schedule_create(
     _save_unique(schedule, force_insert=True)
     if spec.depends_on:
         schedule.depends_on.set(spec.depends_on)
-    _event(schedule, "created", f"schedule created by {actor.label}", actor=actor)
-    _audit(
+    audit = _audit(
         actor,
-        "schedule.create",
+        AuditAction.SCHEDULE_CREATE,
         schedule,
         after=schedule_snapshot(schedule),
+    )
+    _event(
+        schedule, EventKind.CREATED, f"schedule created by {actor.label}", actor=actor, audit=audit
     )
     _wake_beat(schedule, now=now)
     return schedule
@@ -231,18 +247,19 @@ def schedule_update(
         elif schedule.next_run_at is None and schedule.kind == Kind.CRON:
             schedule.next_run_at = _first_run(schedule, now=now)
         schedule.save(update_fields=["next_run_at"])
-    _event(
-        schedule,
-        "updated",
-        f"definition changed by {actor.label} (version {schedule.version})",
-        actor=actor,
-    )
-    _audit(
+    audit = _audit(
         actor,
-        "schedule.update",
+        AuditAction.SCHEDULE_UPDATE,
         schedule,
         before=before,
         after=schedule_snapshot(schedule),
+    )
+    _event(
+        schedule,
+        EventKind.UPDATED,
+        f"definition changed by {actor.label} (version {schedule.version})",
+        actor=actor,
+        audit=audit,
     )
     _wake_beat(schedule, now=now)
     return schedule
@@ -263,15 +280,17 @@ def schedule_delete(*, actor: Principal, schedule_id: uuid.UUID | str) -> None:
     ).update(
         state=ExecutionState.CANCELLED,
         finished_at=now,
-        reason_code="schedule_deleted",
+        reason_code=ReasonCode.SCHEDULE_DELETED,
         reason=f"schedule deleted by {actor.label}",
     )
-    _event(schedule, "deleted", f"schedule deleted by {actor.label}", actor=actor)
-    _audit(
+    audit = _audit(
         actor,
-        "schedule.delete",
+        AuditAction.SCHEDULE_DELETE,
         schedule,
         before=before,
+    )
+    _event(
+        schedule, EventKind.DELETED, f"schedule deleted by {actor.label}", actor=actor, audit=audit
     )
 
 
@@ -316,19 +335,20 @@ def schedule_pause(
     msg = f"paused by {actor.label}" + (f' ("{reason}")' if reason else "")
     if until:
         msg += f" until {until.isoformat()}"
-    _event(
-        schedule,
-        "paused",
-        msg,
-        actor=actor,
-        data={"reason": reason, "until": until.isoformat() if until else None},
-    )
-    _audit(
+    audit = _audit(
         actor,
-        "schedule.pause",
+        AuditAction.SCHEDULE_PAUSE,
         schedule,
         before=before,
         after=schedule_snapshot(schedule),
+    )
+    _event(
+        schedule,
+        EventKind.PAUSED,
+        msg,
+        actor=actor,
+        data={"reason": reason, "until": until.isoformat() if until else None},
+        audit=audit,
     )
     return schedule
 
@@ -352,9 +372,16 @@ def _pause_update(
     schedule.save(update_fields=["paused_until", "paused_reason", "version"])
     msg = f"pause changed by {actor.label}" + (f' ("{reason}")' if reason else "")
     msg += f" until {until.isoformat()}" if until else "; no end time"
+    audit = _audit(
+        actor,
+        AuditAction.SCHEDULE_PAUSE_UPDATE,
+        schedule,
+        before=before,
+        after=_pause_state(schedule),
+    )
     _event(
         schedule,
-        "pause_updated",
+        EventKind.PAUSE_UPDATED,
         msg,
         actor=actor,
         data={
@@ -362,8 +389,8 @@ def _pause_update(
             "until": until.isoformat() if until else None,
             "before": {"reason": before["paused_reason"], "until": before["paused_until"]},
         },
+        audit=audit,
     )
-    _audit(actor, "schedule.pause_update", schedule, before=before, after=_pause_state(schedule))
     return schedule
 
 
@@ -383,19 +410,20 @@ def schedule_resume(*, actor: Principal, schedule_id: uuid.UUID | str) -> Schedu
     schedule.paused_until = None
     schedule.version += 1
     schedule.save(update_fields=["paused", "paused_until", "version"])
-    _event(
-        schedule,
-        "resumed",
-        f"resumed by {actor.label}",
-        actor=actor,
-        data={"paused_at": schedule.paused_at.isoformat() if schedule.paused_at else None},
-    )
-    _audit(
+    audit = _audit(
         actor,
-        "schedule.resume",
+        AuditAction.SCHEDULE_RESUME,
         schedule,
         before=before,
         after=schedule_snapshot(schedule),
+    )
+    _event(
+        schedule,
+        EventKind.RESUMED,
+        f"resumed by {actor.label}",
+        actor=actor,
+        data={"paused_at": schedule.paused_at.isoformat() if schedule.paused_at else None},
+        audit=audit,
     )
     _wake_beat(schedule, now=now)
     return schedule
@@ -415,7 +443,7 @@ def schedule_trigger(*, actor: Principal, schedule_id: uuid.UUID | str) -> Execu
         with transaction.atomic():
             audit_record(
                 actor=actor,
-                action="schedule.trigger",
+                action=AuditAction.SCHEDULE_TRIGGER,
                 object_type="schedule",
                 object_id=str(schedule_id),
                 outcome="denied",
@@ -455,17 +483,27 @@ def _trigger(*, actor: Principal, schedule_id: uuid.UUID | str) -> tuple[Executi
         .values_list("id", "state")
     )
     state, code, reason = ExecutionState.SCHEDULED, "", ""
-    if running and schedule.overlap == "forbid":
-        state, code = ExecutionState.SKIPPED, "overlap_forbid"
+    links: dict[str, Any] = {}
+    if running and schedule.overlap == Overlap.FORBID:
+        state, code = ExecutionState.SKIPPED, ReasonCode.OVERLAP_FORBID
         reason = f"skipped: previous run {running[0][0]} still {running[0][1]} (overlap forbid)"
-    elif running and schedule.overlap == "replace":
-        Execution.objects.filter(id__in=[r[0] for r in running], state__in=active_states).update(
+        links[EventData.RELATED_EXECUTION_ID] = str(running[0][0])
+    elif running and schedule.overlap == Overlap.REPLACE:
+        # Locked as the update would lock them: the ids named below are the ones cancelled.
+        replaced = list(
+            Execution.objects.select_for_update()
+            .filter(id__in=[r[0] for r in running], state__in=active_states)
+            .values_list("id", flat=True)
+        )
+        Execution.objects.filter(id__in=replaced, state__in=active_states).update(
             state=ExecutionState.CANCELLED,
             fencing_token=F("fencing_token") + 1,
             finished_at=db_clock(),
-            reason_code="replaced",
+            reason_code=ReasonCode.REPLACED,
             reason="cancelled: replaced by a manual run (overlap replace)",
         )
+        if replaced:
+            links[EventData.REPLACED_EXECUTION_IDS] = sorted(str(r) for r in replaced)
     # The occurrence key of a manual run is the moment it was asked for. Use the
     # wall clock of the database (clock_timestamp), not the transaction start,
     # so two triggers in one transaction are two occurrences; on the rare
@@ -489,18 +527,20 @@ def _trigger(*, actor: Principal, schedule_id: uuid.UUID | str) -> tuple[Executi
         except IntegrityError as exc:
             if constraint_name(exc) != "execution_one_per_occurrence":
                 raise
+    audit = _audit(
+        actor,
+        AuditAction.SCHEDULE_TRIGGER,
+        schedule,
+        after={"execution_id": str(execution.id), "scheduled_for": now.isoformat(), "state": state},
+    )
     _event(
         schedule,
-        "triggered",
+        EventKind.TRIGGERED,
         f"triggered manually by {actor.label}" + (f"; {reason}" if reason else ""),
         actor=actor,
         execution=execution,
-    )
-    _audit(
-        actor,
-        "schedule.trigger",
-        schedule,
-        after={"execution_id": str(execution.id), "scheduled_for": now.isoformat(), "state": state},
+        data=links,
+        audit=audit,
     )
     if state == ExecutionState.SCHEDULED:
         notify(WAKE_CHANNEL, str(schedule.partition))
@@ -578,12 +618,18 @@ def _job_insert(*, actor: Principal, data: dict[str, Any], digest: str) -> Sched
     schedule.next_run_at = schedule.run_at
     # A unique-key race surfaces as IntegrityError to job_create, which re-reads.
     schedule.save(force_insert=True)
-    _event(schedule, "created", f"one-off job created by {actor.label}", actor=actor)
-    _audit(
+    audit = _audit(
         actor,
-        "job.create",
+        AuditAction.JOB_CREATE,
         schedule,
         after=schedule_snapshot(schedule) | {"idempotency_key": key},
+    )
+    _event(
+        schedule,
+        EventKind.CREATED,
+        f"one-off job created by {actor.label}",
+        actor=actor,
+        audit=audit,
     )
     _wake_beat(schedule, now=now)
     return schedule

@@ -1,4 +1,4 @@
-"""The platform's vocabulary: execution states, triggers and the state sets.
+"""The platform's vocabulary: states, triggers, event kinds, reason codes, answers.
 
 Defined once; Python compares against these and SQL receives the sets as
 parameters (`state_values(...)`), so a state's meaning cannot drift between
@@ -56,3 +56,186 @@ class Trigger(models.TextChoices):
     CATCH_UP = "catch_up"
     DEPENDENCY = "dependency"
     API = "api"
+
+
+# A schedule's definition: what it is and how it runs.
+class Kind(models.TextChoices):
+    CRON = "cron"
+    ONCE = "once"
+
+
+class Priority(models.TextChoices):
+    HIGH = "high"
+    DEFAULT = "default"
+    LOW = "low"
+
+
+class DurationClass(models.TextChoices):
+    SHORT = "short"
+    LONG = "long"
+
+
+class Overlap(models.TextChoices):
+    FORBID = "forbid"
+    ALLOW = "allow"
+    REPLACE = "replace"
+
+
+class Misfire(models.TextChoices):
+    SKIP = "skip"
+    RUN_ONCE = "run_once"
+    CATCH_UP = "catch_up"
+
+
+class EventKind(models.TextChoices):
+    """Every kind of `ExecutionEvent` the platform writes (Python and SQL alike).
+
+    `ExecutionEvent.kind` stays a plain column (no `choices=`, no migration); this
+    is the list the writers and the readers (explainer, console, metrics) share.
+    """
+
+    # Schedule lifecycle, written by the services with the audit row they caused
+    # (`data.audit_id` names it).
+    CREATED = "created"
+    UPDATED = "updated"
+    DELETED = "deleted"
+    PAUSED = "paused"
+    PAUSE_UPDATED = "pause_updated"
+    RESUMED = "resumed"
+    TRIGGERED = "triggered"
+    # The beat's decisions.
+    HELD_CONCURRENCY = "held_concurrency"
+    HELD_CAPACITY = "held_capacity"
+    QUOTA_EXHAUSTED = "quota_exhausted"
+    MISFIRE_SKIPPED = "misfire_skipped"
+    PAUSED_SKIPPED = "paused_skipped"
+    # An attempt's life, written by the worker (and the lease sweep).
+    CLAIMED = "claimed"
+    ATTEMPT_STARTED = "attempt_started"
+    ATTEMPT_SUCCEEDED = "attempt_succeeded"
+    ATTEMPT_FAILED = "attempt_failed"
+    RETRY_SCHEDULED = "retry_scheduled"
+    TIMED_OUT = "timed_out"
+    DEAD = "dead"
+    HELD_RATE_LIMIT = "held_rate_limit"
+    CANCELLED = "cancelled"
+    CANCELLED_STOP = "cancelled_stop"
+    DELIVERY_IGNORED = "delivery_ignored"
+    FENCING_REJECTED = "fencing_rejected"
+    ALERT_SENT = "alert_sent"
+    ALERT_FAILED = "alert_failed"
+
+
+# Held back by a limit at admission or at claim time; not started.
+HELD_EVENT_KINDS = frozenset(
+    {EventKind.HELD_CONCURRENCY, EventKind.HELD_CAPACITY, EventKind.HELD_RATE_LIMIT}
+)
+# The end of an attempt, as the timeline records it.
+ATTEMPT_END_EVENT_KINDS = frozenset(
+    {EventKind.ATTEMPT_SUCCEEDED, EventKind.ATTEMPT_FAILED, EventKind.DEAD, EventKind.TIMED_OUT}
+)
+# A run stopped or not started because it was cancelled.
+CANCEL_EVENT_KINDS = frozenset({EventKind.CANCELLED, EventKind.CANCELLED_STOP})
+
+
+def kind_values(kinds: frozenset[EventKind]) -> list[str]:
+    """An event-kind set as plain strings, for queries and SQL parameters."""
+    return sorted(str(kind.value) for kind in kinds)
+
+
+class ReasonCode(models.TextChoices):
+    """`Execution.reason_code` of the scheduling decisions (why a run was skipped,
+    held or cancelled). A failed attempt's code comes from its target and is open
+    (`http_503`, `exit_2`, `timeout`, `dns`, ...); those are not listed here."""
+
+    MISFIRE = "misfire"
+    PAUSED = "paused"
+    OVERLAP_FORBID = "overlap_forbid"
+    UPSTREAM = "upstream"
+    QUOTA_EXHAUSTED = "quota_exhausted"
+    REPLACED = "replaced"
+    SCHEDULE_DELETED = "schedule_deleted"
+    TENANT_INACTIVE = "tenant_inactive"
+    HELD_CONCURRENCY = "held_concurrency"
+    HELD_CAPACITY = "held_capacity"
+    HELD_RATE_LIMIT = "held_rate_limit"
+
+
+class ExplainCode(models.TextChoices):
+    """What the explainer answers (`Explanation.code`), with its meaning as the label.
+
+    A service reading only the code can tell every outcome apart; the sentence
+    adds the detail. The API documents these as an enum.
+    """
+
+    RAN = "ran", "the occurrence ran and succeeded"
+    RUNNING = "running", "the occurrence is running now"
+    RETRYING = "retrying", "an attempt failed; another attempt is scheduled"
+    FAILED = "failed", "the occurrence ran and failed (no retry left for this failure)"
+    TIMED_OUT = "timed_out", "the occurrence ran and was stopped at its timeout"
+    DEAD = "dead", "the occurrence failed on every allowed attempt"
+    PENDING = (
+        "pending",
+        "not due yet, or due and not yet started (scheduled, queued, beat behind)",
+    )
+    HELD = (
+        "held",
+        "held back by a concurrency, capacity or rate limit; not started yet "
+        "(once it starts, the code is its outcome and the sentence tells the wait)",
+    )
+    NOT_AN_OCCURRENCE = "not_an_occurrence", "the schedule has no occurrence at that time"
+    DST_SHIFTED = (
+        "dst_shifted",
+        "that wall time was moved by a DST change; the answer is about the moved run",
+    )
+    PAUSED = "paused", "the schedule was (or is) paused at that time"
+    NOT_CREATED_YET = "not_created_yet", "the schedule did not exist yet"
+    DELETED = "deleted", "the schedule had been deleted"
+    SKIPPED_MISFIRE = (
+        "skipped_misfire",
+        "skipped by the misfire policy (the scheduler reached it too late)",
+    )
+    SKIPPED_OVERLAP = (
+        "skipped_overlap",
+        "skipped: the previous run was still active (overlap forbid)",
+    )
+    SKIPPED_UPSTREAM = "skipped_upstream", "skipped: an upstream schedule did not succeed"
+    SKIPPED_QUOTA = (
+        "skipped_quota",
+        "skipped: the tenant was over its executions-per-day quota",
+    )
+    SKIPPED = "skipped", "skipped for another recorded reason (the sentence names it)"
+    CANCELLED = "cancelled", "the run was cancelled (replaced, or by the platform)"
+    MISSING = (
+        "missing",
+        "no record at all: the scheduler never fired it (report to operators)",
+    )
+
+
+class AuditAction(models.TextChoices):
+    """`AuditEvent.action` of the writes to a schedule or job (object_type "schedule")."""
+
+    SCHEDULE_CREATE = "schedule.create"
+    SCHEDULE_UPDATE = "schedule.update"
+    SCHEDULE_DELETE = "schedule.delete"
+    SCHEDULE_PAUSE = "schedule.pause"
+    SCHEDULE_PAUSE_UPDATE = "schedule.pause_update"
+    SCHEDULE_RESUME = "schedule.resume"
+    SCHEDULE_TRIGGER = "schedule.trigger"
+    JOB_CREATE = "job.create"
+
+
+class EventData:
+    """Keys of `ExecutionEvent.data` that link an event to other records by id.
+
+    The writer that knows the fact stores it; readers follow the id, never the
+    event's message or a nearby timestamp.
+    """
+
+    # The audit row written in the same transaction (pause, resume, trigger, ...).
+    AUDIT_ID = "audit_id"
+    # The execution this decision was about: the run still active that made an
+    # overlap-forbid skip, or the newer run that replaced a cancelled one.
+    RELATED_EXECUTION_ID = "related_execution_id"
+    # On a manual trigger under overlap `replace`: the active runs it cancelled.
+    REPLACED_EXECUTION_IDS = "replaced_execution_ids"

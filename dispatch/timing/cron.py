@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from functools import lru_cache
 from itertools import islice
+from typing import Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from cron_descriptor import get_description
@@ -45,6 +46,7 @@ __all__ = [
     "MISFIRE_POLICIES",
     "PREVIEW_MAX",
     "CronError",
+    "DstCase",
     "MisfirePlan",
     "Occurrence",
     "WouldRun",
@@ -61,6 +63,8 @@ __all__ = [
 ]
 
 PREVIEW_MAX = 1000
+# The two DST cases a wall time can fall in (WouldRun.dst).
+DstCase = Literal["gap", "fold"]
 MISFIRE_POLICIES = ("skip", "run_once", "catch_up")
 MAX_EXPRESSION_LENGTH = 1000
 PREVIOUS_LOOKBACK = timedelta(days=400)
@@ -134,6 +138,9 @@ class WouldRun:
     previous: datetime | None
     next: datetime | None
     note: str | None
+    # Which DST case `note` describes: "gap" (a wall time the clocks skipped, run at
+    # the gap's end), "fold" (a wall time that occurs twice), None on ordinary times.
+    dst: DstCase | None = None
 
 
 @dataclass(frozen=True)
@@ -906,16 +913,17 @@ def would_run_at(
     previous = _previous(sched, zone, at)
 
     note: str | None = None
+    dst: DstCase | None = None
     past = now is None or at <= now
     wall = _local_naive(at, zone)
     if _classify(wall, zone)[0] == _FOLD and _matches(sched, wall):
-        note = _fold_note(sched, zone, wall, past=past)
+        note, dst = _fold_note(sched, zone, wall, past=past), "fold"
     else:
         anchor = at if is_occurrence else previous
         if anchor is not None:
             times = _gap_times(sched, zone, anchor)
             if times and at - anchor < _gap_length(zone, anchor):
-                note = _gap_note(sched, zone, anchor, times, past=past)
+                note, dst = _gap_note(sched, zone, anchor, times, past=past), "gap"
     return WouldRun(
         at=at,
         is_occurrence=is_occurrence,
@@ -923,4 +931,5 @@ def would_run_at(
         previous=previous,
         next=following,
         note=note,
+        dst=dst,
     )

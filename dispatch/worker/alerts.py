@@ -21,6 +21,7 @@ from django.conf import settings
 from django.core.mail import send_mail
 
 from dispatch.models import Execution, ExecutionEvent
+from dispatch.states import EventKind, ExecutionState
 from dispatch.targets import netguard
 
 log = logging.getLogger("dispatch.alerts")
@@ -64,9 +65,9 @@ def send_dead_notice(*, execution_id: str) -> list[str]:
     execution = (
         Execution.objects.select_related("tenant", "schedule").filter(pk=execution_id).first()
     )
-    if execution is None or execution.state != "dead":
+    if execution is None or execution.state != ExecutionState.DEAD:
         return []
-    if ExecutionEvent.objects.filter(execution=execution, kind="alert_sent").exists():
+    if ExecutionEvent.objects.filter(execution=execution, kind=EventKind.ALERT_SENT).exists():
         return []
     tenant = execution.tenant
     payload = notice_payload(execution)
@@ -94,7 +95,7 @@ def send_dead_notice(*, execution_id: str) -> list[str]:
             tenant=tenant,
             schedule_id=execution.schedule_id,
             execution=execution,
-            kind="alert_sent" if sent else "alert_failed",
+            kind=EventKind.ALERT_SENT if sent else EventKind.ALERT_FAILED,
             message=(
                 f"tenant notified: {', '.join(sent)}"
                 if sent

@@ -26,7 +26,7 @@ from django.db import DatabaseError, connection
 from config import telemetry
 from config.logs import log_context
 from core import faults
-from dispatch.states import CLAIMABLE_STATES
+from dispatch.states import CLAIMABLE_STATES, FINAL_STATES, EventKind, ExecutionState, ReasonCode
 from dispatch.targets import KINDS
 from dispatch.targets.runtime import (
     Aborted,
@@ -51,7 +51,6 @@ EVENT_EXCERPT_CHARS = 512
 # A rate-limit slot at most this far off is waited for in place (capped at a third
 # of the lease); a later one hands the attempt back until then.
 RATE_LIMIT_INLINE_S = 1.0
-FINAL = {"succeeded", "dead", "cancelled", "skipped"}
 
 
 def run_execution(*, execution_id: str, attempt: int) -> str:
@@ -93,12 +92,12 @@ def _ignore(*, execution_id: str, attempt: int, owner: str, peek: Peek | None) -
         kind, why = "stale", f"the execution is already at attempt {peek.attempt} ({peek.state})"
     elif peek.attempt < attempt:
         kind, why = "ahead", f"the execution is only at attempt {peek.attempt} ({peek.state})"
-    elif peek.state == "running":
+    elif peek.state == ExecutionState.RUNNING:
         kind, why = (
             "duplicate",
             f"attempt {attempt} is already running (token {peek.fencing_token}, worker {peek.lease_owner})",
         )
-    elif peek.state in FINAL:
+    elif peek.state in FINAL_STATES:
         kind, why = "duplicate", f"attempt {attempt} already ended ({peek.state})"
     elif peek.state in CLAIMABLE_STATES and peek.due_in_s > 0:
         kind, why = (
@@ -113,7 +112,7 @@ def _ignore(*, execution_id: str, attempt: int, owner: str, peek: Peek | None) -
         execution_id=execution_id,
         tenant_id=peek.tenant_id,
         schedule_id=peek.schedule_id,
-        kind="delivery_ignored",
+        kind=EventKind.DELIVERY_IGNORED,
         message=f"{kind} message for attempt {attempt} ignored by {owner}: {why}",
         data={
             "delivery": kind,
@@ -230,9 +229,13 @@ def _run_claimed_attempt(claim: Claim, *, lease_s: float) -> str:
         why = "its schedule was deleted" if claim.schedule_deleted else "its tenant is deactivated"
         applied = leases.attempt_finish(
             claim=claim,
-            state="cancelled",
-            events=[Event("cancelled", f"not run: {why}", {"attempt": claim.attempt})],
-            reason_code="schedule_deleted" if claim.schedule_deleted else "tenant_inactive",
+            state=ExecutionState.CANCELLED,
+            events=[Event(EventKind.CANCELLED, f"not run: {why}", {"attempt": claim.attempt})],
+            reason_code=(
+                ReasonCode.SCHEDULE_DELETED
+                if claim.schedule_deleted
+                else ReasonCode.TENANT_INACTIVE
+            ),
             reason=f"not run: {why}",
         )
         if not applied:
@@ -259,7 +262,7 @@ def _run_claimed_attempt(claim: Claim, *, lease_s: float) -> str:
         execution_id=claim.execution_id,
         tenant_id=claim.tenant_id,
         schedule_id=claim.schedule_id,
-        kind="attempt_started",
+        kind=EventKind.ATTEMPT_STARTED,
         message=f"attempt {claim.attempt} started by {claim.owner} (timeout {claim.timeout_s} s)",
         data={
             "attempt": claim.attempt,
@@ -365,12 +368,12 @@ def _call(module: ModuleType, ctx: RunContext) -> Outcome:
 def _lost(claim: Claim, ctx: RunContext, outcome: Outcome) -> str:
     result = "succeeded" if outcome.ok else "failed"
     peek = leases.execution_peek(execution_id=claim.execution_id)
-    if peek is not None and peek.state == "cancelled":
+    if peek is not None and peek.state == ExecutionState.CANCELLED:
         leases.event_add(
             execution_id=claim.execution_id,
             tenant_id=claim.tenant_id,
             schedule_id=claim.schedule_id,
-            kind="cancelled_stop",
+            kind=EventKind.CANCELLED_STOP,
             message=(
                 f"worker {claim.owner} stopped attempt {claim.attempt}: the execution was "
                 f"cancelled (token {claim.fencing_token} → {peek.fencing_token}); result discarded"
@@ -426,12 +429,12 @@ def _record(claim: Claim, ctx: RunContext | None, outcome: Outcome) -> str:
         "log_excerpt": excerpt,
     }
     if outcome.ok:
-        state = "succeeded"
+        state = ExecutionState.SUCCEEDED
         applied = leases.attempt_finish(
             state=state,
             events=[
                 Event(
-                    "attempt_succeeded",
+                    EventKind.ATTEMPT_SUCCEEDED,
                     f"attempt {n} succeeded{' (' + shown + ')' if shown else ''} "
                     f"in {outcome.latency_ms} ms",
                     data,
@@ -441,7 +444,7 @@ def _record(claim: Claim, ctx: RunContext | None, outcome: Outcome) -> str:
         )
     else:
         failed = Event(
-            "attempt_failed",
+            EventKind.ATTEMPT_FAILED,
             f"attempt {n} failed after {outcome.latency_ms} ms: {error}",
             data
             | {
@@ -451,7 +454,7 @@ def _record(claim: Claim, ctx: RunContext | None, outcome: Outcome) -> str:
             },
         )
         if outcome.retryable and not retry.exhausted(pol, n):
-            state = "retry_scheduled"
+            state = ExecutionState.RETRY_SCHEDULED
             delay = retry.backoff_s(pol, n, retry_after_s=outcome.retry_after_s)
             honoured = (
                 f", honouring Retry-After {outcome.retry_after_s:g} s"
@@ -468,7 +471,7 @@ def _record(claim: Claim, ctx: RunContext | None, outcome: Outcome) -> str:
                 events=[
                     failed,
                     Event(
-                        "retry_scheduled",
+                        EventKind.RETRY_SCHEDULED,
                         f"attempt {n + 1} of {max_attempts} in {delay:.1f} s "
                         f"({pol['backoff']} backoff{honoured})",
                         {
@@ -481,7 +484,7 @@ def _record(claim: Claim, ctx: RunContext | None, outcome: Outcome) -> str:
                 **common,
             )
         else:
-            state = "dead"
+            state = ExecutionState.DEAD
             why = (
                 "not retryable"
                 if not outcome.retryable
@@ -496,7 +499,7 @@ def _record(claim: Claim, ctx: RunContext | None, outcome: Outcome) -> str:
                 events=[
                     failed,
                     Event(
-                        "dead",
+                        EventKind.DEAD,
                         f"dead after attempt {n}: {reason}",
                         {"attempts": n, "reason_code": outcome.reason_code},
                     ),

@@ -200,7 +200,7 @@ def test_would_run_at_a_non_occurrence_gives_neighbours() -> None:
     assert w.scheduled_for is None
     assert w.previous == z(2026, 5, 8, 7)  # Friday 09:00 CEST
     assert w.next == z(2026, 5, 11, 7)  # Monday
-    assert w.note is None
+    assert w.note is None and w.dst is None
 
 
 def test_would_run_at_just_after_a_gap_explains_the_shift() -> None:
@@ -209,17 +209,19 @@ def test_would_run_at_just_after_a_gap_explains_the_shift() -> None:
     assert not w.is_occurrence
     assert w.previous == z(2026, 3, 29, 1, 0)
     assert w.note == "02:30 did not exist on 2026-03-29 in Europe/Amsterdam; it ran at 03:00 CEST"
+    assert w.dst == "gap"
 
 
 def test_would_run_at_the_gap_end_is_an_occurrence_with_the_note() -> None:
     w = cron.would_run_at("30 2 * * *", "Europe/Amsterdam", seed=SEED, at=z(2026, 3, 29, 1, 0))
     assert w.is_occurrence
     assert w.note == "02:30 did not exist on 2026-03-29 in Europe/Amsterdam; it ran at 03:00 CEST"
+    assert w.dst == "gap"
 
 
 def test_would_run_at_an_hour_after_the_gap_has_no_note() -> None:
     w = cron.would_run_at("30 2 * * *", "Europe/Amsterdam", seed=SEED, at=z(2026, 3, 29, 2, 0))
-    assert w.note is None
+    assert w.note is None and w.dst is None
 
 
 def test_would_run_at_the_second_copy_of_a_fixed_hour_explains_it_ran_once() -> None:
@@ -229,6 +231,7 @@ def test_would_run_at_the_second_copy_of_a_fixed_hour_explains_it_ran_once() -> 
     assert w.note == (
         "02:30 occurred twice on 2026-10-25 in Europe/Amsterdam; it ran once, at the first (CEST)"
     )
+    assert w.dst == "fold"
 
 
 def test_would_run_at_the_second_copy_of_a_wildcard_hour_is_an_occurrence() -> None:
@@ -239,6 +242,7 @@ def test_would_run_at_the_second_copy_of_a_wildcard_hour_is_an_occurrence() -> N
     assert w.note == (
         "02:30 occurred twice on 2026-10-25 in Europe/Amsterdam; it ran in both (CEST and CET)"
     )
+    assert w.dst == "fold"
 
 
 def test_would_run_at_looks_back_at_most_about_400_days() -> None:

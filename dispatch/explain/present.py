@@ -1,0 +1,113 @@
+"""The explainer's answer as callers see it: its shape, how times read, the JSON.
+
+`reasons` decides; this module only words instants and lays the answer out for
+the API and the console (evidence with the link a client follows).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from dispatch.states import ExplainCode
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """A recorded fact the answer rests on: an execution, an event or an audit row."""
+
+    kind: str  # execution | event | audit | schedule
+    id: str
+    label: str = ""
+    execution_id: str | None = None  # for events: the execution they belong to
+
+    def as_dict(self, url: str | None = None) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": self.kind, "id": self.id}
+        if self.label:
+            out["label"] = self.label
+        if url:
+            out["url"] = url
+        return out
+
+
+@dataclass
+class Explanation:
+    code: ExplainCode
+    sentence: str
+    at: datetime
+    occurrence: datetime | None = None
+    evidence: list[Evidence] = field(default_factory=list)
+    execution_id: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- wording
+
+
+def who(label: str) -> str:
+    """`user:alice` → alice; tokens and the beat keep their label."""
+    return label.removeprefix("user:") if label else "someone"
+
+
+def clock(value: datetime, zone: ZoneInfo) -> str:
+    local = value.astimezone(zone)
+    fmt = "%Y-%m-%d %H:%M:%S" if local.second or local.microsecond else "%Y-%m-%d %H:%M"
+    text = local.strftime(fmt)
+    if local.microsecond:
+        text += f".{local.microsecond // 100_000}"
+    return f"{text} {local.tzname()}"
+
+
+def utc(value: datetime) -> str:
+    return clock(value, ZoneInfo("UTC"))
+
+
+def both(value: datetime, zone: ZoneInfo) -> str:
+    """A time in the schedule's zone, with UTC beside it when the zone is not UTC."""
+    if zone.key == "UTC":
+        return utc(value)
+    return f"{clock(value, zone)} ({utc(value)})"
+
+
+def late(delta: timedelta) -> str:
+    seconds = int(delta.total_seconds())
+    if seconds >= 3600:
+        return f"{seconds // 3600} h {(seconds % 3600) // 60:02d} min"
+    if seconds >= 60:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds} s"
+
+
+def cap(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+# --------------------------------------------------------------------------- JSON
+
+
+def api_url(evidence: Evidence, schedule_id: str) -> str | None:
+    """Where an API client reads a piece of evidence."""
+    if evidence.kind == "execution":
+        return f"/v1/executions/{evidence.id}"
+    if evidence.kind == "schedule":
+        return f"/v1/schedules/{evidence.id}"
+    return None
+
+
+def as_json(answer: Explanation, *, schedule_id: str) -> dict[str, Any]:
+    def iso(value: datetime | None) -> str | None:
+        if value is None:
+            return None
+        return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+    return {
+        "code": str(answer.code),
+        "sentence": answer.sentence,
+        "evidence": [e.as_dict(api_url(e, schedule_id)) for e in answer.evidence],
+        "at": iso(answer.at),
+        "occurrence": iso(answer.occurrence),
+        "execution_id": answer.execution_id,
+        "notes": answer.notes,
+    }

@@ -1,0 +1,473 @@
+"""The explainer's decisions: why did (or didn't) a schedule run at a given moment?
+
+Answers come from recorded decisions, never guesses: the execution row of the
+occurrence (one per occurrence, so there is at most one to find), its events
+(held, claimed, attempts, cancellations), the schedule's pause / resume events
+and the audit log (who paused, with which reason; which definition was in force
+at that moment). Every branch is on a recorded field (a state, a reason code,
+an event kind, `WouldRun.dst`), never on a sentence. Pure reads.
+
+`explain(schedule=…, at=…)` returns an `Explanation` whose `code` is one of
+CODES and whose `sentence` is fit to show a user as is.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from zoneinfo import ZoneInfo
+
+from dispatch.explain import records
+from dispatch.explain.present import Evidence, Explanation, both, cap, clock, late, who
+from dispatch.explain.records import PauseInterval
+from dispatch.models import Execution, ExecutionEvent, ExecutionState, Kind, Schedule, Trigger
+from dispatch.states import (
+    ATTEMPT_END_EVENT_KINDS,
+    CANCEL_EVENT_KINDS,
+    CLAIMABLE_STATES,
+    HELD_EVENT_KINDS,
+    AuditAction,
+    EventKind,
+    ExplainCode,
+    ReasonCode,
+)
+from dispatch.timing import cron
+
+# Every code an answer can carry, with its meaning (the API documents these as an enum).
+CODE_MEANINGS: dict[str, str] = {str(code.value): str(code.label) for code in ExplainCode}
+CODES = tuple(CODE_MEANINGS)
+# What became of an execution that was started, by its state.
+OUTCOME_CODES = {
+    ExecutionState.SUCCEEDED: ExplainCode.RAN,
+    ExecutionState.RUNNING: ExplainCode.RUNNING,
+    ExecutionState.RETRY_SCHEDULED: ExplainCode.RETRYING,
+    # Queued or scheduled again after an attempt started: a retry on its way.
+    ExecutionState.QUEUED: ExplainCode.RETRYING,
+    ExecutionState.SCHEDULED: ExplainCode.RETRYING,
+    ExecutionState.FAILED: ExplainCode.FAILED,
+    ExecutionState.TIMED_OUT: ExplainCode.TIMED_OUT,
+    ExecutionState.DEAD: ExplainCode.DEAD,
+}
+
+
+def _aware(value: datetime) -> datetime:
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError("at must be timezone-aware")
+    if not cron.MIN_YEAR <= value.year <= cron.MAX_YEAR:
+        raise ValueError(f"at must be between the years {cron.MIN_YEAR} and {cron.MAX_YEAR}")
+    return value.astimezone(UTC)
+
+
+def _pause_sentence(p: PauseInterval, zone: ZoneInfo, *, future: bool = False) -> str:
+    if future:
+        text = f"the schedule is paused (by {p.by} since {clock(p.start, zone)}"
+        text += f', "{p.reason}")' if p.reason else ")"
+        return text + " and will not run until it is resumed"
+    text = f"the schedule was paused by {p.by} at {clock(p.start, zone)}"
+    if p.reason:
+        text += f' ("{p.reason}")'
+    if p.end is None:
+        text += " and is still paused"
+    elif p.resumed_by in ("beat", "system"):
+        text += f"; it resumed by itself at {clock(p.end, zone)} when the pause ended"
+    else:
+        text += f"; {p.resumed_by} resumed it at {clock(p.end, zone)}"
+    return text
+
+
+# --------------------------------------------------------------------------- the answer
+
+
+def explain(*, schedule: Schedule, at: datetime, now: datetime | None = None) -> Explanation:
+    """Why `schedule` did or did not run at the instant `at` (aware)."""
+    at = _aware(at)
+    now = _aware(now) if now is not None else datetime.now(UTC)
+    zone = cron.get_zone(schedule.timezone)
+    expr, tz, run_at = records.definition_at(schedule, at)
+    notes: list[str] = []
+    occurrence: datetime | None = None
+
+    upstream_occurrence = records.upstream_occurrence(schedule, at)
+    if upstream_occurrence is not None:
+        # A dependent is fired by its upstreams, for their occurrences, not by its own timing.
+        answer = _about_occurrence(schedule, upstream_occurrence, at, now, zone)
+        answer.notes = notes
+        return answer
+    if schedule.kind == Kind.CRON and expr:
+        try:
+            would = cron.would_run_at(expr, tz, seed=str(schedule.id), at=at, now=now)
+        except cron.CronError as exc:
+            return Explanation(ExplainCode.NOT_AN_OCCURRENCE, exc.message, at)
+        if would.note:
+            notes.append(would.note)
+        if would.is_occurrence:
+            occurrence = would.scheduled_for
+        elif would.dst is not None and would.previous is not None:
+            # "gap": a wall time swallowed by a spring-forward gap ran at the gap's end.
+            # "fold": the second copy of a repeated wall time; a fixed-hour schedule ran
+            # at the first. Either way the answer is about that earlier run.
+            answer = _about_occurrence(schedule, would.previous, at, now, zone)
+            answer.code = ExplainCode.DST_SHIFTED
+            answer.sentence = f"{would.note}. {cap(answer.sentence)}"
+            answer.notes = notes
+            return answer
+        else:
+            manual = records.manual_near(schedule, at)
+            if manual is not None:
+                return _about_execution(schedule, manual, at, now, zone, notes)
+            return _not_an_occurrence(schedule, at, expr, tz, would, zone, now)
+    else:
+        target = run_at or schedule.run_at
+        if target is not None and target.replace(second=0, microsecond=0) == at.replace(
+            second=0, microsecond=0
+        ):
+            occurrence = target
+        else:
+            manual = records.manual_near(schedule, at)
+            if manual is not None:
+                return _about_execution(schedule, manual, at, now, zone, notes)
+            when = both(target, zone) if target else "no time"
+            return Explanation(
+                ExplainCode.NOT_AN_OCCURRENCE,
+                f"{at.strftime('%Y-%m-%d %H:%M')} UTC is not an occurrence: "
+                f"this one-off job runs only at {when}",
+                at,
+                evidence=[Evidence("schedule", str(schedule.id), schedule.name)],
+            )
+
+    assert occurrence is not None  # noqa: S101 - both branches above set it or returned
+    answer = _about_occurrence(schedule, occurrence, at, now, zone)
+    if notes and answer.code != ExplainCode.DST_SHIFTED:
+        answer.sentence = f"{answer.sentence} (DST: {notes[0]})"
+    answer.notes = notes
+    return answer
+
+
+def _not_an_occurrence(
+    schedule: Schedule,
+    at: datetime,
+    expr: str,
+    tz: str,
+    would: cron.WouldRun,
+    zone: ZoneInfo,
+    now: datetime,
+) -> Explanation:
+    description = cron.describe(expr, seed=str(schedule.id))
+    parts = [f"{both(would.at, zone)} is not an occurrence of '{expr}' ({description}) in {tz}"]
+    if would.previous is not None:
+        verb = "was" if would.previous <= now else "is"
+        parts.append(f"the previous one {verb} {both(would.previous, zone)}")
+    if would.next is not None:
+        parts.append(f"the next one is {both(would.next, zone)}")
+    return Explanation(
+        ExplainCode.NOT_AN_OCCURRENCE,
+        "; ".join(parts),
+        at,
+        evidence=[Evidence("schedule", str(schedule.id), schedule.name)],
+    )
+
+
+def _about_occurrence(
+    schedule: Schedule, occurrence: datetime, at: datetime, now: datetime, zone: ZoneInfo
+) -> Explanation:
+    when = both(occurrence, zone)
+    execution = (
+        Execution.objects.filter(
+            tenant_id=schedule.tenant_id, schedule=schedule, scheduled_for=occurrence
+        )
+        .order_by("id")
+        .first()
+    )
+    if execution is not None:
+        return _about_execution(schedule, execution, at, now, zone, [])
+
+    base = Explanation(ExplainCode.MISSING, "", at, occurrence=occurrence)
+    created_at = schedule.created_at
+    if created_at is not None and occurrence < created_at:
+        base.code = ExplainCode.NOT_CREATED_YET
+        by = who(schedule.created_by)
+        base.sentence = (
+            f"the occurrence at {when} came before the schedule existed: "
+            f"{by} created it at {both(created_at, zone)}"
+        )
+        base.evidence = [
+            Evidence("schedule", str(schedule.id), schedule.name),
+            *records.audit_evidence(schedule, AuditAction.SCHEDULE_CREATE),
+            *records.audit_evidence(schedule, AuditAction.JOB_CREATE),
+        ]
+        return base
+    if schedule.deleted_at is not None and occurrence >= schedule.deleted_at:
+        base.code = ExplainCode.DELETED
+        base.sentence = (
+            f"the schedule was deleted at {both(schedule.deleted_at, zone)}, "
+            f"before the occurrence at {when}"
+        )
+        base.evidence = [
+            Evidence("schedule", str(schedule.id), schedule.name),
+            *records.audit_evidence(schedule, AuditAction.SCHEDULE_DELETE),
+        ]
+        return base
+    pause = records.pause_covering(schedule, occurrence, now=now)
+    if pause is not None:
+        base.code = ExplainCode.PAUSED
+        if occurrence > now:
+            base.sentence = f"will not run at {when}: {_pause_sentence(pause, zone, future=True)}"
+        else:
+            base.sentence = f"not run at {when}: {_pause_sentence(pause, zone)}"
+        base.evidence = list(pause.evidence)
+        return base
+    if occurrence > now:
+        base.code = ExplainCode.PENDING
+        base.sentence = f"not due yet: it will run at {when}"
+        base.evidence = [Evidence("schedule", str(schedule.id), schedule.name)]
+        return base
+    bulk = (
+        ExecutionEvent.objects.filter(
+            tenant_id=schedule.tenant_id,
+            schedule=schedule,
+            kind=EventKind.MISFIRE_SKIPPED,
+            at__gte=occurrence,
+        )
+        .order_by("at", "id")
+        .first()
+    )
+    if bulk is not None:
+        base.code = ExplainCode.SKIPPED_MISFIRE
+        base.sentence = (
+            f"skipped by the misfire policy ({schedule.misfire}): the occurrence at {when} was "
+            f"among those missed while the scheduler was not firing; {bulk.message}"
+        )
+        base.evidence = [Evidence("event", str(bulk.pk), bulk.message)]
+        return base
+    if schedule.depends_on.exists():
+        for upstream in schedule.depends_on.filter(deleted_at__isnull=True).order_by("name"):
+            # No record yet (a long backlog, or its run_once / catch_up occurrence that
+            # resuming decides): the upstream's pause is the answer.
+            up_pause = records.pause_covering(upstream, occurrence)
+            if (
+                up_pause is None
+                or Execution.objects.filter(
+                    tenant_id=schedule.tenant_id, schedule=upstream, scheduled_for=occurrence
+                ).exists()
+            ):
+                continue  # not paused then, or it has a run the dependent waits on
+            # The beat moved the upstream past it without a run: decided, skipped.
+            decided = upstream.next_run_at is None or occurrence < upstream.next_run_at
+            base.code = ExplainCode.SKIPPED_UPSTREAM if decided else ExplainCode.PENDING
+            outcome = (
+                "so this schedule did not run for it"
+                if decided
+                else "this schedule runs for it only if the upstream runs it when resumed"
+            )
+            base.sentence = (
+                f"the occurrence at {when} depends on upstream {upstream.name}, which was "
+                f"paused then ({_pause_sentence(up_pause, zone).removeprefix('the schedule was ')}); "
+                f"{outcome}"
+            )
+            base.evidence = [
+                Evidence("schedule", str(upstream.id), upstream.name),
+                *up_pause.evidence,
+            ]
+            return base
+        names = ", ".join(sorted(schedule.depends_on.values_list("name", flat=True)))
+        base.code = ExplainCode.PENDING
+        base.sentence = (
+            f"this schedule runs after its upstream ({names}) succeeds for the same occurrence; "
+            f"no upstream run for {when} has finished yet"
+        )
+        base.evidence = [Evidence("schedule", str(schedule.id), schedule.name)]
+        return base
+    if schedule.next_run_at is not None and schedule.next_run_at <= occurrence:
+        base.code = ExplainCode.PENDING
+        base.sentence = (
+            f"the scheduler has not fired the occurrence at {when} yet: the schedule's next "
+            f"due time is still {both(schedule.next_run_at, zone)} (the beat is behind or down)"
+        )
+        base.evidence = [Evidence("schedule", str(schedule.id), schedule.name)]
+        return base
+    base.sentence = (
+        f"there is no record for the occurrence at {when}: the scheduler never fired it "
+        f"(it would have recorded a run or a skip); report this to the platform operators"
+    )
+    base.evidence = [Evidence("schedule", str(schedule.id), schedule.name)]
+    return base
+
+
+def _outcome(execution: Execution, zone: ZoneInfo) -> str:
+    """What became of an execution that was started."""
+    state = execution.state
+    shown = (
+        f"HTTP {execution.status_code}"
+        if execution.status_code is not None
+        else f"exit {execution.exit_code}"
+        if execution.exit_code is not None
+        else ""
+    )
+    detail = f" ({shown})" if shown else ""
+    finished = clock(execution.finished_at, zone) if execution.finished_at else ""
+    if state == ExecutionState.SUCCEEDED:
+        return f"succeeded at {finished}{detail}, attempt {execution.attempt}"
+    if state == ExecutionState.RUNNING:
+        started = clock(execution.started_at, zone) if execution.started_at else "?"
+        return f"is running (attempt {execution.attempt}, started {started})"
+    if state == ExecutionState.RETRY_SCHEDULED:
+        nxt = clock(execution.next_attempt_at, zone) if execution.next_attempt_at else "soon"
+        why = f": {execution.reason}" if execution.reason else ""
+        return f"failed and will retry (attempt {execution.attempt} at {nxt}){why}"
+    if state == ExecutionState.DEAD:
+        why = execution.reason or execution.error or "failed"
+        return f"is dead after {execution.attempt} attempt(s) ({finished}): {why}"
+    if state in (ExecutionState.FAILED, ExecutionState.TIMED_OUT):
+        why = f": {execution.error}" if execution.error else ""
+        return f"{state.replace('_', ' ')} on attempt {execution.attempt}{detail}{why}"
+    if state == ExecutionState.QUEUED:
+        return "is queued for a worker"
+    return f"is {state}"
+
+
+def _about_execution(
+    schedule: Schedule,
+    execution: Execution,
+    at: datetime,
+    now: datetime,
+    zone: ZoneInfo,
+    notes: list[str],
+) -> Explanation:
+    when = both(execution.scheduled_for, zone)
+    main = Evidence("execution", str(execution.id), f"{execution.state} ({execution.trigger})")
+    answer = Explanation(
+        ExplainCode.RAN,
+        "",
+        at,
+        occurrence=execution.scheduled_for,
+        evidence=[main],
+        execution_id=str(execution.id),
+        notes=notes,
+    )
+    reason = execution.reason or ""
+    state = execution.state
+    manual = execution.trigger in (Trigger.MANUAL, Trigger.API)
+    label = "manual run" if execution.trigger == Trigger.MANUAL else "run"
+
+    if state == ExecutionState.SKIPPED:
+        code = execution.reason_code
+        if code == ReasonCode.MISFIRE:
+            pause = records.pause_covering(schedule, execution.scheduled_for)
+            if pause is not None:
+                answer.code = ExplainCode.PAUSED
+                answer.sentence = (
+                    f"not run at {when}: {_pause_sentence(pause, zone)}; on resuming, the "
+                    f"misfire policy ({schedule.misfire}) recorded this occurrence as skipped"
+                )
+                answer.evidence = [*pause.evidence, main]
+                return answer
+            answer.code = ExplainCode.SKIPPED_MISFIRE
+            answer.sentence = (
+                f"skipped by the misfire policy ({schedule.misfire}) at {when}: the scheduler "
+                f"only reached it at {clock(execution.created_at, zone)}, "
+                f"{late(execution.created_at - execution.scheduled_for)} late, beyond the "
+                f"{schedule.misfire_grace_s} s grace period (was the scheduler down?)"
+            )
+            return answer
+        if code == ReasonCode.PAUSED:
+            # Recorded by the beat at due time because a dependent waits on this schedule.
+            answer.code = ExplainCode.PAUSED
+            pause = records.pause_covering(schedule, execution.scheduled_for)
+            if pause is not None:
+                answer.sentence = (
+                    f"not run at {when}: {_pause_sentence(pause, zone)}; the occurrence was "
+                    f"recorded as skipped when it fell due"
+                )
+                answer.evidence = [*pause.evidence, main]
+            else:
+                answer.sentence = f"not run at {when}: {reason.removeprefix('skipped: ')}"
+            return answer
+        if code == ReasonCode.OVERLAP_FORBID:
+            answer.code = ExplainCode.SKIPPED_OVERLAP
+            answer.sentence = (
+                f"skipped at {when}: the previous run was still active and the schedule forbids "
+                f"overlapping runs ({reason or 'overlap forbid'})"
+            )
+            linked = records.related_execution(execution, schedule)
+            if linked is not None:
+                answer.evidence.append(linked)
+            return answer
+        if code == ReasonCode.UPSTREAM:
+            answer.code = ExplainCode.SKIPPED_UPSTREAM
+            answer.sentence = f"skipped at {when}: {reason.removeprefix('skipped: ')}"
+            linked = records.related_execution(execution, schedule)
+            if linked is not None:
+                answer.evidence.append(linked)
+            return answer
+        if code == ReasonCode.QUOTA_EXHAUSTED:
+            answer.code = ExplainCode.SKIPPED_QUOTA
+            answer.sentence = (
+                f"skipped at {when}: {reason or 'the tenant was over its daily quota'}"
+            )
+            return answer
+        answer.code = ExplainCode.SKIPPED
+        answer.sentence = f"skipped at {when}: {reason or 'no reason recorded'}"
+        return answer
+
+    if state == ExecutionState.CANCELLED:
+        if execution.reason_code == ReasonCode.SCHEDULE_DELETED:
+            answer.code = ExplainCode.DELETED
+            answer.sentence = f"the {label} for {when} was cancelled: {reason}"
+            answer.evidence.extend(records.audit_evidence(schedule, AuditAction.SCHEDULE_DELETE))
+            return answer
+        answer.code = ExplainCode.CANCELLED
+        finished = clock(execution.finished_at, zone) if execution.finished_at else "?"
+        cancel_events = records.events_of(execution, CANCEL_EVENT_KINDS)
+        answer.evidence.extend(Evidence("event", str(e.pk), e.message) for e in cancel_events)
+        replacer = records.related_execution(execution, schedule)
+        if replacer is not None:
+            answer.evidence.append(replacer)
+        what = reason or "cancelled"
+        started = " after it had started" if execution.started_at else ""
+        answer.sentence = f"the {label} for {when} was cancelled at {finished}{started}: {what}"
+        return answer
+
+    held = records.events_of(execution, HELD_EVENT_KINDS)
+    if held:
+        answer.code = ExplainCode.HELD
+        answer.evidence.extend(Evidence("event", str(e.pk), e.message) for e in held)
+        first = held[0]
+        why = first.message.removeprefix("waiting: ")
+        if execution.started_at is not None:
+            # Held, then started: the code is what became of it (a held run that died is
+            # `dead`); the sentence tells the wait.
+            answer.code = OUTCOME_CODES.get(ExecutionState(state), ExplainCode.RAN)
+            answer.sentence = (
+                f"held at {when}: {why} (from {clock(first.at, zone)}); it ran at "
+                f"{clock(execution.started_at, zone)} and {_outcome(execution, zone)}"
+            )
+        else:
+            answer.sentence = (
+                f"held at {when}: {why} (since {clock(first.at, zone)}); it has not started yet"
+            )
+        return answer
+
+    if execution.started_at is None and state in CLAIMABLE_STATES:
+        answer.code = ExplainCode.PENDING
+        due = clock(execution.due_at, zone)
+        if state == ExecutionState.QUEUED:
+            answer.sentence = f"the {label} for {when} is queued (due {due}) and not started yet"
+        elif execution.due_at > now:
+            answer.sentence = f"the {label} for {when} is scheduled; it is due at {due}"
+        else:
+            answer.sentence = (
+                f"the {label} for {when} is recorded but not yet published (due {due}); "
+                f"the beat publishes it, or re-publishes it if the broker lost it"
+            )
+        return answer
+
+    answer.code = OUTCOME_CODES.get(ExecutionState(state), ExplainCode.RAN)
+    attempts = records.events_of(execution, ATTEMPT_END_EVENT_KINDS)
+    answer.evidence.extend(Evidence("event", str(e.pk), e.message) for e in attempts)
+    prefix = "it did run" if not manual else f"a {label} was made"
+    extra = ""
+    if execution.trigger == Trigger.CATCH_UP:
+        extra = " (a late catch-up run, by the misfire policy)"
+    answer.sentence = (
+        f"{prefix}{extra}: execution {execution.id} for {when} {_outcome(execution, zone)}"
+    )
+    return answer
