@@ -35,9 +35,14 @@ QUEUES = [f"{p}.{d}" for p in ("high", "default", "low") for d in ("short", "lon
 LAG_EXCLUDED = [str(Trigger.CATCH_UP.value), str(Trigger.MANUAL.value)]
 
 
-def _histogram(name: str, doc: str, statement: str) -> HistogramMetricFamily:
-    params = {"window_s": WINDOW_S, "excluded": LAG_EXCLUDED, "buckets": list(LAG_BUCKETS)}
-    row = sql.rows(statement, params)[0]  # aggregates: always one row
+def _histogram(name: str, doc: str, measure: str) -> HistogramMetricFamily:
+    params = {
+        "measure": measure,
+        "window_s": WINDOW_S,
+        "excluded": LAG_EXCLUDED,
+        "buckets": list(LAG_BUCKETS),
+    }
+    row = sql.rows("metrics_lag", params)[0]  # aggregates: always one row
     metric = HistogramMetricFamily(name, doc)
     metric.add_metric(
         [],
@@ -54,13 +59,13 @@ class DatabaseCollector(Collector):
             "scheduler_fire_lag_seconds",
             f"Due time to first publish, executions published in the last {WINDOW} "
             "(not catch-up or manual runs)",
-            "metrics_fire_lag",
+            "fire",
         )
         yield _histogram(
             "scheduler_start_lag_seconds",
             f"Due time to worker start, executions started in the last {WINDOW} "
             "(not catch-up or manual runs)",
-            "metrics_start_lag",
+            "start",
         )
         states = GaugeMetricFamily(
             "scheduler_executions",

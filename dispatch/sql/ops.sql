@@ -2,24 +2,16 @@
 -- (dispatch/selectors.py). Read-only, across tenants. Windows arrive as seconds and
 -- the excluded triggers as an array, so nothing is formatted into the SQL text.
 
--- name: metrics_fire_lag
--- Fire-lag histogram: cumulative counts of enqueued_at - due_at per bucket (<= bound), count and sum, over the window.
+-- name: metrics_lag
+-- Lag histogram over the window of `measure` - due_at ('fire': enqueued_at, 'start': started_at): cumulative counts per bucket (lag <= bound), count and sum.
 WITH recent AS (
-    SELECT EXTRACT(EPOCH FROM (enqueued_at - due_at)) AS lag FROM dispatch_execution
-    WHERE enqueued_at >= clock_timestamp() - make_interval(secs => %(window_s)s)
-      AND trigger <> ALL(%(excluded)s::text[])
-)
-SELECT ARRAY(SELECT (SELECT count(*) FROM recent r WHERE r.lag <= b.bound)
-             FROM unnest(%(buckets)s::numeric[]) WITH ORDINALITY AS b(bound, n) ORDER BY b.n) AS counts,
-       (SELECT count(*) FROM recent) AS total,
-       (SELECT COALESCE(sum(lag), 0) FROM recent) AS lag_sum
-
--- name: metrics_start_lag
--- Start-lag histogram: as metrics_fire_lag, for started_at - due_at.
-WITH recent AS (
-    SELECT EXTRACT(EPOCH FROM (started_at - due_at)) AS lag FROM dispatch_execution
-    WHERE started_at >= clock_timestamp() - make_interval(secs => %(window_s)s)
-      AND trigger <> ALL(%(excluded)s::text[])
+    SELECT EXTRACT(EPOCH FROM (m.at - e.due_at)) AS lag
+    FROM dispatch_execution e
+    CROSS JOIN LATERAL (
+        SELECT CASE %(measure)s::text WHEN 'start' THEN e.started_at ELSE e.enqueued_at END AS at
+    ) AS m
+    WHERE m.at >= clock_timestamp() - make_interval(secs => %(window_s)s)
+      AND e.trigger <> ALL(%(excluded)s::text[])
 )
 SELECT ARRAY(SELECT (SELECT count(*) FROM recent r WHERE r.lag <= b.bound)
              FROM unnest(%(buckets)s::numeric[]) WITH ORDINALITY AS b(bound, n) ORDER BY b.n) AS counts,

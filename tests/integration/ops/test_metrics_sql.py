@@ -44,6 +44,17 @@ def test_fire_lag_histogram_counts_inclusive_buckets_in_the_window(
     published(s, lag_s=0.01, trigger="catch_up")  # late on purpose: not timed
     published(s, lag_s=0.02, trigger="manual")
     published(s, lag_s=0.01, ago_s=20 * 60)  # published before the 15-minute window
+    started = db_now()
+    due = started - timedelta(seconds=2)
+    Execution.objects.create(
+        schedule=s,
+        tenant=s.tenant,
+        partition=s.partition,
+        scheduled_for=due,
+        due_at=due,
+        state="running",
+        started_at=started,
+    )
     families = {m.name: m for m in DatabaseCollector().collect()}
     samples = {
         (x.name, x.labels.get("le")): x.value
@@ -58,10 +69,18 @@ def test_fire_lag_histogram_counts_inclusive_buckets_in_the_window(
     assert samples[(bucket, "+Inf")] == 3
     assert samples[("scheduler_fire_lag_seconds_count", None)] == 3
     assert samples[("scheduler_fire_lag_seconds_sum", None)] == pytest.approx(400.4)
+    start = {
+        (x.name, x.labels.get("le")): x.value
+        for x in families["scheduler_start_lag_seconds"].samples
+    }
+    assert start[("scheduler_start_lag_seconds_bucket", "1.0")] == 0
+    assert start[("scheduler_start_lag_seconds_bucket", "2.0")] == 1
+    assert start[("scheduler_start_lag_seconds_count", None)] == 1
     states = {
         (x.labels["tenant"], x.labels["state"]): x.value
         for x in families["scheduler_executions"].samples
     }
     assert states[(admin_principal.tenant.slug, "queued")] == 6
+    assert states[(admin_principal.tenant.slug, "running")] == 1
     lag = selectors.ops_fire_lag(since=db_now() - timedelta(minutes=15))
     assert lag["count"] == 3 and lag["excluded"] == 2 and lag["max"] == pytest.approx(400)
