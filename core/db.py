@@ -10,7 +10,11 @@ the code: rows come back as named tuples whose fields are the column names.
 The runner uses psycopg's own cursor on Django's connection (so it joins
 `transaction.atomic()` blocks) with server-side binding: the firing
 statements carry arrays of thousands of values, which Django's client-side
-binding would quote into the SQL text one by one.
+binding would quote into the SQL text one by one. That cursor is wrapped in
+Django's cursor wrapper, as every ORM query's is: driver errors come out as
+`django.db` errors (DatabaseError, OperationalError...), and the statements
+are seen by CaptureQueriesContext and DEBUG's query log (the e2e bench counts
+round trips with it).
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from typing import Any
 
 import psycopg
 from django.db import connection
+from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
+from psycopg.pq import Format
 from psycopg.rows import namedtuple_row
 
 _NAME = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$")
@@ -66,10 +72,13 @@ class Statements:
     def __contains__(self, name: object) -> bool:
         return name in self.text
 
-    def _run(self, name: str, params: Params, *, binary: bool) -> psycopg.Cursor[Any]:
+    def _run(self, name: str, params: Params, *, binary: bool) -> CursorWrapper:
         connection.ensure_connection()
-        cur: psycopg.Cursor[Any] = psycopg.Cursor(connection.connection, row_factory=namedtuple_row)
-        cur.execute(self.text[name], params or {}, binary=binary)
+        raw: psycopg.Cursor[Any] = psycopg.Cursor(connection.connection, row_factory=namedtuple_row)
+        raw.format = Format.BINARY if binary else Format.TEXT
+        wrapper = CursorDebugWrapper if connection.queries_logged else CursorWrapper
+        cur = wrapper(raw, connection)
+        cur.execute(self.text[name], params or {})
         return cur
 
     def rows(self, name: str, params: Params = None, *, binary: bool = True) -> list[Any]:
@@ -86,7 +95,8 @@ class Statements:
 
     def execute(self, name: str, params: Params = None, *, binary: bool = True) -> int:
         with self._run(name, params, binary=binary) as cur:
-            return cur.rowcount
+            count: int = cur.rowcount
+            return count
 
 
 core_sql = Statements(Path(__file__).parent / "sql")

@@ -150,8 +150,8 @@ class Execution(models.Model):
     state = models.CharField(
         max_length=16, choices=ExecutionState.choices, default=ExecutionState.SCHEDULED
     )
-    queue = models.CharField(max_length=32, blank=True)
-    lease_owner = models.CharField(max_length=200, blank=True)
+    queue = models.CharField(max_length=32, blank=True, db_default="")
+    lease_owner = models.CharField(max_length=200, blank=True, db_default="")
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     fencing_token = models.BigIntegerField(default=0)
     next_attempt_at = models.DateTimeField(null=True, blank=True)
@@ -166,10 +166,10 @@ class Execution(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     status_code = models.IntegerField(null=True, blank=True)
     exit_code = models.IntegerField(null=True, blank=True)
-    error = models.TextField(blank=True)
-    log_excerpt = models.TextField(blank=True)
-    reason_code = models.CharField(max_length=40, blank=True)
-    reason = models.CharField(max_length=500, blank=True)
+    error = models.TextField(blank=True, db_default="")
+    log_excerpt = models.TextField(blank=True, db_default="")
+    reason_code = models.CharField(max_length=40, blank=True, db_default="")
+    reason = models.CharField(max_length=500, blank=True, db_default="")
     # Which beat created the row, under which partition epoch: the evidence that
     # a fenced-out beat wrote nothing after losing its lease.
     fired_by = models.CharField(max_length=200, blank=True, db_default="")
@@ -281,7 +281,7 @@ class SchedulerPartition(models.Model):
     """
 
     number = models.PositiveSmallIntegerField(primary_key=True)
-    owner = models.CharField(max_length=200, blank=True)
+    owner = models.CharField(max_length=200, blank=True, db_default="")
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     epoch = models.BigIntegerField(default=0)
 

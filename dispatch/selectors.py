@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, TypeVar
 
-from django.db import connection
 from django.db.models import Case, Count, Max, Model, Q, QuerySet, Value, When
 
 from dispatch.exceptions import InvalidSchedule, NotFound
@@ -23,6 +22,7 @@ from dispatch.models import (
     SchedulerPartition,
     Trigger,
 )
+from dispatch.sql import sql
 from dispatch.states import IN_FLIGHT_STATES
 from dispatch.timing import cron
 from tenants.models import Tenant, TenantQuota
@@ -480,22 +480,9 @@ LAG_EXCLUDED_TRIGGERS = (Trigger.CATCH_UP, Trigger.MANUAL)
 def ops_fire_lag(*, since: datetime) -> dict[str, float | int | None]:
     """p50 / p99 / max of enqueued_at - due_at (seconds) for executions published since
     `since`, without catch-up and manual runs (`excluded` counts those)."""
-    with connection.cursor() as cur:
-        cur.execute(
-            """
-            SELECT count(*) FILTER (WHERE timed),
-                   percentile_cont(0.5) WITHIN GROUP (ORDER BY lag) FILTER (WHERE timed),
-                   percentile_cont(0.99) WITHIN GROUP (ORDER BY lag) FILTER (WHERE timed),
-                   max(lag) FILTER (WHERE timed),
-                   count(*) FILTER (WHERE NOT timed)
-            FROM (SELECT EXTRACT(EPOCH FROM (enqueued_at - due_at)) AS lag,
-                         trigger <> ALL(%s) AS timed
-                  FROM dispatch_execution
-                  WHERE enqueued_at IS NOT NULL AND enqueued_at >= %s) AS l
-            """,
-            [[str(t.value) for t in LAG_EXCLUDED_TRIGGERS], since],
-        )
-        count, p50, p99, worst, excluded = cur.fetchone()
+    params = {"excluded": [str(t.value) for t in LAG_EXCLUDED_TRIGGERS], "since": since}
+    row = sql.rows("ops_fire_lag", params)[0]  # aggregates: always one row
+    count, p50, p99, worst, excluded = row.timed, row.p50, row.p99, row.worst, row.excluded
     return {
         "count": int(count),
         "p50": float(p50) if p50 is not None else None,

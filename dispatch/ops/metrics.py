@@ -15,37 +15,40 @@ from collections.abc import Iterator
 from typing import Any
 
 from django.conf import settings
-from django.db import connection
 from django.http import HttpRequest, HttpResponse
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
+from dispatch.sql import sql
+from dispatch.states import Trigger
+
 LAG_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0)
 WINDOW = "15 minutes"
+WINDOW_S = 15 * 60
+DAY_S = 24 * 3600
+# A beat is alive while its heartbeat is younger than this.
+BEAT_ALIVE_S = 30
 QUEUES = [f"{p}.{d}" for p in ("high", "default", "low") for d in ("short", "long")]
 # Lag histograms measure promptness for occurrences fired at their due time:
 # catch-up runs (late on purpose) and manual runs are left out (as on /ops).
-LAG_EXCLUDED_SQL = "'catch_up', 'manual'"
+LAG_EXCLUDED = [str(Trigger.CATCH_UP.value), str(Trigger.MANUAL.value)]
 
 
-def _histogram(name: str, doc: str, column: str) -> HistogramMetricFamily:
-    buckets_sql = ", ".join(f"count(*) FILTER (WHERE lag <= {b})" for b in LAG_BUCKETS)
-    with connection.cursor() as cur:
-        cur.execute(
-            f"SELECT {buckets_sql}, count(*), COALESCE(sum(lag), 0) FROM ("  # noqa: S608 - constants only
-            f"  SELECT EXTRACT(EPOCH FROM ({column} - due_at)) AS lag FROM dispatch_execution"
-            f"  WHERE {column} >= clock_timestamp() - interval '{WINDOW}'"
-            f"    AND trigger NOT IN ({LAG_EXCLUDED_SQL})) AS recent"
-        )
-        row = cur.fetchone()
-    counts, total, lag_sum = list(row[: len(LAG_BUCKETS)]), row[-2], float(row[-1])
+def _histogram(name: str, doc: str, measure: str) -> HistogramMetricFamily:
+    params = {
+        "measure": measure,
+        "window_s": WINDOW_S,
+        "excluded": LAG_EXCLUDED,
+        "buckets": list(LAG_BUCKETS),
+    }
+    row = sql.rows("metrics_lag", params)[0]  # aggregates: always one row
     metric = HistogramMetricFamily(name, doc)
     metric.add_metric(
         [],
-        [(str(b), float(c)) for b, c in zip(LAG_BUCKETS, counts, strict=True)]
-        + [("+Inf", float(total))],
-        lag_sum,
+        [(str(b), float(c)) for b, c in zip(LAG_BUCKETS, row.counts, strict=True)]
+        + [("+Inf", float(row.total))],
+        float(row.lag_sum),
     )
     return metric
 
@@ -56,91 +59,67 @@ class DatabaseCollector(Collector):
             "scheduler_fire_lag_seconds",
             f"Due time to first publish, executions published in the last {WINDOW} "
             "(not catch-up or manual runs)",
-            "enqueued_at",
+            "fire",
         )
         yield _histogram(
             "scheduler_start_lag_seconds",
             f"Due time to worker start, executions started in the last {WINDOW} "
             "(not catch-up or manual runs)",
-            "started_at",
+            "start",
         )
-        with connection.cursor() as cur:
-            states = GaugeMetricFamily(
-                "scheduler_executions",
-                "Executions scheduled in the last 24h by state",
-                labels=["tenant", "state"],
-            )
-            cur.execute(
-                "SELECT t.slug, e.state, count(*) FROM dispatch_execution e "
-                "JOIN tenants_tenant t ON t.id = e.tenant_id "
-                "WHERE e.scheduled_for >= clock_timestamp() - interval '24 hours' GROUP BY 1, 2"
-            )
-            for slug, state, n in cur.fetchall():
-                states.add_metric([slug, state], n)
-            yield states
+        states = GaugeMetricFamily(
+            "scheduler_executions",
+            "Executions scheduled in the last 24h by state",
+            labels=["tenant", "state"],
+        )
+        for row in sql.rows("metrics_executions_by_state", {"window_s": DAY_S}):
+            states.add_metric([row.slug, row.state], row.n)
+        yield states
 
-            usage = GaugeMetricFamily(
-                "scheduler_tenant_inflight",
-                "Queued + running executions per tenant",
-                labels=["tenant"],
-            )
-            limit = GaugeMetricFamily(
-                "scheduler_tenant_max_concurrent", "Per-tenant concurrency quota", labels=["tenant"]
-            )
-            cur.execute(
-                "SELECT t.slug, q.max_concurrent, (SELECT count(*) FROM dispatch_execution e "
-                "WHERE e.tenant_id = t.id AND e.state IN ('queued', 'running')) "
-                "FROM tenants_tenant t JOIN tenants_tenantquota q ON q.tenant_id = t.id WHERE t.active"
-            )
-            for slug, cap, inflight in cur.fetchall():
-                usage.add_metric([slug], inflight)
-                limit.add_metric([slug], cap)
-            yield usage
-            yield limit
+        usage = GaugeMetricFamily(
+            "scheduler_tenant_inflight",
+            "Queued + running executions per tenant",
+            labels=["tenant"],
+        )
+        limit = GaugeMetricFamily(
+            "scheduler_tenant_max_concurrent", "Per-tenant concurrency quota", labels=["tenant"]
+        )
+        for row in sql.rows("metrics_tenant_inflight"):
+            usage.add_metric([row.slug], row.inflight)
+            limit.add_metric([row.slug], row.max_concurrent)
+        yield usage
+        yield limit
 
-            cur.execute(
-                "SELECT count(*) FILTER (WHERE stopped_at IS NULL AND heartbeat_at > clock_timestamp() - "
-                "interval '30 seconds'), COALESCE(sum(stale_writes_rejected), 0), "
-                "COALESCE(sum(published_total), 0) FROM dispatch_beatnode"
-            )
-            alive, rejected, published = cur.fetchone()
-            yield GaugeMetricFamily(
-                "scheduler_beats_alive", "Beats with a recent heartbeat", value=alive
-            )
-            yield CounterMetricFamily(
-                "scheduler_beat_stale_writes_rejected",
-                "Beat writes refused by the partition epoch fence",
-                value=rejected,
-            )
-            yield CounterMetricFamily(
-                "scheduler_dispatched", "Executions published by beats", value=published
-            )
-            cur.execute(
-                "SELECT COALESCE(sum(epoch), 0), count(*) FILTER (WHERE owner <> '') "
-                "FROM dispatch_schedulerpartition"
-            )
-            epochs, owned = cur.fetchone()
-            yield CounterMetricFamily(
-                "scheduler_partition_ownership_changes",
-                "Partition takeovers (sum of epochs)",
-                value=epochs,
-            )
-            yield GaugeMetricFamily(
-                "scheduler_partitions_owned", "Partitions with a live owner", value=owned
-            )
+        beats = sql.rows("metrics_beats", {"alive_s": BEAT_ALIVE_S})[0]
+        yield GaugeMetricFamily(
+            "scheduler_beats_alive", "Beats with a recent heartbeat", value=beats.alive
+        )
+        yield CounterMetricFamily(
+            "scheduler_beat_stale_writes_rejected",
+            "Beat writes refused by the partition epoch fence",
+            value=beats.rejected,
+        )
+        yield CounterMetricFamily(
+            "scheduler_dispatched", "Executions published by beats", value=beats.published
+        )
+        partitions = sql.rows("metrics_partitions")[0]
+        yield CounterMetricFamily(
+            "scheduler_partition_ownership_changes",
+            "Partition takeovers (sum of epochs)",
+            value=partitions.epochs,
+        )
+        yield GaugeMetricFamily(
+            "scheduler_partitions_owned", "Partitions with a live owner", value=partitions.owned
+        )
 
-            events = CounterMetricFamily(
-                "scheduler_execution_events",
-                "Execution events in the last 24h by kind",
-                labels=["kind"],
-            )
-            cur.execute(
-                "SELECT kind, count(*) FROM dispatch_executionevent "
-                "WHERE at >= clock_timestamp() - interval '24 hours' GROUP BY 1"
-            )
-            for kind, n in cur.fetchall():
-                events.add_metric([kind], n)
-            yield events
+        events = CounterMetricFamily(
+            "scheduler_execution_events",
+            "Execution events in the last 24h by kind",
+            labels=["kind"],
+        )
+        for row in sql.rows("metrics_events_by_kind", {"window_s": DAY_S}):
+            events.add_metric([row.kind], row.n)
+        yield events
         yield from self._queue_depths()
 
     def _queue_depths(self) -> Iterator[Any]:

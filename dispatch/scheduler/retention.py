@@ -6,7 +6,7 @@ occurrence key inside the misfire horizon: a key that could still be fired
 again must stay, or the unique constraint could no longer stop a duplicate
 (RELIABILITY.md C1). Each batch is an index range scan on (tenant,
 scheduled_for) with a LIMIT, so the cost of a run depends on what expired,
-not on the size of the table.
+not on the size of the table. The statements are in dispatch/sql/retention.sql.
 """
 
 from __future__ import annotations
@@ -19,33 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
+
+from dispatch.sql import sql
+from dispatch.states import FINAL_STATES, state_values
 
 log = logging.getLogger("dispatch.retention")
-
-_PICK = """
-SELECT id FROM dispatch_execution
-WHERE tenant_id = %(tenant)s AND scheduled_for < %(cutoff)s
-  AND state IN ('succeeded', 'dead', 'skipped', 'cancelled')
-ORDER BY scheduled_for
-LIMIT %(batch)s
-FOR UPDATE SKIP LOCKED
-"""
-
-_ARCHIVE = """
-SELECT row_to_json(e)::text, COALESCE((SELECT json_agg(ev ORDER BY ev.id)::text FROM dispatch_executionevent ev
-                                        WHERE ev.execution_id = e.id), '[]')
-FROM dispatch_execution e WHERE e.id = ANY(%(ids)s::uuid[])
-"""
-
-_DELETE_EVENTS = "DELETE FROM dispatch_executionevent WHERE execution_id = ANY(%(ids)s::uuid[])"
-_DELETE = "DELETE FROM dispatch_execution WHERE id = ANY(%(ids)s::uuid[])"
-_DELETE_SCHEDULE_EVENTS = """
-DELETE FROM dispatch_executionevent WHERE id IN (
-    SELECT id FROM dispatch_executionevent
-    WHERE tenant_id = %(tenant)s AND execution_id IS NULL AND at < %(cutoff)s
-    ORDER BY at LIMIT %(batch)s)
-"""
 
 
 @dataclass
@@ -93,19 +72,17 @@ def _purge_batch(
     *, tenant_id: int, slug: str, cutoff: datetime, batch: int, archive_dir: Path | None
 ) -> tuple[int, int]:
     params: dict[str, Any] = {"tenant": tenant_id, "cutoff": cutoff, "batch": batch}
-    with transaction.atomic(), connection.cursor() as cur:
-        cur.execute(_PICK, params)
-        ids = [row[0] for row in cur.fetchall()]
+    with transaction.atomic():
+        picked = sql.rows("retention_pick", params | {"final": state_values(FINAL_STATES)})
+        ids = [row.id for row in picked]
         events = 0
         if ids:
             if archive_dir is not None:
-                cur.execute(_ARCHIVE, {"ids": ids})
-                _archive(archive_dir, slug, cur.fetchall())
-            cur.execute(_DELETE_EVENTS, {"ids": ids})
-            events = cur.rowcount
-            cur.execute(_DELETE, {"ids": ids})
-        cur.execute(_DELETE_SCHEDULE_EVENTS, params)
-        events += cur.rowcount
+                archived = sql.rows("retention_archive", {"ids": ids})
+                _archive(archive_dir, slug, [(r.execution, r.events) for r in archived])
+            events = int(sql.scalar("retention_delete_events", {"ids": ids}))
+            sql.scalar("retention_delete_executions", {"ids": ids})
+        events += int(sql.scalar("retention_delete_schedule_events", params))
     return len(ids), events
 
 

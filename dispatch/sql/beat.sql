@@ -11,8 +11,8 @@
 -- name: beat_register
 -- Register or refresh this beat (liveness for operators, fair-share arithmetic).
 INSERT INTO dispatch_beatnode (name, hostname, pid, started_at, heartbeat_at, partitions,
-                               stale_writes_rejected, fired_total, published_total, stopped_at)
-VALUES (%(name)s, %(hostname)s, %(pid)s, clock_timestamp(), clock_timestamp(), '[]'::jsonb, 0, 0, 0, NULL)
+                               stale_writes_rejected, fired_total, published_total)
+VALUES (%(name)s, %(hostname)s, %(pid)s, clock_timestamp(), clock_timestamp(), '[]'::jsonb, 0, 0, 0)
 ON CONFLICT (name) DO UPDATE
 SET hostname = EXCLUDED.hostname, pid = EXCLUDED.pid, started_at = EXCLUDED.started_at,
     heartbeat_at = EXCLUDED.heartbeat_at, stopped_at = NULL
@@ -36,8 +36,8 @@ UPDATE dispatch_beatnode SET stopped_at = clock_timestamp(), partitions = '[]'::
 
 -- name: partitions_ensure
 -- Create partition rows 0..P-1 (idempotent).
-INSERT INTO dispatch_schedulerpartition (number, owner, lease_expires_at, epoch)
-SELECT n, '', NULL, 0 FROM generate_series(0, %(count)s - 1) AS n
+INSERT INTO dispatch_schedulerpartition (number, epoch)
+SELECT n, 0 FROM generate_series(0, %(count)s - 1) AS n
 ON CONFLICT (number) DO NOTHING
 
 -- name: partitions_acquire
@@ -105,13 +105,13 @@ WITH due AS (
     FOR UPDATE OF s SKIP LOCKED
 ), inserted AS (
     INSERT INTO dispatch_execution
-        (id, schedule_id, tenant_id, partition, scheduled_for, due_at, trigger, attempt, state, queue,
-         lease_owner, fencing_token, error, log_excerpt, reason_code, reason, created_at, fired_by, fired_epoch)
+        (id, schedule_id, tenant_id, partition, scheduled_for, due_at, trigger, attempt, state,
+         fencing_token, reason_code, reason, created_at, fired_by, fired_epoch)
     SELECT gen_random_uuid(), d.id, d.tenant_id, d.partition, d.run_at, d.run_at,
            CASE WHEN d.late_s > d.misfire_grace_s AND d.misfire <> 'skip' THEN 'catch_up' ELSE 'api' END,
            1,
            CASE WHEN d.late_s > d.misfire_grace_s AND d.misfire = 'skip' THEN 'skipped' ELSE 'scheduled' END,
-           '', '', 0, '', '',
+           0,
            CASE WHEN d.late_s > d.misfire_grace_s AND d.misfire = 'skip' THEN 'misfire' ELSE '' END,
            CASE WHEN d.late_s > d.misfire_grace_s AND d.misfire = 'skip'
                 THEN 'skipped by misfire policy (skip): the one-off job was found '
@@ -177,10 +177,10 @@ RETURNING id, schedule_id, tenant_id
 -- name: insert_executions
 -- One row per occurrence; a racing beat's duplicate is silently dropped by the unique key.
 INSERT INTO dispatch_execution
-    (id, schedule_id, tenant_id, partition, scheduled_for, due_at, trigger, attempt, state, queue,
-     lease_owner, fencing_token, error, log_excerpt, reason_code, reason, created_at, fired_by, fired_epoch)
-SELECT v.id, v.schedule_id, v.tenant_id, v.partition, v.scheduled_for, v.due_at, v.trigger, 1, v.state, '',
-       '', 0, '', '', v.reason_code, v.reason, clock_timestamp(), %(fired_by)s, v.epoch
+    (id, schedule_id, tenant_id, partition, scheduled_for, due_at, trigger, attempt, state,
+     fencing_token, reason_code, reason, created_at, fired_by, fired_epoch)
+SELECT v.id, v.schedule_id, v.tenant_id, v.partition, v.scheduled_for, v.due_at, v.trigger, 1, v.state,
+       0, v.reason_code, v.reason, clock_timestamp(), %(fired_by)s, v.epoch
 FROM unnest(%(ids)s::uuid[], %(schedule_ids)s::uuid[], %(tenant_ids)s::bigint[], %(partitions)s::int[],
             %(scheduled_fors)s::timestamptz[], %(due_ats)s::timestamptz[], %(triggers)s::text[],
             %(states)s::text[], %(reason_codes)s::text[], %(reasons)s::text[], %(epochs)s::bigint[])

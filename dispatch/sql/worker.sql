@@ -13,7 +13,7 @@ WITH claimed AS (
            fencing_token = fencing_token + 1,
            started_at = now(),
            next_attempt_at = NULL
-     WHERE id = %(id)s
+     WHERE id = %(id)s::uuid
        AND state IN ('scheduled', 'queued', 'retry_scheduled')
        AND attempt = %(attempt)s
        AND COALESCE(next_attempt_at, due_at) <= now()
@@ -26,10 +26,12 @@ WITH claimed AS (
            %(owner)s
       FROM claimed
 )
-SELECT c.id, c.attempt, c.fencing_token, c.scheduled_for,
-       s.id, s.name, s.target, s.retry, s.timeout_s, s.deleted_at IS NOT NULL,
-       t.id, t.slug, t.signing_key, t.egress_allow, t.active,
+SELECT c.id AS execution_id, c.attempt, c.fencing_token, c.scheduled_for,
+       s.id AS schedule_id, s.name AS schedule_name, s.target, s.retry, s.timeout_s,
+       s.deleted_at IS NOT NULL AS schedule_deleted,
+       t.id AS tenant_id, t.slug AS tenant_slug, t.signing_key, t.egress_allow, t.active AS tenant_active,
        EXISTS (SELECT 1 FROM dispatch_schedule_depends_on link WHERE link.to_schedule_id = c.schedule_id)
+           AS has_dependents
   FROM claimed c
   JOIN dispatch_schedule s ON s.id = c.schedule_id
   JOIN tenants_tenant t ON t.id = c.tenant_id
@@ -37,33 +39,35 @@ SELECT c.id, c.attempt, c.fencing_token, c.scheduled_for,
 -- name: peek_execution
 -- Why a message claimed nothing: the row's state, attempt, token and seconds until it is due (DB clock).
 SELECT state, attempt, fencing_token, lease_owner,
-       EXTRACT(EPOCH FROM (COALESCE(next_attempt_at, due_at) - now()))::float8,
+       EXTRACT(EPOCH FROM (COALESCE(next_attempt_at, due_at) - now()))::float8 AS due_in_s,
        tenant_id, schedule_id
   FROM dispatch_execution
- WHERE id = %(id)s
+ WHERE id = %(id)s::uuid
 
 -- name: heartbeat
--- Extend the lease only while this worker's token is current and the row still running.
+-- Extend the lease only while this worker's token is current and the row still running (a row back: extended).
 UPDATE dispatch_execution
    SET lease_expires_at = now() + make_interval(secs => %(lease_s)s)
- WHERE id = %(id)s
+ WHERE id = %(id)s::uuid
    AND fencing_token = %(token)s
    AND state = 'running'
+RETURNING id
 
 -- name: insert_event
 -- Append one event to an execution's timeline.
 INSERT INTO dispatch_executionevent (tenant_id, schedule_id, execution_id, kind, message, data, actor)
-VALUES (%(tenant_id)s, %(schedule_id)s, %(id)s, %(kind)s, %(message)s, %(data)s::jsonb, %(actor)s)
+VALUES (%(tenant_id)s, %(schedule_id)s::uuid, %(id)s::uuid, %(kind)s, %(message)s, %(data)s::jsonb, %(actor)s)
+RETURNING id
 
 -- name: finish_attempt
 -- Record an attempt's end (succeeded / retry_scheduled / dead / cancelled / held) with its events, only under the caller's token.
 WITH done AS (
     UPDATE dispatch_execution
-       SET state = %(state)s,
+       SET state = %(state)s::text,
            attempt = attempt + %(attempt_inc)s,
-           next_attempt_at = CASE WHEN %(state)s = 'retry_scheduled'
+           next_attempt_at = CASE WHEN %(state)s::text = 'retry_scheduled'
                                   THEN now() + make_interval(secs => %(delay_s)s) END,
-           finished_at = CASE WHEN %(state)s IN ('succeeded', 'dead', 'cancelled')
+           finished_at = CASE WHEN %(state)s::text IN ('succeeded', 'dead', 'cancelled')
                               THEN now() END,
            lease_expires_at = NULL,
            status_code = %(status_code)s,
@@ -72,7 +76,7 @@ WITH done AS (
            log_excerpt = %(log_excerpt)s,
            reason_code = %(reason_code)s,
            reason = %(reason)s
-     WHERE id = %(id)s
+     WHERE id = %(id)s::uuid
        AND fencing_token = %(token)s
        AND state = 'running'
  RETURNING id, tenant_id, schedule_id
@@ -95,8 +99,8 @@ SELECT tenant_id, schedule_id, id, %(kind)s,
        %(data)s::jsonb || jsonb_build_object('current_token', fencing_token, 'current_state', state),
        %(owner)s
   FROM dispatch_execution
- WHERE id = %(id)s
-RETURNING (data->>'current_token')::bigint, data->>'current_state'
+ WHERE id = %(id)s::uuid
+RETURNING (data->>'current_token')::bigint AS current_token, data->>'current_state' AS current_state
 
 -- name: sweep_lock_expired
 -- Running executions whose lease lapsed or which ran past timeout + grace (backstop); locked, skipping rows another sweeper holds.
@@ -150,7 +154,7 @@ WITH done AS (
            started_at = NULL,
            reason_code = 'held_rate_limit',
            reason = %(reason)s
-     WHERE id = %(id)s
+     WHERE id = %(id)s::uuid
        AND fencing_token = %(token)s
        AND state = 'running'
  RETURNING id, tenant_id, schedule_id

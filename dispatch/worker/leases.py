@@ -23,10 +23,10 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 
 from dispatch.scheduler import dependencies
-from dispatch.sql import queries
+from dispatch.sql import sql
 from dispatch.states import FINAL_STATES
 from dispatch.targets.runtime import clip
 
@@ -81,7 +81,7 @@ class Event:
 
 
 def _json(value: Any, default: Any) -> Any:
-    # Django's psycopg setup leaves jsonb undecoded (str) for raw cursors.
+    # Django's psycopg setup leaves jsonb undecoded (str) outside the ORM.
     if value is None:
         return default
     return json.loads(value) if isinstance(value, (str, bytes)) else value
@@ -103,58 +103,53 @@ def execution_claim(*, execution_id: str, attempt: int, owner: str, lease_s: flo
     the message's, and it is due by the database clock. The row becomes
     `running` with a lease and a bumped fencing token; `claimed` is recorded.
     """
-    with connection.cursor() as cur:
-        cur.execute(
-            queries["claim_execution"],
-            {"id": execution_id, "attempt": attempt, "owner": owner, "lease_s": lease_s},
-        )
-        row = cur.fetchone()
+    row = sql.one(
+        "claim_execution",
+        {"id": execution_id, "attempt": attempt, "owner": owner, "lease_s": lease_s},
+    )
     if row is None:
         return None
     return Claim(
-        execution_id=str(row[0]),
-        attempt=row[1],
-        fencing_token=row[2],
-        scheduled_for=row[3],
-        schedule_id=str(row[4]),
-        schedule_name=row[5],
-        target=_json(row[6], {}),
-        retry=_json(row[7], {}),
-        timeout_s=row[8],
-        schedule_deleted=row[9],
-        tenant_id=row[10],
-        tenant_slug=row[11],
-        signing_key=row[12],
-        egress_allow=list(_json(row[13], [])),
-        tenant_active=row[14],
+        execution_id=str(row.execution_id),
+        attempt=row.attempt,
+        fencing_token=row.fencing_token,
+        scheduled_for=row.scheduled_for,
+        schedule_id=str(row.schedule_id),
+        schedule_name=row.schedule_name,
+        target=_json(row.target, {}),
+        retry=_json(row.retry, {}),
+        timeout_s=row.timeout_s,
+        schedule_deleted=row.schedule_deleted,
+        tenant_id=row.tenant_id,
+        tenant_slug=row.tenant_slug,
+        signing_key=row.signing_key,
+        egress_allow=list(_json(row.egress_allow, [])),
+        tenant_active=row.tenant_active,
         owner=owner,
-        has_dependents=row[15],
+        has_dependents=row.has_dependents,
     )
 
 
 def execution_peek(*, execution_id: str) -> Peek | None:
     """The current row of an execution (None when it does not exist)."""
-    with connection.cursor() as cur:
-        cur.execute(queries["peek_execution"], {"id": execution_id})
-        row = cur.fetchone()
+    row = sql.one("peek_execution", {"id": execution_id})
     if row is None:
         return None
     return Peek(
-        state=row[0],
-        attempt=row[1],
-        fencing_token=row[2],
-        lease_owner=row[3],
-        due_in_s=float(row[4] or 0.0),
-        tenant_id=row[5],
-        schedule_id=str(row[6]),
+        state=row.state,
+        attempt=row.attempt,
+        fencing_token=row.fencing_token,
+        lease_owner=row.lease_owner,
+        due_in_s=float(row.due_in_s or 0.0),
+        tenant_id=row.tenant_id,
+        schedule_id=str(row.schedule_id),
     )
 
 
 def lease_heartbeat(*, execution_id: str, token: int, lease_s: float) -> bool:
     """Extend the lease; False means the token is no longer current: stop, record nothing."""
-    with connection.cursor() as cur:
-        cur.execute(queries["heartbeat"], {"id": execution_id, "token": token, "lease_s": lease_s})
-        return bool(cur.rowcount == 1)
+    extended = sql.one("heartbeat", {"id": execution_id, "token": token, "lease_s": lease_s})
+    return extended is not None
 
 
 def event_add(
@@ -168,19 +163,18 @@ def event_add(
     actor: str,
 ) -> None:
     """Append one event to an execution's timeline."""
-    with connection.cursor() as cur:
-        cur.execute(
-            queries["insert_event"],
-            {
-                "id": execution_id,
-                "tenant_id": tenant_id,
-                "schedule_id": schedule_id,
-                "kind": kind,
-                "message": clip(message),
-                "data": json.dumps(data or {}, default=str),
-                "actor": actor,
-            },
-        )
+    sql.one(
+        "insert_event",
+        {
+            "id": execution_id,
+            "tenant_id": tenant_id,
+            "schedule_id": schedule_id,
+            "kind": kind,
+            "message": clip(message),
+            "data": json.dumps(data or {}, default=str),
+            "actor": actor,
+        },
+    )
 
 
 def attempt_finish(
@@ -208,26 +202,25 @@ def attempt_finish(
     # One statement in autocommit when nothing else must commit with it (the
     # common case): no BEGIN/COMMIT round trips on the worker's hot path.
     with transaction.atomic() if propagate else contextlib.nullcontext():
-        with connection.cursor() as cur:
-            cur.execute(
-                queries["finish_attempt"],
-                {
-                    "id": claim.execution_id,
-                    "token": claim.fencing_token,
-                    "state": state,
-                    "attempt_inc": attempt_inc,
-                    "delay_s": max(0.0, delay_s),
-                    "status_code": status_code,
-                    "exit_code": exit_code,
-                    "error": error.replace("\x00", ""),
-                    "log_excerpt": log_excerpt.replace("\x00", ""),
-                    "reason_code": reason_code[:40],
-                    "reason": clip(reason, 500),
-                    "events": json.dumps([e.as_json() for e in events], default=str),
-                    "actor": claim.owner,
-                },
-            )
-            applied = cur.fetchone() is not None
+        done = sql.one(
+            "finish_attempt",
+            {
+                "id": claim.execution_id,
+                "token": claim.fencing_token,
+                "state": state,
+                "attempt_inc": attempt_inc,
+                "delay_s": max(0.0, delay_s),
+                "status_code": status_code,
+                "exit_code": exit_code,
+                "error": error.replace("\x00", ""),
+                "log_excerpt": log_excerpt.replace("\x00", ""),
+                "reason_code": reason_code[:40],
+                "reason": clip(reason, 500),
+                "events": json.dumps([e.as_json() for e in events], default=str),
+                "actor": claim.owner,
+            },
+        )
+        applied = done is not None
         if applied and propagate:
             # Same transaction: a dependent's occurrence exists iff the upstream's outcome does.
             dependencies.propagate(execution_ids=[claim.execution_id])
@@ -244,21 +237,20 @@ def rate_limit_hold(*, claim: Claim, delay_s: float, message: str, data: dict[st
     execution's single `held_rate_limit` timeline entry is written or has its
     count bumped. False when the token is no longer current.
     """
-    with connection.cursor() as cur:
-        cur.execute(
-            queries["hold_rate_limit"],
-            {
-                "id": claim.execution_id,
-                "token": claim.fencing_token,
-                "delay_s": max(0.0, delay_s),
-                "attempt": claim.attempt,
-                "reason": clip(message, 500),
-                "message": message,
-                "data": json.dumps(data, default=str),
-                "actor": claim.owner,
-            },
-        )
-        return cur.fetchone() is not None
+    held = sql.one(
+        "hold_rate_limit",
+        {
+            "id": claim.execution_id,
+            "token": claim.fencing_token,
+            "delay_s": max(0.0, delay_s),
+            "attempt": claim.attempt,
+            "reason": clip(message, 500),
+            "message": message,
+            "data": json.dumps(data, default=str),
+            "actor": claim.owner,
+        },
+    )
+    return held is not None
 
 
 def fencing_rejected(
@@ -269,17 +261,15 @@ def fencing_rejected(
     Returns the row's current (token, state), or None if the row is gone.
     """
     payload = {"worker": claim.owner, "token": claim.fencing_token, "attempt": claim.attempt}
-    with connection.cursor() as cur:
-        cur.execute(
-            queries["record_fencing_rejected"],
-            {
-                "id": claim.execution_id,
-                "kind": kind,
-                "owner": claim.owner,
-                "what": what,
-                "token": claim.fencing_token,
-                "data": json.dumps(payload | (data or {}), default=str),
-            },
-        )
-        row = cur.fetchone()
-    return (int(row[0]), str(row[1])) if row else None
+    row = sql.one(
+        "record_fencing_rejected",
+        {
+            "id": claim.execution_id,
+            "kind": kind,
+            "owner": claim.owner,
+            "what": what,
+            "token": claim.fencing_token,
+            "data": json.dumps(payload | (data or {}), default=str),
+        },
+    )
+    return (int(row.current_token), str(row.current_state)) if row else None

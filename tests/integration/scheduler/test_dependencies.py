@@ -6,11 +6,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 
 from dispatch import services
 from dispatch.models import Execution, Schedule
 from dispatch.scheduler import dependencies
+from dispatch.sql import sql
+from dispatch.states import FINAL_STATES, state_values
 from tenants.roles import Principal
 
 pytestmark = pytest.mark.django_db
@@ -108,3 +111,77 @@ def test_worker_completion_fires_the_dependent_in_the_same_transaction(
         and follow.trigger == "dependency"
         and follow.state == "scheduled"
     )
+
+
+def test_finished_upstream_fires_all_its_dependents_in_one_statement(
+    admin_principal: Principal,
+) -> None:
+    a, other = sched(admin_principal, "export"), sched(admin_principal, "ledger")
+    ready = [sched(admin_principal, f"report-{n}", depends_on=[str(a.id)]) for n in range(3)]
+    waiting = sched(admin_principal, "summary", depends_on=[str(a.id), str(other.id)])
+    ex = Execution.objects.create(
+        schedule=a,
+        tenant=a.tenant,
+        partition=a.partition,
+        scheduled_for=AT,
+        due_at=AT,
+        state="succeeded",
+    )
+    with transaction.atomic(), CaptureQueriesContext(connection) as captured:
+        written = dependencies.propagate(execution_ids=[ex.id])
+    assert len(captured.captured_queries) == 1, [q["sql"] for q in captured.captured_queries]
+    assert written == 3
+    runs = Execution.objects.filter(schedule__in=ready)
+    assert sorted(r.schedule_id for r in runs) == sorted(s.id for s in ready)
+    assert {(r.state, r.trigger, r.scheduled_for, r.reason_code, r.reason) for r in runs} == {
+        ("scheduled", "dependency", AT, "", "")
+    }
+    assert all(r.fired_by == "dependency" and r.fencing_token == 0 for r in runs)
+    assert not Execution.objects.filter(schedule=waiting).exists()  # ledger has not succeeded
+
+
+def test_failed_upstream_skips_all_its_dependents_naming_it(admin_principal: Principal) -> None:
+    a = sched(admin_principal, "nightly-export")
+    deps = [sched(admin_principal, f"report-{n}", depends_on=[str(a.id)]) for n in range(3)]
+    up = finish(a, "dead")
+    skipped = Execution.objects.filter(schedule__in=deps)
+    assert len(skipped) == 3
+    assert {(r.state, r.reason_code, r.reason, r.queue, r.error) for r in skipped} == {
+        (
+            "skipped",
+            "upstream",
+            f"skipped: upstream nightly-export dead (execution {up.id})",
+            "",
+            "",
+        )
+    }
+
+
+def test_propagation_wakes_beats_only_for_scheduled_occurrences(
+    admin_principal: Principal,
+) -> None:
+    a, b = sched(admin_principal, "a"), sched(admin_principal, "b")
+    for n in range(2):
+        sched(admin_principal, f"after-a-{n}", depends_on=[str(a.id)])
+        sched(admin_principal, f"after-b-{n}", depends_on=[str(b.id)])
+    ok, dead = (
+        Execution.objects.create(
+            schedule=s,
+            tenant=s.tenant,
+            partition=s.partition,
+            scheduled_for=AT,
+            due_at=AT,
+            state=state,
+        )
+        for s, state in ((a, "succeeded"), (b, "dead"))
+    )
+    with transaction.atomic():
+        row = sql.one(
+            "propagate_dependents",
+            {
+                "ids": [str(ok.id), str(dead.id)],
+                "final": state_values(FINAL_STATES),
+                "channel": services.WAKE_CHANNEL,
+            },
+        )
+    assert row is not None and (row.written, row.woken) == (4, 2)
