@@ -24,7 +24,8 @@ from tenants.models import AuditEvent, ServiceToken, Tenant
 from tenants.roles import Principal, Role
 from tests.browser.conftest import login, shot
 from tests.support.console_support import TARGET, principal_of, user
-from tests.support.procs import Ledger, Proc, beat_cmd, processes, wait_for, worker_cmd
+from tests.support.ledger import Ledger, Respond
+from tests.support.procs import Proc, beat_cmd, processes, wait_for, worker_cmd
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 PW = "browser-pw-Секрет-1"
@@ -189,11 +190,9 @@ def test_pause_then_the_explainer_answers_for_a_skipped_occurrence(
     assert s.paused and s.paused_reason == "quarterly close"
 
 
-@pytest.fixture
-def ledger() -> Iterator[Ledger]:
-    ledger = Ledger(lambda req: (200, {"Content-Type": "text/plain"}, b'<b hx-get="/x">done</b>'))
-    yield ledger
-    ledger.close()
+@pytest.fixture(scope="module")
+def ledger_respond() -> Respond:
+    return lambda req: (200, {"Content-Type": "text/plain"}, b'<b hx-get="/x">done</b>')
 
 
 def _purge() -> None:

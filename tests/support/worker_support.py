@@ -25,6 +25,9 @@ from tenants.roles import Principal
 from tests.support.procs import Proc, processes, worker_cmd
 
 QUEUES = ("high.short", "default.short", "low.short", "high.long", "default.long", "low.long")
+# Retry policies: one attempt only, and three attempts with no wait between them.
+ONE_SHOT = {"max_attempts": 1, "backoff": "fixed", "initial_s": 0, "max_s": 0}
+QUICK_RETRY = {"max_attempts": 3, "backoff": "fixed", "initial_s": 0, "max_s": 0}
 _seq = itertools.count(1)
 
 
@@ -147,6 +150,24 @@ class Pump:
                 return value
             time.sleep(0.1)
         raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
+
+
+def run_to_end(
+    principal: Principal,
+    target: dict[str, Any],
+    *,
+    retry: dict[str, Any] = ONE_SHOT,
+    timeout_s: int = 10,
+    queue: str = "default.short",
+    wait: float = 20,
+) -> Execution:
+    """One execution of a new schedule calling `target`: published as the beat would,
+    then pumped (expired leases, due retries) until it ends; returned fresh from the DB."""
+    execution = make_execution(make_schedule(principal, target, retry=retry, timeout_s=timeout_s))
+    publish(execution.id, 1, queue=queue)
+    Pump(queue=queue).until(final(execution), timeout=wait)
+    execution.refresh_from_db()
+    return execution
 
 
 def kinds(execution: Execution | str) -> list[str]:
