@@ -17,6 +17,7 @@ from tenants.models import AuditEvent, Tenant
 from tenants.roles import Principal, Role
 from tests.conftest import make_principal
 from tests.support.console_support import TARGET
+from tests.support.explain_support import CREATED, amsterdam_schedule
 
 pytestmark = pytest.mark.django_db
 
@@ -32,19 +33,10 @@ def alice(tenant: Tenant) -> Principal:
 
 
 def weekday_9am(principal: Principal, *, created: datetime | None = None, **extra: Any) -> Schedule:
-    data = {
-        "name": extra.pop("name", "morning-report"),
-        "cron": "0 9 * * 1-5",
-        "timezone": "Europe/Amsterdam",
-        "target": TARGET,
-        **extra,
-    }
-    schedule = services.schedule_create(actor=principal, data=data)
-    Schedule.objects.filter(pk=schedule.pk).update(
-        created_at=created or datetime(2025, 12, 1, tzinfo=UTC)
+    name = extra.pop("name", "morning-report")
+    return amsterdam_schedule(
+        principal, "0 9 * * 1-5", name=name, created=created or CREATED, **extra
     )
-    schedule.refresh_from_db()
-    return schedule
 
 
 def execution(schedule: Schedule, at: datetime, **fields: Any) -> Execution:
@@ -175,17 +167,12 @@ def test_not_an_occurrence_gives_the_previous_and_next(tenant: Tenant) -> None:
 
 
 def test_spring_forward_gap_time_ran_at_the_end_of_the_gap(tenant: Tenant) -> None:
-    s = services.schedule_create(
-        actor=make_principal(tenant),
-        data={
-            "name": "half-past-two",
-            "cron": "30 2 * * *",
-            "timezone": "Europe/Amsterdam",
-            "target": TARGET,
-        },
+    s = amsterdam_schedule(
+        make_principal(tenant),
+        "30 2 * * *",
+        name="half-past-two",
+        created=datetime(2026, 1, 1, tzinfo=UTC),
     )
-    Schedule.objects.filter(pk=s.pk).update(created_at=datetime(2026, 1, 1, tzinfo=UTC))
-    s.refresh_from_db()
     gap_end = datetime(2026, 3, 29, 1, 0, tzinfo=UTC)  # 03:00 CEST
     e = execution(
         s,
@@ -207,17 +194,9 @@ def test_spring_forward_gap_time_ran_at_the_end_of_the_gap(tenant: Tenant) -> No
 
 
 def test_fall_back_second_copy_of_a_fixed_time_is_explained_as_the_first(tenant: Tenant) -> None:
-    s = services.schedule_create(
-        actor=make_principal(tenant),
-        data={
-            "name": "fold",
-            "cron": "30 2 * * *",
-            "timezone": "Europe/Amsterdam",
-            "target": TARGET,
-        },
+    s = amsterdam_schedule(
+        make_principal(tenant), "30 2 * * *", name="fold", created=datetime(2026, 1, 1, tzinfo=UTC)
     )
-    Schedule.objects.filter(pk=s.pk).update(created_at=datetime(2026, 1, 1, tzinfo=UTC))
-    s.refresh_from_db()
     first = datetime(2026, 10, 25, 0, 30, tzinfo=UTC)  # 02:30 CEST
     e = execution(
         s, first, state="succeeded", started_at=first, finished_at=first + timedelta(seconds=1)
@@ -631,17 +610,7 @@ def test_a_quota_skip_has_its_own_documented_code(tenant: Tenant) -> None:
 
 
 def test_a_future_spring_forward_gap_is_told_in_the_future_tense(tenant: Tenant) -> None:
-    s = services.schedule_create(
-        actor=make_principal(tenant),
-        data={
-            "name": "gap",
-            "cron": "30 2 * * *",
-            "timezone": "Europe/Amsterdam",
-            "target": TARGET,
-        },
-    )
-    Schedule.objects.filter(pk=s.pk).update(created_at=datetime(2025, 12, 1, tzinfo=UTC))
-    s.refresh_from_db()
+    s = amsterdam_schedule(make_principal(tenant), "30 2 * * *", name="gap")
     # Asked on 2026-01-06 about 02:30 on 2026-03-29, which will not exist.
     answer = explain(schedule=s, at=datetime(2026, 3, 29, 1, 30, tzinfo=UTC), now=NOW)
     assert answer.code == "dst_shifted"

@@ -14,7 +14,7 @@ from dispatch.models import Execution, Schedule
 from tenants.models import Tenant
 from tenants.roles import Role
 from tests.conftest import make_principal
-from tests.support.console_support import TARGET
+from tests.support.explain_support import amsterdam_schedule
 
 pytestmark = pytest.mark.django_db
 MON_0900 = datetime(2026, 1, 5, 8, 0, tzinfo=UTC)
@@ -22,17 +22,7 @@ MON_0900 = datetime(2026, 1, 5, 8, 0, tzinfo=UTC)
 
 @pytest.fixture
 def schedule(tenant: Tenant) -> Schedule:
-    s = services.schedule_create(
-        actor=make_principal(tenant),
-        data={
-            "name": "morning",
-            "cron": "0 9 * * 1-5",
-            "timezone": "Europe/Amsterdam",
-            "target": TARGET,
-        },
-    )
-    Schedule.objects.filter(pk=s.pk).update(created_at=datetime(2025, 12, 1, tzinfo=UTC))
-    return s
+    return amsterdam_schedule(make_principal(tenant), "0 9 * * 1-5", name="morning")
 
 
 def test_viewer_reads_the_answer_with_code_sentence_and_evidence(

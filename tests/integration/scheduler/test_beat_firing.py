@@ -3,7 +3,6 @@ misfire and overlap policies, tenant limits, pauses, fencing, preview == fired."
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -17,10 +16,9 @@ from dispatch.scheduler.beat import Beat
 from dispatch.timing import cron
 from tenants.models import AuditEvent, Tenant
 from tenants.roles import Principal
-from tests.support.beat_support import empty_queues, running_beat
 from tests.support.worker_support import db_now
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("empty_broker")]
 TARGET = {"type": "http", "url": "https://billing.internal/hook"}
 
 
@@ -32,16 +30,9 @@ def queue_len(name: str) -> int:
     return int(redis.Redis.from_url(url).llen(name))
 
 
-@pytest.fixture(autouse=True)
-def _empty_queues() -> Iterator[None]:
-    with empty_queues():
-        yield
-
-
-@pytest.fixture
-def beat(db: Any) -> Iterator[Beat]:
-    with running_beat("test-beat", cycle_s=0.2) as b:
-        yield b
+@pytest.fixture(scope="module")
+def beat_config() -> dict[str, Any]:
+    return {"name": "test-beat", "cycle_s": 0.2}
 
 
 def make(principal: Principal, **data: Any) -> Schedule:

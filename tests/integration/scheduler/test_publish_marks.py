@@ -6,7 +6,6 @@ In-process beat against the real PostgreSQL and broker."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -17,24 +16,16 @@ from dispatch import selectors, services
 from dispatch.models import Execution, Schedule
 from dispatch.scheduler.beat import Beat
 from tenants.roles import Principal
-from tests.support.beat_support import empty_queues, running_beat
 from tests.support.worker_support import db_now
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("empty_broker")]
 TARGET = {"type": "http", "url": "https://billing.internal/hook"}
 
 
-@pytest.fixture(autouse=True)
-def _empty_queues() -> Iterator[None]:
-    with empty_queues():
-        yield
-
-
-@pytest.fixture
-def beat(db: Any) -> Iterator[Beat]:
+@pytest.fixture(scope="module")
+def beat_config() -> dict[str, Any]:
     # Sweep on every cycle: the lost-message check is what is tested.
-    with running_beat("marks-beat", sweep_interval_s=0, queued_republish_s=30) as b:
-        yield b
+    return {"name": "marks-beat", "sweep_interval_s": 0, "queued_republish_s": 30}
 
 
 def schedule(principal: Principal, name: str) -> Schedule:
