@@ -32,6 +32,20 @@ def test_database_url() -> str:
     return f"postgresql://{auth}@{host}{port}/{s['NAME']}"
 
 
+def db_conninfo() -> str:
+    """psycopg conninfo of the test database, for connections of a test's own threads."""
+    import psycopg
+
+    s = connection.settings_dict
+    return psycopg.conninfo.make_conninfo(
+        dbname=s["NAME"],
+        user=s["USER"] or None,
+        password=s["PASSWORD"] or None,
+        host=s["HOST"] or None,
+        port=str(s["PORT"]) if s["PORT"] else None,
+    )
+
+
 def child_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env["DATABASE_URL"] = test_database_url()

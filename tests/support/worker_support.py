@@ -22,6 +22,7 @@ from dispatch import services
 from dispatch.models import Execution, ExecutionEvent, Schedule
 from dispatch.scheduler import sweeper
 from tenants.roles import Principal
+from tests.support.ledger import Ledger
 from tests.support.procs import Proc, processes, worker_cmd
 
 QUEUES = ("high.short", "default.short", "low.short", "high.long", "default.long", "low.long")
@@ -241,3 +242,18 @@ class Gate:
 
     def wait(self, timeout: float) -> bool:
         return self.event.wait(timeout)
+
+
+def hold_first_call(ledger: Ledger, seconds: float) -> Gate:
+    """Makes `ledger` answer 200 "ok", holding its reply to the first call `seconds`;
+    the returned gate opens when that first call arrives."""
+    called = Gate()
+
+    def respond(req: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
+        if len(ledger.requests) == 1:
+            called.set()
+            time.sleep(seconds)
+        return 200, {}, b"ok"
+
+    ledger.respond = respond
+    return called

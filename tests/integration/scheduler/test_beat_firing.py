@@ -42,6 +42,14 @@ def make(principal: Principal, **data: Any) -> Schedule:
     return services.schedule_create(actor=principal, data=body)
 
 
+def jobs_due_now(principal: Principal, count: int, prefix: str) -> list[Schedule]:
+    """`count` one-off jobs due at once, named `{prefix}0`, `{prefix}1`, ..."""
+    return [
+        services.job_create(actor=principal, data={"target": TARGET, "name": f"{prefix}{i}"})[0]
+        for i in range(count)
+    ]
+
+
 def due_from(schedule: Schedule, at: datetime) -> None:
     """Pretend the beat last fired this schedule long ago: next occurrence is the first after `at`."""
     nxt = cron.next_after(schedule.cron, schedule.timezone, after=at, seed=str(schedule.id))
@@ -272,10 +280,7 @@ def test_tenant_at_its_concurrency_limit_is_held_with_a_visible_reason(
 ) -> None:
     tenant.quota.max_concurrent = 1
     tenant.quota.save()
-    jobs = [
-        services.job_create(actor=admin_principal, data={"target": TARGET, "name": f"j{i}"})[0]
-        for i in range(3)
-    ]
+    jobs = jobs_due_now(admin_principal, 3, "j")
     beat.cycle()
     states = sorted(Execution.objects.filter(schedule__in=jobs).values_list("state", flat=True))
     assert states == ["queued", "scheduled", "scheduled"]
@@ -299,10 +304,8 @@ def test_small_tenant_is_not_starved_when_capacity_is_short(
     admin_principal.tenant.quota.max_concurrent = 1000
     admin_principal.tenant.quota.max_schedules = 1000
     admin_principal.tenant.quota.save()
-    for i in range(40):
-        services.job_create(actor=admin_principal, data={"target": TARGET, "name": f"big{i}"})
-    for i in range(3):
-        services.job_create(actor=small, data={"target": TARGET, "name": f"small{i}"})
+    jobs_due_now(admin_principal, 40, "big")
+    jobs_due_now(small, 3, "small")
     beat.cycle()
     queued = Execution.objects.filter(state="queued")
     assert queued.count() == 10
@@ -368,10 +371,7 @@ def test_daily_quota_skips_the_excess_with_a_reason(
 ) -> None:
     tenant.quota.max_executions_per_day = 2
     tenant.quota.save()
-    jobs = [
-        services.job_create(actor=admin_principal, data={"target": TARGET, "name": f"q{i}"})[0]
-        for i in range(4)
-    ]
+    jobs = jobs_due_now(admin_principal, 4, "q")
     beat.cycle()
     rows = list(Execution.objects.filter(schedule__in=jobs))
     assert sorted(r.state for r in rows) == ["queued", "queued", "skipped", "skipped"]

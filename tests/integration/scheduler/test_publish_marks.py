@@ -6,7 +6,7 @@ In-process beat against the real PostgreSQL and broker."""
 from __future__ import annotations
 
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -101,20 +101,8 @@ def test_fire_lag_counts_only_occurrences_fired_at_their_due_time(
     they must not turn p99 of /ops and /metrics into minutes."""
     s = schedule(admin_principal, "lagged")
     now = db_now()
-    for i in range(5):
-        due = now - timedelta(seconds=10 + i)
-        Execution.objects.create(
-            schedule=s,
-            tenant_id=s.tenant_id,
-            partition=s.partition,
-            scheduled_for=due,
-            due_at=due,
-            trigger="cron",
-            state="succeeded",
-            enqueued_at=due + timedelta(milliseconds=200),
-        )
-    for i, trigger in enumerate(["catch_up", "catch_up", "manual"]):
-        due = now - timedelta(seconds=240 + i)
+
+    def succeeded(due: datetime, trigger: str, enqueued_at: datetime) -> None:
         Execution.objects.create(
             schedule=s,
             tenant_id=s.tenant_id,
@@ -123,8 +111,14 @@ def test_fire_lag_counts_only_occurrences_fired_at_their_due_time(
             due_at=due,
             trigger=trigger,
             state="succeeded",
-            enqueued_at=now - timedelta(seconds=1),
+            enqueued_at=enqueued_at,
         )
+
+    for i in range(5):
+        due = now - timedelta(seconds=10 + i)
+        succeeded(due, "cron", enqueued_at=due + timedelta(milliseconds=200))
+    for i, trigger in enumerate(["catch_up", "catch_up", "manual"]):
+        succeeded(now - timedelta(seconds=240 + i), trigger, enqueued_at=now - timedelta(seconds=1))
     lag = selectors.ops_fire_lag(since=now - timedelta(hours=1))
     assert lag["count"] == 5 and lag["p99"] is not None and lag["p99"] < 1.0
     assert lag["max"] is not None and lag["max"] < 1.0

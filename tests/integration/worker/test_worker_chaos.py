@@ -18,6 +18,7 @@ from tests.support.worker_support import (
     Gate,
     Pump,
     final,
+    hold_first_call,
     kinds,
     make_execution,
     make_schedule,
@@ -48,15 +49,8 @@ def calls(ledger: Ledger) -> list[dict[str, str]]:
 def test_kill_9_after_the_call_retries_same_execution_with_higher_token(
     start_worker: Callable[..., Proc], ledger: Ledger, admin_principal: Principal
 ) -> None:
-    called = Gate()
-
-    def respond(req: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
-        if len(ledger.requests) == 1:
-            called.set()
-            time.sleep(2)  # the effect is applied; the worker dies before it hears back
-        return 200, {}, b"ok"
-
-    ledger.respond = respond
+    # The effect is applied; the worker dies before it hears back.
+    called = hold_first_call(ledger, 2)
     w1, w2 = start_w1_and_w2(start_worker, ledger)
     execution = make_execution(make_schedule(admin_principal, target(ledger), retry=QUICK_RETRY))
     publish(execution.id, 1, queue="default.short")
@@ -85,15 +79,7 @@ def test_kill_9_after_the_call_retries_same_execution_with_higher_token(
 def test_sigstop_past_the_lease_then_sigcont_is_fenced_out(
     start_worker: Callable[..., Proc], ledger: Ledger, admin_principal: Principal
 ) -> None:
-    called = Gate()
-
-    def respond(req: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
-        if len(ledger.requests) == 1:
-            called.set()
-            time.sleep(8)  # still waiting when the paused worker wakes up
-        return 200, {}, b"ok"
-
-    ledger.respond = respond
+    called = hold_first_call(ledger, 8)  # still waiting when the paused worker wakes up
     w1, w2 = start_w1_and_w2(start_worker, ledger)
     execution = make_execution(make_schedule(admin_principal, target(ledger), retry=QUICK_RETRY))
     publish(execution.id, 1, queue="default.short")

@@ -16,9 +16,9 @@ from tests.support.ledger import Ledger
 from tests.support.procs import Proc, wait_for
 from tests.support.worker_support import (
     QUICK_RETRY,
-    Gate,
     Pump,
     final,
+    hold_first_call,
     kinds,
     make_execution,
     make_schedule,
@@ -83,15 +83,7 @@ def test_success_and_duplicate_while_running_over_rabbitmq(
 def test_killed_worker_message_redelivered_by_rabbitmq_claims_nothing(
     start: Callable[..., Proc], broker: str, ledger: Ledger, admin_principal: Principal
 ) -> None:
-    called = Gate()
-
-    def respond(req: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
-        if len(ledger.requests) == 1:
-            called.set()
-            time.sleep(6)
-        return 200, {}, b"ok"
-
-    ledger.respond = respond
+    called = hold_first_call(ledger, 6)
     w1 = start("w1")
     execution = make_execution(
         make_schedule(
