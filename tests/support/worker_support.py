@@ -24,6 +24,7 @@ from dispatch.scheduler import sweeper
 from tenants.roles import Principal
 from tests.support.ledger import Ledger
 from tests.support.procs import Proc, processes, worker_cmd
+from tests.support.rows import execution_row
 
 QUEUES = ("high.short", "default.short", "low.short", "high.long", "default.long", "low.long")
 # Retry policies: one attempt only, and three attempts with no wait between them.
@@ -90,14 +91,7 @@ def make_schedule(
 def make_execution(schedule: Schedule, *, due_in_s: float = -0.5) -> Execution:
     now = db_now()
     scheduled_for = now + timedelta(seconds=due_in_s, microseconds=next(_seq))
-    return Execution.objects.create(
-        schedule=schedule,
-        tenant_id=schedule.tenant_id,
-        partition=schedule.partition,
-        scheduled_for=scheduled_for,
-        due_at=scheduled_for,
-        state="scheduled",
-    )
+    return execution_row(schedule, scheduled_for)
 
 
 def publish(

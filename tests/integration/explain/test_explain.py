@@ -18,6 +18,7 @@ from tenants.roles import Principal, Role
 from tests.conftest import make_principal
 from tests.support.console_support import TARGET
 from tests.support.explain_support import CREATED, amsterdam_schedule
+from tests.support.rows import execution_row
 
 pytestmark = pytest.mark.django_db
 
@@ -40,15 +41,7 @@ def weekday_9am(principal: Principal, *, created: datetime | None = None, **extr
 
 
 def execution(schedule: Schedule, at: datetime, **fields: Any) -> Execution:
-    values: dict[str, Any] = {"due_at": at, "state": "scheduled", "trigger": "cron"}
-    values.update(fields)
-    return Execution.objects.create(
-        schedule=schedule,
-        tenant=schedule.tenant,
-        partition=schedule.partition,
-        scheduled_for=at,
-        **values,
-    )
+    return execution_row(schedule, at, **({"trigger": "cron"} | fields))
 
 
 def event(
@@ -559,14 +552,7 @@ def test_explainer_reads_only_the_schedules_tenant(tenant: Tenant, other_tenant:
     mine = weekday_9am(make_principal(tenant))
     theirs = weekday_9am(make_principal(other_tenant), name="theirs")
     # A forged row pointing at my schedule from another tenant must not count as mine.
-    Execution.objects.create(
-        schedule=mine,
-        tenant=other_tenant,
-        partition=mine.partition,
-        scheduled_for=MON_0900,
-        due_at=MON_0900,
-        state="succeeded",
-    )
+    execution_row(mine, MON_0900, tenant=other_tenant, state="succeeded")
     answer = explain(schedule=mine, at=MON_0900, now=NOW)
     assert answer.code != "ran"
     assert explain(schedule=theirs, at=MON_0900, now=NOW).code != "ran"

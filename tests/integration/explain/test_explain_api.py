@@ -15,6 +15,7 @@ from tenants.models import Tenant
 from tenants.roles import Role
 from tests.conftest import make_principal
 from tests.support.explain_support import amsterdam_schedule
+from tests.support.rows import execution_row
 
 pytestmark = pytest.mark.django_db
 MON_0900 = datetime(2026, 1, 5, 8, 0, tzinfo=UTC)
@@ -28,12 +29,9 @@ def schedule(tenant: Tenant) -> Schedule:
 def test_viewer_reads_the_answer_with_code_sentence_and_evidence(
     api_for: Callable[[Tenant, Role], APIClient], tenant: Tenant, schedule: Schedule
 ) -> None:
-    e = Execution.objects.create(
-        schedule=schedule,
-        tenant=tenant,
-        partition=schedule.partition,
-        scheduled_for=MON_0900,
-        due_at=MON_0900,
+    e = execution_row(
+        schedule,
+        MON_0900,
         state="skipped",
         reason_code="misfire",
         reason="skipped by misfire policy (skip)",

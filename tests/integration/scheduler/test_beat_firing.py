@@ -16,6 +16,7 @@ from dispatch.scheduler.beat import Beat
 from dispatch.timing import cron
 from tenants.models import AuditEvent, Tenant
 from tenants.roles import Principal
+from tests.support.rows import execution_row
 from tests.support.worker_support import db_now
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("empty_broker")]
@@ -142,14 +143,8 @@ def test_overlap_forbid_skips_with_reason_and_replace_cancels_the_active_run(
     replace = make(admin_principal, name="r", cron="* * * * *", concurrency="replace")
     old = {}
     for s in (forbid, replace):
-        old[s.name] = Execution.objects.create(
-            schedule=s,
-            tenant=s.tenant,
-            partition=s.partition,
-            scheduled_for=db_now() - timedelta(minutes=5),
-            due_at=db_now() - timedelta(minutes=5),
-            state="running",
-            fencing_token=4,
+        old[s.name] = execution_row(
+            s, db_now() - timedelta(minutes=5), state="running", fencing_token=4
         )
         due_from(s, db_now() - timedelta(seconds=61))
     beat.cycle()
@@ -214,27 +209,11 @@ def test_a_held_earlier_occurrence_is_a_previous_run(
     tenant.quota.save()
     busy = make(admin_principal, name="busy", cron="0 0 1 1 *", concurrency="allow")
     now = db_now()
-    Execution.objects.create(
-        schedule=busy,
-        tenant=tenant,
-        partition=busy.partition,
-        scheduled_for=now,
-        due_at=now,
-        state="running",
-    )
+    execution_row(busy, now, state="running")
     pairs = {}
     for policy in ("forbid", "replace"):
         s = make(admin_principal, name=policy, cron="0 0 1 1 *", concurrency=policy)
-        pairs[policy] = [
-            Execution.objects.create(
-                schedule=s,
-                tenant=tenant,
-                partition=s.partition,
-                scheduled_for=now - timedelta(seconds=age),
-                due_at=now - timedelta(seconds=age),
-            )
-            for age in (2, 1)
-        ]
+        pairs[policy] = [execution_row(s, now - timedelta(seconds=age)) for age in (2, 1)]
     beat.cycle()
     older, newer = (Execution.objects.get(pk=e.pk) for e in pairs["forbid"])
     assert (older.state, older.reason_code) == ("scheduled", "held_concurrency")

@@ -6,7 +6,7 @@ In-process beat against the real PostgreSQL and broker."""
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -16,6 +16,7 @@ from dispatch import selectors, services
 from dispatch.models import Execution, Schedule
 from dispatch.scheduler.beat import Beat
 from tenants.roles import Principal
+from tests.support.rows import execution_row
 from tests.support.worker_support import db_now
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("empty_broker")]
@@ -35,16 +36,7 @@ def schedule(principal: Principal, name: str) -> Schedule:
 
 
 def row(s: Schedule, *, trigger: str = "cron", late_s: float = 0.5, **fields: Any) -> Execution:
-    due = db_now() - timedelta(seconds=late_s)
-    return Execution.objects.create(
-        schedule=s,
-        tenant_id=s.tenant_id,
-        partition=s.partition,
-        scheduled_for=due,
-        due_at=due,
-        trigger=trigger,
-        **({"state": "scheduled"} | fields),
-    )
+    return execution_row(s, db_now() - timedelta(seconds=late_s), trigger=trigger, **fields)
 
 
 def test_a_retry_publish_is_not_labelled_a_republish(
@@ -102,23 +94,19 @@ def test_fire_lag_counts_only_occurrences_fired_at_their_due_time(
     s = schedule(admin_principal, "lagged")
     now = db_now()
 
-    def succeeded(due: datetime, trigger: str, enqueued_at: datetime) -> None:
-        Execution.objects.create(
-            schedule=s,
-            tenant_id=s.tenant_id,
-            partition=s.partition,
-            scheduled_for=due,
-            due_at=due,
-            trigger=trigger,
-            state="succeeded",
-            enqueued_at=enqueued_at,
-        )
-
     for i in range(5):
         due = now - timedelta(seconds=10 + i)
-        succeeded(due, "cron", enqueued_at=due + timedelta(milliseconds=200))
+        execution_row(
+            s, due, trigger="cron", state="succeeded", enqueued_at=due + timedelta(milliseconds=200)
+        )
     for i, trigger in enumerate(["catch_up", "catch_up", "manual"]):
-        succeeded(now - timedelta(seconds=240 + i), trigger, enqueued_at=now - timedelta(seconds=1))
+        execution_row(
+            s,
+            now - timedelta(seconds=240 + i),
+            trigger=trigger,
+            state="succeeded",
+            enqueued_at=now - timedelta(seconds=1),
+        )
     lag = selectors.ops_fire_lag(since=now - timedelta(hours=1))
     assert lag["count"] == 5 and lag["p99"] is not None and lag["p99"] < 1.0
     assert lag["max"] is not None and lag["max"] < 1.0
