@@ -1,9 +1,10 @@
 """Shared fixtures: tenants, principals and API clients for each persona
-(admin / operator / viewer of the owner tenant, and an outsider tenant)."""
+(admin / operator / viewer of the owner tenant, and an outsider tenant), and the
+ledger (the recording loopback HTTP receiver targets call)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -13,12 +14,27 @@ from rest_framework.test import APIClient
 from tenants import services as tenant_services
 from tenants.models import Tenant
 from tenants.roles import Principal, Role
+from tests.support.ledger import Ledger, Respond
 
 
 @pytest.fixture(autouse=True)
 def _clear_cache() -> None:
     # Throttle counters live in Redis; each test starts with a clean budget.
     cache.clear()
+
+
+@pytest.fixture(scope="module")
+def ledger_respond() -> Respond | None:
+    """What a module's ledgers answer (None: 200 "ok"); a module overrides this fixture
+    to answer otherwise. A test may still set `ledger.respond` for itself."""
+    return None
+
+
+@pytest.fixture
+def ledger(ledger_respond: Respond | None) -> Iterator[Ledger]:
+    """A recording receiver of the test's own, closed when the test ends."""
+    with Ledger(ledger_respond) as ledger:
+        yield ledger
 
 
 @pytest.fixture

@@ -24,7 +24,9 @@ from tenants.models import AuditEvent, ServiceToken, Tenant
 from tenants.roles import Principal, Role
 from tests.browser.conftest import login, shot
 from tests.support.console_support import TARGET, principal_of, user
-from tests.support.procs import Ledger, Proc, beat_cmd, processes, wait_for, worker_cmd
+from tests.support.ledger import Ledger, Respond
+from tests.support.procs import Proc, beat_cmd, processes, wait_for, worker_cmd
+from tests.support.rows import execution_row
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 PW = "browser-pw-Секрет-1"
@@ -144,12 +146,9 @@ def test_pause_then_the_explainer_answers_for_a_skipped_occurrence(
             object_type="schedule",
             object_id=str(s.id),
         )
-    skipped = Execution.objects.create(
-        schedule=s,
-        tenant=people.tenant,
-        partition=s.partition,
-        scheduled_for=nine,
-        due_at=nine,
+    skipped = execution_row(
+        s,
+        nine,
         state="skipped",
         reason_code="misfire",
         reason="skipped by misfire policy (skip): the occurrence was found 1h10m late, beyond the 60s grace period",
@@ -189,11 +188,9 @@ def test_pause_then_the_explainer_answers_for_a_skipped_occurrence(
     assert s.paused and s.paused_reason == "quarterly close"
 
 
-@pytest.fixture
-def ledger() -> Iterator[Ledger]:
-    ledger = Ledger(lambda req: (200, {"Content-Type": "text/plain"}, b'<b hx-get="/x">done</b>'))
-    yield ledger
-    ledger.close()
+@pytest.fixture(scope="module")
+def ledger_respond() -> Respond:
+    return lambda req: (200, {"Content-Type": "text/plain"}, b'<b hx-get="/x">done</b>')
 
 
 def _purge() -> None:

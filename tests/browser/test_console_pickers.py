@@ -5,19 +5,16 @@ found by search. Without JavaScript both are plain text fields."""
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 import pytest
 
 from dispatch import services
-from dispatch.models import Schedule
-from dispatch.schedule_fields import partition_for
 from tenants import services as tenant_services
 from tenants.models import Tenant
 from tenants.roles import Principal, Role
 from tests.browser.conftest import login, shot
-from tests.support.console_support import TARGET, principal_of, user
+from tests.support.console_support import TARGET, bulk_schedules, principal_of, user
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 # Skipped with the others (conftest) when Playwright is not installed.
@@ -34,22 +31,7 @@ class Crowd:
             tenant=self.tenant, user=self.alice, role=Role.ADMIN, actor=None
         )
         self.p: Principal = principal_of(self.alice, self.tenant, Role.ADMIN)
-        Schedule.objects.bulk_create(
-            [
-                Schedule(
-                    id=(sid := uuid.uuid4()),
-                    tenant=self.tenant,
-                    partition=partition_for(sid),
-                    name=f"aaa-{i:04d}",
-                    kind="cron",
-                    cron="0 0 * * *",
-                    timezone="UTC",
-                    target=TARGET,
-                    created_by="test",
-                )
-                for i in range(MANY)
-            ]
-        )
+        bulk_schedules(self.tenant, MANY, prefix="aaa")
         self.upstream = services.schedule_create(
             actor=self.p, data={"name": "zz-export", "cron": "0 0 * * *", "target": TARGET}
         )

@@ -27,7 +27,8 @@ from dispatch.models import BeatNode, Execution, ExecutionEvent, Schedule, Sched
 from tenants.models import Tenant
 from tenants.roles import Principal
 from tests.chaos.servers import OwnRedis, Postgres
-from tests.support.procs import ROOT, Ledger, Proc, beat_cmd, wait_for, worker_cmd
+from tests.support.ledger import Ledger
+from tests.support.procs import ROOT, Proc, beat_cmd, wait_for, worker_cmd
 
 # Short leases so that every failover fits in a CI run.
 TTL = 3.0

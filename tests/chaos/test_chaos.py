@@ -26,7 +26,8 @@ from tenants.models import Tenant
 from tenants.roles import Principal, Role
 from tests.chaos import harness
 from tests.chaos.servers import OwnRedis, Postgres
-from tests.support.procs import Ledger, processes, wait_for
+from tests.support.ledger import Ledger, Respond
+from tests.support.procs import processes, wait_for
 from tests.support.worker_support import purge
 
 NEMESES = harness.Cluster.NEMESES
@@ -58,13 +59,15 @@ def plan() -> list[tuple[float, str]]:
     return out
 
 
-@pytest.fixture
-def ledger() -> Iterator[Ledger]:
-    ledger = Ledger(harness.respond)
+@pytest.fixture(scope="module")
+def ledger_respond() -> Respond:
+    return harness.respond
+
+
+@pytest.fixture(autouse=True)
+def _quiet_ledger(ledger: Ledger) -> None:
     # A killed worker leaves its call's socket closed under the reply: expected, not news.
     ledger.server.handle_error = lambda request, client_address: None  # type: ignore[method-assign]
-    yield ledger
-    ledger.close()
 
 
 @pytest.fixture

@@ -4,6 +4,7 @@ platform staff. Each persona gets a logged-in Django test client."""
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -14,6 +15,8 @@ from django.test import Client
 
 from dispatch import services
 from dispatch.models import Execution, Schedule
+from dispatch.schedule_fields import partition_for
+from dispatch.timing import cron
 from tenants import services as tenant_services
 from tenants.models import Tenant
 from tenants.roles import Principal, Role
@@ -55,6 +58,39 @@ def db_now() -> datetime:
         cur.execute("SELECT now()")
         value: datetime = cur.fetchone()[0]
     return value
+
+
+def bulk_schedules(
+    tenant: Tenant,
+    count: int,
+    *,
+    prefix: str,
+    expr: str = "0 0 * * *",
+    next_run_after: datetime | None = None,
+) -> None:
+    """`count` UTC cron schedules named `{prefix}-0000`... written in one INSERT (past any
+    per-tenant quota); with `next_run_after`, each has its next run after that instant."""
+    rows = []
+    for i in range(count):
+        sid = uuid.uuid4()
+        extra: dict[str, Any] = {}
+        if next_run_after is not None:
+            extra["next_run_at"] = cron.next_after(expr, "UTC", after=next_run_after, seed=str(sid))
+        rows.append(
+            Schedule(
+                id=sid,
+                tenant=tenant,
+                partition=partition_for(sid),
+                name=f"{prefix}-{i:04d}",
+                kind="cron",
+                cron=expr,
+                timezone="UTC",
+                target=TARGET,
+                created_by="test",
+                **extra,
+            )
+        )
+    Schedule.objects.bulk_create(rows)
 
 
 def form_data(**overrides: Any) -> dict[str, Any]:

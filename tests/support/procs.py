@@ -4,15 +4,12 @@ subprocesses against the test database and the real broker."""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -33,6 +30,20 @@ def test_database_url() -> str:
     if s["PASSWORD"]:
         auth += f":{s['PASSWORD']}"
     return f"postgresql://{auth}@{host}{port}/{s['NAME']}"
+
+
+def db_conninfo() -> str:
+    """psycopg conninfo of the test database, for connections of a test's own threads."""
+    import psycopg
+
+    s = connection.settings_dict
+    return psycopg.conninfo.make_conninfo(
+        dbname=s["NAME"],
+        user=s["USER"] or None,
+        password=s["PASSWORD"] or None,
+        host=s["HOST"] or None,
+        port=str(s["PORT"]) if s["PORT"] else None,
+    )
 
 
 def child_env(**extra: str) -> dict[str, str]:
@@ -155,71 +166,6 @@ def worker_cmd(
     from bench.common import worker_argv
 
     return worker_argv(queues, concurrency, name)
-
-
-class Ledger:
-    """An HTTP receiver on loopback that records every request, and applies the
-    effect once per X-Execution-Id (an idempotent target, as the contract asks)."""
-
-    def __init__(
-        self, respond: Callable[[dict[str, Any]], tuple[int, dict[str, str], bytes]] | None = None
-    ):
-        self.requests: list[dict[str, Any]] = []
-        self.effects: dict[str, int] = {}
-        self._lock = threading.Lock()
-        self.respond = respond or (lambda req: (200, {}, b"ok"))
-        ledger = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def _handle(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else b""
-                req = {
-                    "method": self.command,
-                    "path": self.path,
-                    "headers": dict(self.headers.items()),
-                    "body": body.decode(errors="replace"),
-                    "at": time.time(),
-                }
-                with ledger._lock:
-                    ledger.requests.append(req)
-                    eid = self.headers.get("X-Execution-Id")
-                    if eid:
-                        ledger.effects[eid] = ledger.effects.get(eid, 0) + (
-                            0 if eid in ledger.effects else 1
-                        )
-                status, headers, payload = ledger.respond(req)
-                self.send_response(status)
-                for k, v in headers.items():
-                    self.send_header(k, v)
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _handle
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def allow_entry(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-    def dump(self) -> str:
-        return json.dumps(self.requests, indent=1, default=str)
 
 
 class WebServer:

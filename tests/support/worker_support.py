@@ -22,9 +22,14 @@ from dispatch import services
 from dispatch.models import Execution, ExecutionEvent, Schedule
 from dispatch.scheduler import sweeper
 from tenants.roles import Principal
+from tests.support.ledger import Ledger
 from tests.support.procs import Proc, processes, worker_cmd
+from tests.support.rows import execution_row
 
 QUEUES = ("high.short", "default.short", "low.short", "high.long", "default.long", "low.long")
+# Retry policies: one attempt only, and three attempts with no wait between them.
+ONE_SHOT = {"max_attempts": 1, "backoff": "fixed", "initial_s": 0, "max_s": 0}
+QUICK_RETRY = {"max_attempts": 3, "backoff": "fixed", "initial_s": 0, "max_s": 0}
 _seq = itertools.count(1)
 
 
@@ -86,14 +91,7 @@ def make_schedule(
 def make_execution(schedule: Schedule, *, due_in_s: float = -0.5) -> Execution:
     now = db_now()
     scheduled_for = now + timedelta(seconds=due_in_s, microseconds=next(_seq))
-    return Execution.objects.create(
-        schedule=schedule,
-        tenant_id=schedule.tenant_id,
-        partition=schedule.partition,
-        scheduled_for=scheduled_for,
-        due_at=scheduled_for,
-        state="scheduled",
-    )
+    return execution_row(schedule, scheduled_for)
 
 
 def publish(
@@ -147,6 +145,24 @@ class Pump:
                 return value
             time.sleep(0.1)
         raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
+
+
+def run_to_end(
+    principal: Principal,
+    target: dict[str, Any],
+    *,
+    retry: dict[str, Any] = ONE_SHOT,
+    timeout_s: int = 10,
+    queue: str = "default.short",
+    wait: float = 20,
+) -> Execution:
+    """One execution of a new schedule calling `target`: published as the beat would,
+    then pumped (expired leases, due retries) until it ends; returned fresh from the DB."""
+    execution = make_execution(make_schedule(principal, target, retry=retry, timeout_s=timeout_s))
+    publish(execution.id, 1, queue=queue)
+    Pump(queue=queue).until(final(execution), timeout=wait)
+    execution.refresh_from_db()
+    return execution
 
 
 def kinds(execution: Execution | str) -> list[str]:
@@ -220,3 +236,18 @@ class Gate:
 
     def wait(self, timeout: float) -> bool:
         return self.event.wait(timeout)
+
+
+def hold_first_call(ledger: Ledger, seconds: float) -> Gate:
+    """Makes `ledger` answer 200 "ok", holding its reply to the first call `seconds`;
+    the returned gate opens when that first call arrives."""
+    called = Gate()
+
+    def respond(req: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
+        if len(ledger.requests) == 1:
+            called.set()
+            time.sleep(seconds)
+        return 200, {}, b"ok"
+
+    ledger.respond = respond
+    return called

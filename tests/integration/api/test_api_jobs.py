@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from django.db import connection
 from rest_framework.test import APIClient
 
 from dispatch.models import Schedule
+from tests.support.concurrency import at_once
 
 TARGET = {"type": "http", "url": "https://notify.internal/remind"}
 
@@ -74,22 +73,12 @@ def test_concurrent_requests_with_one_key_create_one_job(api_for: Any, tenant: A
 
     body = {"run_at": "2030-09-26T09:00:00Z", "target": TARGET, "idempotency_key": "race"}
     clients = [api_for(tenant, Role.OPERATOR) for _ in range(6)]
-    results: list[tuple[int, str]] = []
-    barrier = threading.Barrier(len(clients))
 
-    def go(client: APIClient) -> None:
-        barrier.wait()
-        try:
-            res = client.post("/v1/jobs", body, format="json")
-            results.append((res.status_code, res.json()["id"]))
-        finally:
-            connection.close()
+    def post(client: APIClient) -> tuple[int, str]:
+        res = client.post("/v1/jobs", body, format="json")
+        return res.status_code, res.json()["id"]
 
-    threads = [threading.Thread(target=go, args=(c,)) for c in clients]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    results = at_once(clients, post)
     codes = sorted(code for code, _ in results)
     assert codes.count(201) == 1 and codes.count(200) == len(clients) - 1, codes
     assert len({job_id for _, job_id in results}) == 1

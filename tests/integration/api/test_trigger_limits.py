@@ -5,12 +5,10 @@ applied to accepted ones, and every one is audited."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.db import connection
 from rest_framework.test import APIClient
 
 from core.db import db_now
@@ -18,6 +16,7 @@ from dispatch.models import Execution, Schedule
 from dispatch.states import ExecutionState, Trigger
 from tenants.models import AuditEvent, Tenant
 from tenants.roles import Role
+from tests.support.concurrency import at_once
 
 TARGET = {"type": "http", "url": "https://billing.internal/hook"}
 
@@ -56,22 +55,12 @@ def test_concurrent_triggers_respect_the_limit(
     for n in range(in_flight):
         _execution(busy, ExecutionState.QUEUED if n % 2 else ExecutionState.RUNNING, n)
     clients = [api_for(tenant, Role.OPERATOR) for _ in range(24)]
-    barrier = threading.Barrier(len(clients))
-    results: list[tuple[int, Any]] = []
 
-    def go(client: APIClient) -> None:
-        barrier.wait()
-        try:
-            res = client.post(f"/v1/schedules/{sid}:trigger")
-            results.append((res.status_code, res))
-        finally:
-            connection.close()
+    def trigger(client: APIClient) -> tuple[int, Any]:
+        res = client.post(f"/v1/schedules/{sid}:trigger")
+        return res.status_code, res
 
-    threads = [threading.Thread(target=go, args=(c,)) for c in clients]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    results = at_once(clients, trigger)
     codes = sorted(code for code, _ in results)
     assert codes.count(202) == accepted and codes.count(429) == 24 - accepted, codes
     states: dict[str, int] = {}

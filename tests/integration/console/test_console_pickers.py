@@ -5,7 +5,6 @@ and bounded."""
 
 from __future__ import annotations
 
-import uuid
 from html.parser import HTMLParser
 from typing import Any
 
@@ -13,8 +12,7 @@ import pytest
 
 from dispatch import services
 from dispatch.models import Schedule
-from dispatch.schedule_fields import partition_for
-from tests.support.console_support import TARGET, World, build_world
+from tests.support.console_support import TARGET, World, build_world, bulk_schedules
 
 pytestmark = pytest.mark.django_db
 MANY = 520  # past the old 500-name cap
@@ -24,22 +22,7 @@ MANY = 520  # past the old 500-name cap
 def world(db: Any) -> World:
     w = build_world()
     # Plenty of schedules whose names sort before the ones the tests use.
-    Schedule.objects.bulk_create(
-        [
-            Schedule(
-                id=(sid := uuid.uuid4()),
-                tenant=w.tenant,
-                partition=partition_for(sid),
-                name=f"aaa-{i:04d}",
-                kind="cron",
-                cron="0 0 * * *",
-                timezone="UTC",
-                target=TARGET,
-                created_by="test",
-            )
-            for i in range(MANY)
-        ]
-    )
+    bulk_schedules(w.tenant, MANY, prefix="aaa")
     return w
 
 

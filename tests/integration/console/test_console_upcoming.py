@@ -5,7 +5,6 @@ the pause (console and API), and says so."""
 from __future__ import annotations
 
 import re
-import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
@@ -14,12 +13,9 @@ import pytest
 from rest_framework.test import APIClient
 
 from dispatch import services
-from dispatch.models import Schedule
-from dispatch.schedule_fields import partition_for
-from dispatch.timing import cron
 from tenants.models import Tenant
 from tenants.roles import Role
-from tests.support.console_support import TARGET, World, build_world, db_now
+from tests.support.console_support import TARGET, World, build_world, bulk_schedules, db_now
 
 pytestmark = pytest.mark.django_db
 HOURLY = 426
@@ -32,25 +28,7 @@ def world(db: Any) -> World:
 
 def hourly_schedules(world: World, n: int) -> None:
     """n schedules firing once an hour (each at its own H minute): n fires in any hour."""
-    now = db_now()
-    rows = []
-    for i in range(n):
-        sid = uuid.uuid4()
-        rows.append(
-            Schedule(
-                id=sid,
-                tenant=world.tenant,
-                partition=partition_for(sid),
-                name=f"hourly-{i:04d}",
-                kind="cron",
-                cron="H * * * *",
-                timezone="UTC",
-                target=TARGET,
-                created_by="test",
-                next_run_at=cron.next_after("H * * * *", "UTC", after=now, seed=str(sid)),
-            )
-        )
-    Schedule.objects.bulk_create(rows)
+    bulk_schedules(world.tenant, n, prefix="hourly", expr="H * * * *", next_run_after=db_now())
 
 
 def test_dashboard_says_50_of_how_many_and_links_to_all(world: World) -> None:

@@ -17,6 +17,8 @@ from tenants.models import AuditEvent, Tenant
 from tenants.roles import Principal, Role
 from tests.conftest import make_principal
 from tests.support.console_support import TARGET
+from tests.support.explain_support import CREATED, amsterdam_schedule
+from tests.support.rows import execution_row
 
 pytestmark = pytest.mark.django_db
 
@@ -32,31 +34,14 @@ def alice(tenant: Tenant) -> Principal:
 
 
 def weekday_9am(principal: Principal, *, created: datetime | None = None, **extra: Any) -> Schedule:
-    data = {
-        "name": extra.pop("name", "morning-report"),
-        "cron": "0 9 * * 1-5",
-        "timezone": "Europe/Amsterdam",
-        "target": TARGET,
-        **extra,
-    }
-    schedule = services.schedule_create(actor=principal, data=data)
-    Schedule.objects.filter(pk=schedule.pk).update(
-        created_at=created or datetime(2025, 12, 1, tzinfo=UTC)
+    name = extra.pop("name", "morning-report")
+    return amsterdam_schedule(
+        principal, "0 9 * * 1-5", name=name, created=created or CREATED, **extra
     )
-    schedule.refresh_from_db()
-    return schedule
 
 
 def execution(schedule: Schedule, at: datetime, **fields: Any) -> Execution:
-    values: dict[str, Any] = {"due_at": at, "state": "scheduled", "trigger": "cron"}
-    values.update(fields)
-    return Execution.objects.create(
-        schedule=schedule,
-        tenant=schedule.tenant,
-        partition=schedule.partition,
-        scheduled_for=at,
-        **values,
-    )
+    return execution_row(schedule, at, **({"trigger": "cron"} | fields))
 
 
 def event(
@@ -175,17 +160,12 @@ def test_not_an_occurrence_gives_the_previous_and_next(tenant: Tenant) -> None:
 
 
 def test_spring_forward_gap_time_ran_at_the_end_of_the_gap(tenant: Tenant) -> None:
-    s = services.schedule_create(
-        actor=make_principal(tenant),
-        data={
-            "name": "half-past-two",
-            "cron": "30 2 * * *",
-            "timezone": "Europe/Amsterdam",
-            "target": TARGET,
-        },
+    s = amsterdam_schedule(
+        make_principal(tenant),
+        "30 2 * * *",
+        name="half-past-two",
+        created=datetime(2026, 1, 1, tzinfo=UTC),
     )
-    Schedule.objects.filter(pk=s.pk).update(created_at=datetime(2026, 1, 1, tzinfo=UTC))
-    s.refresh_from_db()
     gap_end = datetime(2026, 3, 29, 1, 0, tzinfo=UTC)  # 03:00 CEST
     e = execution(
         s,
@@ -207,17 +187,9 @@ def test_spring_forward_gap_time_ran_at_the_end_of_the_gap(tenant: Tenant) -> No
 
 
 def test_fall_back_second_copy_of_a_fixed_time_is_explained_as_the_first(tenant: Tenant) -> None:
-    s = services.schedule_create(
-        actor=make_principal(tenant),
-        data={
-            "name": "fold",
-            "cron": "30 2 * * *",
-            "timezone": "Europe/Amsterdam",
-            "target": TARGET,
-        },
+    s = amsterdam_schedule(
+        make_principal(tenant), "30 2 * * *", name="fold", created=datetime(2026, 1, 1, tzinfo=UTC)
     )
-    Schedule.objects.filter(pk=s.pk).update(created_at=datetime(2026, 1, 1, tzinfo=UTC))
-    s.refresh_from_db()
     first = datetime(2026, 10, 25, 0, 30, tzinfo=UTC)  # 02:30 CEST
     e = execution(
         s, first, state="succeeded", started_at=first, finished_at=first + timedelta(seconds=1)
@@ -580,14 +552,7 @@ def test_explainer_reads_only_the_schedules_tenant(tenant: Tenant, other_tenant:
     mine = weekday_9am(make_principal(tenant))
     theirs = weekday_9am(make_principal(other_tenant), name="theirs")
     # A forged row pointing at my schedule from another tenant must not count as mine.
-    Execution.objects.create(
-        schedule=mine,
-        tenant=other_tenant,
-        partition=mine.partition,
-        scheduled_for=MON_0900,
-        due_at=MON_0900,
-        state="succeeded",
-    )
+    execution_row(mine, MON_0900, tenant=other_tenant, state="succeeded")
     answer = explain(schedule=mine, at=MON_0900, now=NOW)
     assert answer.code != "ran"
     assert explain(schedule=theirs, at=MON_0900, now=NOW).code != "ran"
@@ -631,17 +596,7 @@ def test_a_quota_skip_has_its_own_documented_code(tenant: Tenant) -> None:
 
 
 def test_a_future_spring_forward_gap_is_told_in_the_future_tense(tenant: Tenant) -> None:
-    s = services.schedule_create(
-        actor=make_principal(tenant),
-        data={
-            "name": "gap",
-            "cron": "30 2 * * *",
-            "timezone": "Europe/Amsterdam",
-            "target": TARGET,
-        },
-    )
-    Schedule.objects.filter(pk=s.pk).update(created_at=datetime(2025, 12, 1, tzinfo=UTC))
-    s.refresh_from_db()
+    s = amsterdam_schedule(make_principal(tenant), "30 2 * * *", name="gap")
     # Asked on 2026-01-06 about 02:30 on 2026-03-29, which will not exist.
     answer = explain(schedule=s, at=datetime(2026, 3, 29, 1, 30, tzinfo=UTC), now=NOW)
     assert answer.code == "dst_shifted"

@@ -14,7 +14,8 @@ from dispatch.models import Execution, Schedule
 from tenants.models import Tenant
 from tenants.roles import Role
 from tests.conftest import make_principal
-from tests.support.console_support import TARGET
+from tests.support.explain_support import amsterdam_schedule
+from tests.support.rows import execution_row
 
 pytestmark = pytest.mark.django_db
 MON_0900 = datetime(2026, 1, 5, 8, 0, tzinfo=UTC)
@@ -22,28 +23,15 @@ MON_0900 = datetime(2026, 1, 5, 8, 0, tzinfo=UTC)
 
 @pytest.fixture
 def schedule(tenant: Tenant) -> Schedule:
-    s = services.schedule_create(
-        actor=make_principal(tenant),
-        data={
-            "name": "morning",
-            "cron": "0 9 * * 1-5",
-            "timezone": "Europe/Amsterdam",
-            "target": TARGET,
-        },
-    )
-    Schedule.objects.filter(pk=s.pk).update(created_at=datetime(2025, 12, 1, tzinfo=UTC))
-    return s
+    return amsterdam_schedule(make_principal(tenant), "0 9 * * 1-5", name="morning")
 
 
 def test_viewer_reads_the_answer_with_code_sentence_and_evidence(
     api_for: Callable[[Tenant, Role], APIClient], tenant: Tenant, schedule: Schedule
 ) -> None:
-    e = Execution.objects.create(
-        schedule=schedule,
-        tenant=tenant,
-        partition=schedule.partition,
-        scheduled_for=MON_0900,
-        due_at=MON_0900,
+    e = execution_row(
+        schedule,
+        MON_0900,
         state="skipped",
         reason_code="misfire",
         reason="skipped by misfire policy (skip)",

@@ -18,7 +18,7 @@ from dispatch.models import Execution
 from dispatch.scheduler.beat import Beat, BeatConfig
 from dispatch.worker import runner
 from tenants.roles import Principal
-from tests.support.procs import Ledger
+from tests.support.ledger import Ledger
 
 
 @pytest.mark.django_db(transaction=True)

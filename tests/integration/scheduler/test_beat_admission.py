@@ -21,7 +21,8 @@ from dispatch.models import Execution, ExecutionEvent, Schedule, SchedulerPartit
 from tenants.models import Tenant
 from tenants.roles import Principal
 from tests.conftest import make_principal
-from tests.support.procs import Ledger, Proc, beat_cmd, processes, wait_for
+from tests.support.ledger import Ledger
+from tests.support.procs import Proc, beat_cmd, processes, wait_for
 from tests.support.worker_support import purge, worker_processes
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -54,13 +55,6 @@ class Gauge:
             with self._lock:
                 self.now -= 1
         return 200, {}, b"ok"
-
-
-@pytest.fixture
-def ledger() -> Iterator[Ledger]:
-    ledger = Ledger()
-    yield ledger
-    ledger.close()
 
 
 @pytest.fixture

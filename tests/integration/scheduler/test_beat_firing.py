@@ -3,7 +3,6 @@ misfire and overlap policies, tenant limits, pauses, fencing, preview == fired."
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -17,10 +16,10 @@ from dispatch.scheduler.beat import Beat
 from dispatch.timing import cron
 from tenants.models import AuditEvent, Tenant
 from tenants.roles import Principal
-from tests.support.beat_support import empty_queues, running_beat
+from tests.support.rows import execution_row
 from tests.support.worker_support import db_now
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("empty_broker")]
 TARGET = {"type": "http", "url": "https://billing.internal/hook"}
 
 
@@ -32,16 +31,9 @@ def queue_len(name: str) -> int:
     return int(redis.Redis.from_url(url).llen(name))
 
 
-@pytest.fixture(autouse=True)
-def _empty_queues() -> Iterator[None]:
-    with empty_queues():
-        yield
-
-
-@pytest.fixture
-def beat(db: Any) -> Iterator[Beat]:
-    with running_beat("test-beat", cycle_s=0.2) as b:
-        yield b
+@pytest.fixture(scope="module")
+def beat_config() -> dict[str, Any]:
+    return {"name": "test-beat", "cycle_s": 0.2}
 
 
 def make(principal: Principal, **data: Any) -> Schedule:
@@ -49,6 +41,14 @@ def make(principal: Principal, **data: Any) -> Schedule:
     # test happens to start just after a minute boundary.
     body = {"name": data.pop("name", "s"), "target": TARGET, "misfire_grace_s": 600} | data
     return services.schedule_create(actor=principal, data=body)
+
+
+def jobs_due_now(principal: Principal, count: int, prefix: str) -> list[Schedule]:
+    """`count` one-off jobs due at once, named `{prefix}0`, `{prefix}1`, ..."""
+    return [
+        services.job_create(actor=principal, data={"target": TARGET, "name": f"{prefix}{i}"})[0]
+        for i in range(count)
+    ]
 
 
 def due_from(schedule: Schedule, at: datetime) -> None:
@@ -143,14 +143,8 @@ def test_overlap_forbid_skips_with_reason_and_replace_cancels_the_active_run(
     replace = make(admin_principal, name="r", cron="* * * * *", concurrency="replace")
     old = {}
     for s in (forbid, replace):
-        old[s.name] = Execution.objects.create(
-            schedule=s,
-            tenant=s.tenant,
-            partition=s.partition,
-            scheduled_for=db_now() - timedelta(minutes=5),
-            due_at=db_now() - timedelta(minutes=5),
-            state="running",
-            fencing_token=4,
+        old[s.name] = execution_row(
+            s, db_now() - timedelta(minutes=5), state="running", fencing_token=4
         )
         due_from(s, db_now() - timedelta(seconds=61))
     beat.cycle()
@@ -215,27 +209,11 @@ def test_a_held_earlier_occurrence_is_a_previous_run(
     tenant.quota.save()
     busy = make(admin_principal, name="busy", cron="0 0 1 1 *", concurrency="allow")
     now = db_now()
-    Execution.objects.create(
-        schedule=busy,
-        tenant=tenant,
-        partition=busy.partition,
-        scheduled_for=now,
-        due_at=now,
-        state="running",
-    )
+    execution_row(busy, now, state="running")
     pairs = {}
     for policy in ("forbid", "replace"):
         s = make(admin_principal, name=policy, cron="0 0 1 1 *", concurrency=policy)
-        pairs[policy] = [
-            Execution.objects.create(
-                schedule=s,
-                tenant=tenant,
-                partition=s.partition,
-                scheduled_for=now - timedelta(seconds=age),
-                due_at=now - timedelta(seconds=age),
-            )
-            for age in (2, 1)
-        ]
+        pairs[policy] = [execution_row(s, now - timedelta(seconds=age)) for age in (2, 1)]
     beat.cycle()
     older, newer = (Execution.objects.get(pk=e.pk) for e in pairs["forbid"])
     assert (older.state, older.reason_code) == ("scheduled", "held_concurrency")
@@ -281,10 +259,7 @@ def test_tenant_at_its_concurrency_limit_is_held_with_a_visible_reason(
 ) -> None:
     tenant.quota.max_concurrent = 1
     tenant.quota.save()
-    jobs = [
-        services.job_create(actor=admin_principal, data={"target": TARGET, "name": f"j{i}"})[0]
-        for i in range(3)
-    ]
+    jobs = jobs_due_now(admin_principal, 3, "j")
     beat.cycle()
     states = sorted(Execution.objects.filter(schedule__in=jobs).values_list("state", flat=True))
     assert states == ["queued", "scheduled", "scheduled"]
@@ -308,10 +283,8 @@ def test_small_tenant_is_not_starved_when_capacity_is_short(
     admin_principal.tenant.quota.max_concurrent = 1000
     admin_principal.tenant.quota.max_schedules = 1000
     admin_principal.tenant.quota.save()
-    for i in range(40):
-        services.job_create(actor=admin_principal, data={"target": TARGET, "name": f"big{i}"})
-    for i in range(3):
-        services.job_create(actor=small, data={"target": TARGET, "name": f"small{i}"})
+    jobs_due_now(admin_principal, 40, "big")
+    jobs_due_now(small, 3, "small")
     beat.cycle()
     queued = Execution.objects.filter(state="queued")
     assert queued.count() == 10
@@ -377,10 +350,7 @@ def test_daily_quota_skips_the_excess_with_a_reason(
 ) -> None:
     tenant.quota.max_executions_per_day = 2
     tenant.quota.save()
-    jobs = [
-        services.job_create(actor=admin_principal, data={"target": TARGET, "name": f"q{i}"})[0]
-        for i in range(4)
-    ]
+    jobs = jobs_due_now(admin_principal, 4, "q")
     beat.cycle()
     rows = list(Execution.objects.filter(schedule__in=jobs))
     assert sorted(r.state for r in rows) == ["queued", "queued", "skipped", "skipped"]

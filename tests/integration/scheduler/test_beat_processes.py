@@ -7,7 +7,7 @@ import os
 import signal
 import time
 from collections.abc import Callable, Iterator
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -20,17 +20,12 @@ from dispatch.models import BeatNode, Execution, SchedulerPartition
 from tenants.models import Tenant
 from tenants.roles import Principal
 from tests.support.procs import Proc, beat_cmd, processes, wait_for
+from tests.support.worker_support import db_now
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 TARGET = {"type": "http", "url": "https://billing.internal/hook"}
 TTL = 3.0
 QUEUES = ("high.short", "default.short", "low.short", "default.long")
-
-
-def db_now() -> datetime:
-    with connection.cursor() as cur:
-        cur.execute("SELECT clock_timestamp()")
-        return cur.fetchone()[0]
 
 
 def broker_queues(broker: str) -> list[Queue]:
@@ -129,6 +124,27 @@ def assert_one_execution_each(schedule_ids: list[str]) -> None:
     assert len(rows) == len(schedule_ids) and len(set(rows)) == len(schedule_ids)
 
 
+def execution_ids(schedule_ids: list[str]) -> set[str]:
+    """The ids of the executions of these schedules."""
+    rows = Execution.objects.filter(schedule_id__in=schedule_ids).values_list("id", flat=True)
+    return {str(e) for e in rows}
+
+
+def assert_every_job_queued_once(schedule_ids: list[str], *, timeout: float) -> None:
+    """Waits until every job's execution is queued; one execution each, and no fencing
+    epoch fired by two beats."""
+    wait_for(
+        lambda: (
+            Execution.objects.filter(schedule_id__in=schedule_ids, state="queued").count()
+            == len(schedule_ids)
+        ),
+        timeout=timeout,
+        what="every job queued",
+    )
+    assert_one_execution_each(schedule_ids)
+    assert_no_epoch_shared_by_two_beats()
+
+
 def assert_no_epoch_shared_by_two_beats() -> None:
     with connection.cursor() as cur:
         cur.execute(
@@ -153,13 +169,7 @@ def test_two_beats_split_partitions_and_survive_kill_9(
         timeout=TTL * 4,
         what="beat-b taking over every partition",
     )
-    wait_for(
-        lambda: Execution.objects.filter(schedule_id__in=ids, state="queued").count() == len(ids),
-        timeout=30,
-        what="every job queued",
-    )
-    assert_one_execution_each(ids)
-    assert_no_epoch_shared_by_two_beats()
+    assert_every_job_queued_once(ids, timeout=30)
     # Lateness after the failover is bounded by lease TTL + cycle (+ publish slack).
     late = [
         (e.enqueued_at - e.due_at).total_seconds()
@@ -167,9 +177,7 @@ def test_two_beats_split_partitions_and_survive_kill_9(
     ]
     assert late and max(late) <= TTL + 0.2 + 2.0, (max(late), b.output()[-4000:])
     messages = drain(broker)
-    assert {m[0] for m in messages} >= {
-        str(e) for e in Execution.objects.filter(schedule_id__in=ids).values_list("id", flat=True)
-    }
+    assert {m[0] for m in messages} >= execution_ids(ids)
     b.stop()
 
 
@@ -198,13 +206,7 @@ def test_sigstopped_beat_is_fenced_out_when_it_wakes(
         timeout=15,
         what="beat-a's stale write to be rejected",
     )
-    wait_for(
-        lambda: Execution.objects.filter(schedule_id__in=ids, state="queued").count() == len(ids),
-        timeout=20,
-        what="every job queued",
-    )
-    assert_one_execution_each(ids)
-    assert_no_epoch_shared_by_two_beats()
+    assert_every_job_queued_once(ids, timeout=20)
     assert "fencing" in a.output()
     b.stop()
     a.stop()
@@ -220,17 +222,9 @@ def test_racing_beats_fire_each_occurrence_once(
     )  # all due at the same instant
     for name in ("beat-a", "beat-b", "beat-c"):
         beat(start, name, broker)
-    wait_for(
-        lambda: Execution.objects.filter(schedule_id__in=ids, state="queued").count() == len(ids),
-        timeout=40,
-        what="every job queued",
-    )
-    assert_one_execution_each(ids)
-    assert_no_epoch_shared_by_two_beats()
+    assert_every_job_queued_once(ids, timeout=40)
     messages = drain(broker)
-    assert {m[0] for m in messages} == {
-        str(e) for e in Execution.objects.filter(schedule_id__in=ids).values_list("id", flat=True)
-    }
+    assert {m[0] for m in messages} == execution_ids(ids)
 
 
 @pytest.mark.parametrize("point", ["after_fire_commit", "after_admit", "after_publish"])
@@ -252,9 +246,7 @@ def test_crash_between_commit_and_publish_is_republished_once(
     assert queued == (0 if point == "after_fire_commit" else 5)
     messages = drain(broker)
     assert len(messages) == (5 if point == "after_publish" else 0)
-    executions = {
-        str(e) for e in Execution.objects.filter(schedule_id__in=ids).values_list("id", flat=True)
-    }
+    executions = execution_ids(ids)
     beat(start, "beat-ok", broker)
 
     def published() -> bool:

@@ -15,6 +15,7 @@ from dispatch.scheduler import dependencies
 from dispatch.sql import sql
 from dispatch.states import FINAL_STATES, state_values
 from tenants.roles import Principal
+from tests.support.rows import execution_row
 
 pytestmark = pytest.mark.django_db
 TARGET = {"type": "http", "url": "https://billing.internal/hook"}
@@ -28,9 +29,7 @@ def sched(p: Principal, name: str, **extra: Any) -> Schedule:
 
 
 def finish(s: Schedule, state: str) -> Execution:
-    ex = Execution.objects.create(
-        schedule=s, tenant=s.tenant, partition=s.partition, scheduled_for=AT, due_at=AT, state=state
-    )
+    ex = execution_row(s, AT, state=state)
     with transaction.atomic():
         dependencies.propagate(execution_ids=[ex.id])
     return ex
@@ -94,14 +93,7 @@ def test_worker_completion_fires_the_dependent_in_the_same_transaction(
     a = sched(admin_principal, "export")
     b = sched(admin_principal, "report", depends_on=[str(a.id)])
     past = services.db_now() - timedelta(minutes=1)
-    ex = Execution.objects.create(
-        schedule=a,
-        tenant=a.tenant,
-        partition=a.partition,
-        scheduled_for=past,
-        due_at=past,
-        state="queued",
-    )
+    ex = execution_row(a, past, state="queued")
     claim = leases.execution_claim(execution_id=str(ex.id), attempt=1, owner="w-test", lease_s=30)
     assert claim is not None
     assert leases.attempt_finish(claim=claim, state="succeeded", events=[])

@@ -12,11 +12,11 @@ from datetime import UTC, datetime
 
 import psycopg
 import pytest
-from django.db import connection
 
 from dispatch import services
 from dispatch.models import Execution
 from tenants.roles import Principal
+from tests.support.procs import db_conninfo
 
 INSERT = """
 INSERT INTO dispatch_execution
@@ -26,17 +26,6 @@ VALUES (%s, %s, %s, %s, %s, 'cron', 1, 'scheduled', '', '', 0, '', '', '', '', n
 ON CONFLICT (schedule_id, scheduled_for) DO NOTHING
 RETURNING id
 """
-
-
-def _conninfo() -> str:
-    s = connection.settings_dict
-    return psycopg.conninfo.make_conninfo(
-        dbname=s["NAME"],
-        user=s["USER"] or None,
-        password=s["PASSWORD"] or None,
-        host=s["HOST"] or None,
-        port=str(s["PORT"]) if s["PORT"] else None,
-    )
 
 
 @pytest.mark.django_db(transaction=True)
@@ -57,7 +46,7 @@ def test_two_connections_racing_one_occurrence_create_one_row(
         def fire(
             occ: datetime = occ, barrier: threading.Barrier = barrier, results: list[bool] = results
         ) -> None:
-            with psycopg.connect(_conninfo(), autocommit=False) as conn:
+            with psycopg.connect(db_conninfo(), autocommit=False) as conn:
                 barrier.wait()
                 # The loser's INSERT waits on the winner's uncommitted index entry,
                 # then does nothing once the winner commits: no error, no second row.

@@ -6,7 +6,6 @@ In-process beat against the real PostgreSQL and broker."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -17,23 +16,15 @@ from dispatch.models import Execution, ExecutionEvent, Schedule
 from dispatch.scheduler.beat import PAUSED_RECORD_LIMIT, Beat
 from dispatch.timing import cron
 from tenants.roles import Principal
-from tests.support.beat_support import empty_queues, running_beat
 from tests.support.worker_support import db_now
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("empty_broker")]
 TARGET = {"type": "http", "url": "https://billing.internal/hook"}
 
 
-@pytest.fixture(autouse=True)
-def _empty_queues() -> Iterator[None]:
-    with empty_queues():
-        yield
-
-
-@pytest.fixture
-def beat(db: Any) -> Iterator[Beat]:
-    with running_beat("paused-beat", sweep_interval_s=0) as b:
-        yield b
+@pytest.fixture(scope="module")
+def beat_config() -> dict[str, Any]:
+    return {"name": "paused-beat", "sweep_interval_s": 0}
 
 
 def paused_since(

@@ -6,7 +6,6 @@ In-process beat against the real PostgreSQL and broker."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -17,24 +16,17 @@ from dispatch import selectors, services
 from dispatch.models import Execution, Schedule
 from dispatch.scheduler.beat import Beat
 from tenants.roles import Principal
-from tests.support.beat_support import empty_queues, running_beat
+from tests.support.rows import execution_row
 from tests.support.worker_support import db_now
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("empty_broker")]
 TARGET = {"type": "http", "url": "https://billing.internal/hook"}
 
 
-@pytest.fixture(autouse=True)
-def _empty_queues() -> Iterator[None]:
-    with empty_queues():
-        yield
-
-
-@pytest.fixture
-def beat(db: Any) -> Iterator[Beat]:
+@pytest.fixture(scope="module")
+def beat_config() -> dict[str, Any]:
     # Sweep on every cycle: the lost-message check is what is tested.
-    with running_beat("marks-beat", sweep_interval_s=0, queued_republish_s=30) as b:
-        yield b
+    return {"name": "marks-beat", "sweep_interval_s": 0, "queued_republish_s": 30}
 
 
 def schedule(principal: Principal, name: str) -> Schedule:
@@ -44,16 +36,7 @@ def schedule(principal: Principal, name: str) -> Schedule:
 
 
 def row(s: Schedule, *, trigger: str = "cron", late_s: float = 0.5, **fields: Any) -> Execution:
-    due = db_now() - timedelta(seconds=late_s)
-    return Execution.objects.create(
-        schedule=s,
-        tenant_id=s.tenant_id,
-        partition=s.partition,
-        scheduled_for=due,
-        due_at=due,
-        trigger=trigger,
-        **({"state": "scheduled"} | fields),
-    )
+    return execution_row(s, db_now() - timedelta(seconds=late_s), trigger=trigger, **fields)
 
 
 def test_a_retry_publish_is_not_labelled_a_republish(
@@ -110,26 +93,16 @@ def test_fire_lag_counts_only_occurrences_fired_at_their_due_time(
     they must not turn p99 of /ops and /metrics into minutes."""
     s = schedule(admin_principal, "lagged")
     now = db_now()
+
     for i in range(5):
         due = now - timedelta(seconds=10 + i)
-        Execution.objects.create(
-            schedule=s,
-            tenant_id=s.tenant_id,
-            partition=s.partition,
-            scheduled_for=due,
-            due_at=due,
-            trigger="cron",
-            state="succeeded",
-            enqueued_at=due + timedelta(milliseconds=200),
+        execution_row(
+            s, due, trigger="cron", state="succeeded", enqueued_at=due + timedelta(milliseconds=200)
         )
     for i, trigger in enumerate(["catch_up", "catch_up", "manual"]):
-        due = now - timedelta(seconds=240 + i)
-        Execution.objects.create(
-            schedule=s,
-            tenant_id=s.tenant_id,
-            partition=s.partition,
-            scheduled_for=due,
-            due_at=due,
+        execution_row(
+            s,
+            now - timedelta(seconds=240 + i),
             trigger=trigger,
             state="succeeded",
             enqueued_at=now - timedelta(seconds=1),

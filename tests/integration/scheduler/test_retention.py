@@ -15,6 +15,7 @@ from dispatch import services
 from dispatch.models import Execution, ExecutionEvent, Schedule
 from dispatch.scheduler import retention
 from tenants.roles import Principal
+from tests.support.rows import execution_row
 
 pytestmark = pytest.mark.django_db
 TARGET = {"type": "http", "url": "https://billing.internal/hook"}
@@ -23,14 +24,7 @@ TARGET = {"type": "http", "url": "https://billing.internal/hook"}
 def make_rows(s: Schedule, now: Any) -> dict[str, Execution]:
     def ex(days: float, state: str) -> Execution:
         at = now - timedelta(days=days)
-        e = Execution.objects.create(
-            schedule=s,
-            tenant=s.tenant,
-            partition=s.partition,
-            scheduled_for=at,
-            due_at=at,
-            state=state,
-        )
+        e = execution_row(s, at, state=state)
         ExecutionEvent.objects.create(
             tenant=s.tenant, schedule=s, execution=e, kind="attempt_succeeded", message="ok"
         )

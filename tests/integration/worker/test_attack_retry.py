@@ -23,7 +23,6 @@ from __future__ import annotations
 import html
 import json
 import os
-from collections.abc import Iterator
 from io import StringIO
 from typing import Any
 
@@ -34,24 +33,18 @@ from kombu import Connection, Queue
 from rest_framework.test import APIClient
 
 from config.celery_app import amqp_queue
-from dispatch.models import Execution, ManagedCommand, Priority
+from dispatch.models import ManagedCommand, Priority
 from dispatch.worker import vault as secret_backends
 from tenants.models import Tenant, TenantQuota
 from tenants.roles import Principal
 from tests.conftest import make_principal
-from tests.support.procs import Ledger, Proc
+from tests.support.ledger import Ledger, Respond
+from tests.support.procs import Proc
 from tests.support.worker_support import (
-    Pump,
-    final,
-    make_execution,
-    make_schedule,
-    publish,
-    purge,
-    worker_processes,
+    run_to_end,
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
-ONE_SHOT = {"max_attempts": 1, "backoff": "fixed", "initial_s": 0, "max_s": 0}
 # Long enough for the derived forms, with the characters the encoders rewrite.
 SECRET = f"echo/{os.urandom(6).hex()}+k=v/Q"
 DURATIONS = ("short", "long")
@@ -79,33 +72,17 @@ def echo(req: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
 
 
 @pytest.fixture(scope="module")
-def ledger() -> Iterator[Ledger]:
-    ledger = Ledger(respond=echo)
-    yield ledger
-    ledger.close()
+def ledger_respond() -> Respond:
+    return echo
 
 
 @pytest.fixture(scope="module")
-def worker(
-    tmp_path_factory: pytest.TempPathFactory, ledger: Ledger, django_db_setup: Any
-) -> Iterator[Proc]:
-    purge(settings.CELERY_BROKER_URL)
-    with worker_processes(tmp_path_factory.mktemp("attack-retry")) as start:
-        yield start(
-            "w1",
-            TARGET_TEST_ALLOW=ledger.allow_entry,
-            SECRETS_BACKEND="env",
-            **{secret_backends.env_name("billing", "ECHO"): SECRET},
-        )
-    purge(settings.CELERY_BROKER_URL)
-
-
-def run(principal: Principal, target: dict[str, Any]) -> Execution:
-    execution = make_execution(make_schedule(principal, target, retry=ONE_SHOT))
-    publish(execution.id, 1)
-    Pump().until(final(execution), timeout=20)
-    execution.refresh_from_db()
-    return execution
+def worker_settings(module_ledger: Ledger) -> dict[str, Any]:
+    return {
+        "TARGET_TEST_ALLOW": module_ledger.allow_entry,
+        "SECRETS_BACKEND": "env",
+        secret_backends.env_name("billing", "ECHO"): SECRET,
+    }
 
 
 def waiting(name: str) -> int:
@@ -132,7 +109,7 @@ def test_a_tenant_named_like_a_priority_queue_publishes_nothing_into_it(
         Queue(queue, durable=True)(conn.default_channel).declare()
         conn.default_channel.queue_purge(queue)
     target = {"type": "queue", "broker": "default", "exchange": "", "routing_key": queue}
-    execution = run(make_principal(legacy), target | {"body": {"task": "x"}})
+    execution = run_to_end(make_principal(legacy), target | {"body": {"task": "x"}})
     published = waiting(queue)
     with Connection(settings.CELERY_BROKER_URL) as conn:
         conn.default_channel.queue_purge(queue)
@@ -141,17 +118,17 @@ def test_a_tenant_named_like_a_priority_queue_publishes_nothing_into_it(
 
 
 def test_json_and_html_escaped_echoes_of_a_secret_are_redacted(
-    worker: Proc, ledger: Ledger, admin_principal: Principal
+    worker: Proc, module_ledger: Ledger, admin_principal: Principal
 ) -> None:
     target = {
         "type": "http",
         "method": "GET",
-        "url": f"{ledger.url}/echo",
+        "url": f"{module_ledger.url}/echo",
         "headers": {"Authorization": {"secret": "env:ECHO"}},
     }
-    execution = run(admin_principal, target)
+    execution = run_to_end(admin_principal, target)
     assert execution.state == "succeeded", execution.error
-    assert ledger.requests[-1]["headers"]["Authorization"] == SECRET  # it was sent
+    assert module_ledger.requests[-1]["headers"]["Authorization"] == SECRET  # it was sent
     excerpt = execution.log_excerpt
     assert "raw <[redacted]>" in excerpt, excerpt  # the control: redaction ran
     leaked = {k: v for k, v in careless_echoes(SECRET).items() if v in excerpt}

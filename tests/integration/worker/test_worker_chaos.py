@@ -4,47 +4,38 @@ call, SIGSTOP past the lease, and a job that kills its worker every time."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.conf import settings
 
 from dispatch.models import Execution, ExecutionEvent, ManagedCommand
 from tenants.roles import Principal
-from tests.support.procs import Ledger, Proc, wait_for
+from tests.support.ledger import Ledger
+from tests.support.procs import Proc, wait_for
 from tests.support.worker_support import (
+    QUICK_RETRY,
     Gate,
     Pump,
     final,
+    hold_first_call,
     kinds,
     make_execution,
     make_schedule,
     pool_children,
     publish,
-    purge,
     state_of,
-    worker_processes,
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
-QUICK_RETRY = {"max_attempts": 3, "backoff": "fixed", "initial_s": 0, "max_s": 0}
 
 
-@pytest.fixture
-def ledger() -> Iterator[Ledger]:
-    ledger = Ledger()
-    yield ledger
-    ledger.close()
-
-
-@pytest.fixture
-def start(tmp_path: Path) -> Iterator[Callable[..., Proc]]:
-    purge(settings.CELERY_BROKER_URL)
-    with worker_processes(tmp_path) as start:
-        yield start
-    purge(settings.CELERY_BROKER_URL)
+def start_w1_and_w2(start_worker: Callable[..., Proc], ledger: Ledger) -> tuple[Proc, Proc]:
+    """w1 consumes default.short (attempt 1), w2 high.short (where the pump sends attempt 2)."""
+    env = {"TARGET_TEST_ALLOW": ledger.allow_entry}
+    w1 = start_worker("w1", queues="default.short", WORKER_ID="w1", **env)
+    w2 = start_worker("w2", queues="high.short", WORKER_ID="w2", **env)
+    return w1, w2
 
 
 def target(ledger: Ledger) -> dict[str, Any]:
@@ -56,19 +47,11 @@ def calls(ledger: Ledger) -> list[dict[str, str]]:
 
 
 def test_kill_9_after_the_call_retries_same_execution_with_higher_token(
-    start: Callable[..., Proc], ledger: Ledger, admin_principal: Principal
+    start_worker: Callable[..., Proc], ledger: Ledger, admin_principal: Principal
 ) -> None:
-    called = Gate()
-
-    def respond(req: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
-        if len(ledger.requests) == 1:
-            called.set()
-            time.sleep(2)  # the effect is applied; the worker dies before it hears back
-        return 200, {}, b"ok"
-
-    ledger.respond = respond
-    w1 = start("w1", queues="default.short", WORKER_ID="w1", TARGET_TEST_ALLOW=ledger.allow_entry)
-    w2 = start("w2", queues="high.short", WORKER_ID="w2", TARGET_TEST_ALLOW=ledger.allow_entry)
+    # The effect is applied; the worker dies before it hears back.
+    called = hold_first_call(ledger, 2)
+    w1, w2 = start_w1_and_w2(start_worker, ledger)
     execution = make_execution(make_schedule(admin_principal, target(ledger), retry=QUICK_RETRY))
     publish(execution.id, 1, queue="default.short")
     assert called.wait(20), w1.output()
@@ -94,19 +77,10 @@ def test_kill_9_after_the_call_retries_same_execution_with_higher_token(
 
 
 def test_sigstop_past_the_lease_then_sigcont_is_fenced_out(
-    start: Callable[..., Proc], ledger: Ledger, admin_principal: Principal
+    start_worker: Callable[..., Proc], ledger: Ledger, admin_principal: Principal
 ) -> None:
-    called = Gate()
-
-    def respond(req: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
-        if len(ledger.requests) == 1:
-            called.set()
-            time.sleep(8)  # still waiting when the paused worker wakes up
-        return 200, {}, b"ok"
-
-    ledger.respond = respond
-    w1 = start("w1", queues="default.short", WORKER_ID="w1", TARGET_TEST_ALLOW=ledger.allow_entry)
-    w2 = start("w2", queues="high.short", WORKER_ID="w2", TARGET_TEST_ALLOW=ledger.allow_entry)
+    called = hold_first_call(ledger, 8)  # still waiting when the paused worker wakes up
+    w1, w2 = start_w1_and_w2(start_worker, ledger)
     execution = make_execution(make_schedule(admin_principal, target(ledger), retry=QUICK_RETRY))
     publish(execution.id, 1, queue="default.short")
     assert called.wait(20), w1.output()
@@ -137,10 +111,10 @@ def test_sigstop_past_the_lease_then_sigcont_is_fenced_out(
 
 
 def test_job_that_kills_its_worker_ends_dead_after_max_attempts_others_flow(
-    start: Callable[..., Proc], ledger: Ledger, admin_principal: Principal
+    start_worker: Callable[..., Proc], ledger: Ledger, admin_principal: Principal
 ) -> None:
     ManagedCommand.objects.create(name="poison", argv=["/bin/sh", "-c", "kill -9 $PPID"])
-    w1 = start(
+    w1 = start_worker(
         "w1",
         queues="default.short",
         concurrency=2,
@@ -188,7 +162,7 @@ def test_job_that_kills_its_worker_ends_dead_after_max_attempts_others_flow(
 
 
 def test_sigterm_during_a_long_job_lets_it_finish_then_exits(
-    start: Callable[..., Proc], ledger: Ledger, admin_principal: Principal
+    start_worker: Callable[..., Proc], ledger: Ledger, admin_principal: Principal
 ) -> None:
     import os
     import signal
@@ -201,7 +175,9 @@ def test_sigterm_during_a_long_job_lets_it_finish_then_exits(
         return 200, {}, b"done"
 
     ledger.respond = respond
-    w1 = start("w1", queues="default.short", WORKER_ID="w1", TARGET_TEST_ALLOW=ledger.allow_entry)
+    w1 = start_worker(
+        "w1", queues="default.short", WORKER_ID="w1", TARGET_TEST_ALLOW=ledger.allow_entry
+    )
     execution = make_execution(make_schedule(admin_principal, target(ledger), retry=QUICK_RETRY))
     publish(execution.id, 1, queue="default.short")
     assert called.wait(20), w1.output()

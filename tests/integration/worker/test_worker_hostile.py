@@ -18,20 +18,19 @@ from dispatch.models import Execution
 from dispatch.targets import http
 from dispatch.targets.runtime import RunContext
 from tenants.roles import Principal
-from tests.support.procs import Ledger, Proc, wait_for
+from tests.support.ledger import Ledger
+from tests.support.procs import Proc, wait_for
 from tests.support.worker_support import (
+    ONE_SHOT,
     final,
     make_execution,
     make_schedule,
     peak_rss_mb,
     pool_children,
     publish,
-    purge,
-    worker_processes,
 )
 
 pytestmark = pytest.mark.django_db(transaction=True)
-ONE_SHOT = {"max_attempts": 1, "backoff": "fixed", "initial_s": 0, "max_s": 0}
 HUGE = 200 * 1024 * 1024
 
 
@@ -137,24 +136,9 @@ def servers() -> Iterator[dict[str, RawServer]]:
 
 
 @pytest.fixture(scope="module")
-def ledger() -> Iterator[Ledger]:
-    ledger = Ledger()
-    yield ledger
-    ledger.close()
-
-
-@pytest.fixture(scope="module")
-def worker(
-    tmp_path_factory: pytest.TempPathFactory,
-    servers: dict[str, RawServer],
-    ledger: Ledger,
-    django_db_setup: Any,
-) -> Iterator[Proc]:
+def worker_settings(servers: dict[str, RawServer], module_ledger: Ledger) -> dict[str, Any]:
     allowed = [s.allow_entry for n, s in servers.items() if not n.startswith("canary")]
-    purge(settings.CELERY_BROKER_URL)
-    with worker_processes(tmp_path_factory.mktemp("hostile")) as start:
-        yield start("w1", TARGET_TEST_ALLOW=",".join([*allowed, ledger.allow_entry]))
-    purge(settings.CELERY_BROKER_URL)
+    return {"TARGET_TEST_ALLOW": ",".join([*allowed, module_ledger.allow_entry])}
 
 
 def run_once(principal: Principal, url: str, *, timeout_s: int = 2) -> Execution:
@@ -229,11 +213,11 @@ def test_metadata_address_is_refused(worker: Proc, admin_principal: Principal) -
 
 @pytest.mark.slow
 def test_redirects_are_not_followed(
-    worker: Proc, servers: dict[str, RawServer], ledger: Ledger, admin_principal: Principal
+    worker: Proc, servers: dict[str, RawServer], module_ledger: Ledger, admin_principal: Principal
 ) -> None:
     canary2 = servers["canary2"]
-    ledger.respond = lambda req: (302, {"Location": canary2.url()}, b"")
-    execution = run_once(admin_principal, f"{ledger.url}/hook")
+    module_ledger.respond = lambda req: (302, {"Location": canary2.url()}, b"")
+    execution = run_once(admin_principal, f"{module_ledger.url}/hook")
     assert execution.state == "dead" and execution.reason_code == "redirect"
     assert execution.status_code == 302 and "redirects are not followed" in execution.error
     assert canary2.connections == 0
@@ -269,30 +253,27 @@ def fake_resolver(answers: list[list[str]]) -> Callable[..., Any]:
 
 
 def test_connects_to_the_checked_address_and_never_resolves_again(
-    monkeypatch: pytest.MonkeyPatch, settings: Any, servers: dict[str, RawServer]
+    monkeypatch: pytest.MonkeyPatch,
+    settings: Any,
+    servers: dict[str, RawServer],
+    ledger: Ledger,
 ) -> None:
-    receiver = Ledger()
-    try:
-        settings.TARGET_TEST_ALLOW = [receiver.allow_entry]
-        # First answer: the allowed receiver; any later lookup would say loopback canary.
-        monkeypatch.setattr(socket, "getaddrinfo", fake_resolver([["127.0.0.1"], ["127.0.0.2"]]))
-        outcome = http.run(context(f"http://rebind.example:{receiver.port}/x"))
-        assert outcome.ok, outcome.error
-        [req] = receiver.requests
-        assert req["headers"]["Host"] == f"rebind.example:{receiver.port}"
-        assert servers["canary2"].connections == 0
-    finally:
-        receiver.close()
+    settings.TARGET_TEST_ALLOW = [ledger.allow_entry]
+    # First answer: the allowed receiver; any later lookup would say loopback canary.
+    monkeypatch.setattr(socket, "getaddrinfo", fake_resolver([["127.0.0.1"], ["127.0.0.2"]]))
+    outcome = http.run(context(f"http://rebind.example:{ledger.port}/x"))
+    assert outcome.ok, outcome.error
+    [req] = ledger.requests
+    assert req["headers"]["Host"] == f"rebind.example:{ledger.port}"
+    assert servers["canary2"].connections == 0
 
 
-def test_every_resolved_address_is_checked(monkeypatch: pytest.MonkeyPatch, settings: Any) -> None:
-    receiver = Ledger()
-    try:
-        settings.TARGET_TEST_ALLOW = [receiver.allow_entry]
-        monkeypatch.setattr(socket, "getaddrinfo", fake_resolver([["127.0.0.1", "127.0.0.2"]]))
-        outcome = http.run(context(f"http://mixed.example:{receiver.port}/x"))
-        assert not outcome.ok and not outcome.retryable and outcome.reason_code == "ssrf_denied"
-        assert "127.0.0.2" in outcome.error
-        assert receiver.requests == []
-    finally:
-        receiver.close()
+def test_every_resolved_address_is_checked(
+    monkeypatch: pytest.MonkeyPatch, settings: Any, ledger: Ledger
+) -> None:
+    settings.TARGET_TEST_ALLOW = [ledger.allow_entry]
+    monkeypatch.setattr(socket, "getaddrinfo", fake_resolver([["127.0.0.1", "127.0.0.2"]]))
+    outcome = http.run(context(f"http://mixed.example:{ledger.port}/x"))
+    assert not outcome.ok and not outcome.retryable and outcome.reason_code == "ssrf_denied"
+    assert "127.0.0.2" in outcome.error
+    assert ledger.requests == []

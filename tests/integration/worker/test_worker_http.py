@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,7 +13,8 @@ from django.conf import settings
 from dispatch.models import Execution, ExecutionEvent
 from dispatch.worker import ratelimit
 from tenants.roles import Principal
-from tests.support.procs import Ledger, Proc, wait_for
+from tests.support.ledger import Ledger, ok
+from tests.support.procs import Proc, wait_for
 from tests.support.worker_support import (
     Pump,
     final,
@@ -22,46 +22,30 @@ from tests.support.worker_support import (
     make_execution,
     make_schedule,
     publish,
-    purge,
     state_of,
-    worker_processes,
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
-def ok(req: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
-    return 200, {}, b"ok"
-
-
 @pytest.fixture(scope="module")
-def ledger() -> Iterator[Ledger]:
-    ledger = Ledger()
-    yield ledger
-    ledger.close()
+def worker_settings(module_ledger: Ledger) -> dict[str, Any]:
+    """The module's worker consumes the alert queue too."""
+    return {
+        "queues": "default.short,low.short",
+        "concurrency": 3,
+        "TARGET_TEST_ALLOW": module_ledger.allow_entry,
+    }
 
 
-@pytest.fixture(scope="module")
-def worker(
-    tmp_path_factory: pytest.TempPathFactory, ledger: Ledger, django_db_setup: Any
-) -> Iterator[Proc]:
-    """One worker for the module (these tests do not kill it), consuming the alert queue too."""
-    purge(settings.CELERY_BROKER_URL)
-    with worker_processes(tmp_path_factory.mktemp("workers")) as start:
-        yield start(
-            "w1",
-            queues="default.short,low.short",
-            concurrency=3,
-            TARGET_TEST_ALLOW=ledger.allow_entry,
-        )
-    purge(settings.CELERY_BROKER_URL)
-
-
-@pytest.fixture(autouse=True)
-def _fresh_ledger(ledger: Ledger) -> None:
-    ledger.requests.clear()
-    ledger.effects.clear()
-    ledger.respond = ok
+@pytest.fixture
+def ledger(module_ledger: Ledger) -> Ledger:
+    """The module's ledger, emptied for each test and answering 200 "ok" again."""
+    module_ledger.requests.clear()
+    module_ledger.effects.clear()
+    module_ledger.deliveries.clear()
+    module_ledger.respond = ok
+    return module_ledger
 
 
 def http(ledger: Ledger, path: str = "/hook", **extra: Any) -> dict[str, Any]:

@@ -16,21 +16,11 @@ from dispatch.sql import queries
 from dispatch.worker import leases
 from dispatch.worker.leases import Event
 from tenants.roles import Principal
+from tests.support.procs import db_conninfo
 from tests.support.worker_support import kinds, make_execution, make_schedule
 
 pytestmark = pytest.mark.django_db(transaction=True)
 TARGET = {"type": "http", "url": "http://127.0.0.1:9/hook"}
-
-
-def _conninfo() -> str:
-    s = connection.settings_dict
-    return psycopg.conninfo.make_conninfo(
-        dbname=s["NAME"],
-        user=s["USER"] or None,
-        password=s["PASSWORD"] or None,
-        host=s["HOST"] or None,
-        port=str(s["PORT"]) if s["PORT"] else None,
-    )
 
 
 def claim(execution: Execution, attempt: int = 1, owner: str = "t:1") -> leases.Claim | None:
@@ -58,7 +48,7 @@ def test_two_connections_racing_a_claim_exactly_one_wins(admin_principal: Princi
             barrier: threading.Barrier = barrier,
             won: list[int] = won,
         ) -> None:
-            with psycopg.connect(_conninfo(), autocommit=True) as conn:
+            with psycopg.connect(db_conninfo(), autocommit=True) as conn:
                 barrier.wait()
                 row = conn.execute(
                     queries["claim_execution"],

@@ -16,7 +16,8 @@ from django.conf import settings as django_settings
 from dispatch.models import Execution, Schedule
 from dispatch.scheduler.beat import Beat, BeatConfig, Pending
 from tenants.roles import Principal
-from tests.support.procs import Ledger, processes, wait_for, worker_cmd
+from tests.support.ledger import Ledger
+from tests.support.procs import processes, wait_for, worker_cmd
 from tests.support.worker_support import make_execution, make_schedule, purge
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]

@@ -11,33 +11,22 @@ import pytest
 from django.conf import settings
 from kombu import Connection, Exchange, Queue
 
-from dispatch.models import Execution
 from tenants.models import Tenant, TenantQuota
 from tenants.roles import Principal
 from tests.conftest import make_principal
 from tests.support.procs import Proc
 from tests.support.worker_support import (
-    Pump,
-    final,
-    make_execution,
-    make_schedule,
-    publish,
-    purge,
-    worker_processes,
+    run_to_end,
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
-ONE_SHOT = {"max_attempts": 1, "backoff": "fixed", "initial_s": 0, "max_s": 0}
 INBOX = "outsider.inbox"
 PLATFORM_QUEUE = "low.long"  # a platform queue no worker of this test consumes
 
 
 @pytest.fixture(scope="module")
-def worker(tmp_path_factory: pytest.TempPathFactory, django_db_setup: Any) -> Iterator[Proc]:
-    purge(settings.CELERY_BROKER_URL)
-    with worker_processes(tmp_path_factory.mktemp("queue-ns")) as start:
-        yield start("w1", SECRETS_BACKEND="env")
-    purge(settings.CELERY_BROKER_URL)
+def worker_settings() -> dict[str, Any]:
+    return {"SECRETS_BACKEND": "env"}
 
 
 @pytest.fixture
@@ -62,14 +51,6 @@ def waiting(conn: Connection, name: str) -> int:
     return int(declared.message_count)
 
 
-def run(principal: Principal, target: dict[str, Any]) -> Execution:
-    execution = make_execution(make_schedule(principal, target, retry=ONE_SHOT))
-    publish(execution.id, 1)
-    Pump().until(final(execution), timeout=20)
-    execution.refresh_from_db()
-    return execution
-
-
 def queue_target(exchange: str, routing_key: str) -> dict[str, Any]:
     return {
         "type": "queue",
@@ -84,7 +65,7 @@ def test_the_owner_can_publish_to_its_exchange(
     worker: Proc, broker: Connection, other_tenant: Tenant
 ) -> None:
     # The control: the binding works, so the refusals below are not vacuous.
-    execution = run(make_principal(other_tenant), queue_target("outsider.x", "jobs"))
+    execution = run_to_end(make_principal(other_tenant), queue_target("outsider.x", "jobs"))
     assert execution.state == "succeeded", execution.error
     assert waiting(broker, INBOX) == 1
 
@@ -92,7 +73,7 @@ def test_the_owner_can_publish_to_its_exchange(
 def test_an_edited_row_cannot_publish_to_another_tenants_exchange(
     worker: Proc, broker: Connection, admin_principal: Principal, other_tenant: Tenant
 ) -> None:
-    execution = run(admin_principal, queue_target("outsider.x", "jobs"))
+    execution = run_to_end(admin_principal, queue_target("outsider.x", "jobs"))
     assert execution.state == "dead" and execution.reason_code == "namespace", execution.error
     assert "billing." in execution.error and execution.attempt == 1
     assert waiting(broker, INBOX) == 0
@@ -101,7 +82,7 @@ def test_an_edited_row_cannot_publish_to_another_tenants_exchange(
 def test_an_edited_row_cannot_publish_to_a_platform_queue(
     worker: Proc, broker: Connection, admin_principal: Principal
 ) -> None:
-    execution = run(admin_principal, queue_target("", PLATFORM_QUEUE))
+    execution = run_to_end(admin_principal, queue_target("", PLATFORM_QUEUE))
     assert execution.state == "dead" and execution.reason_code == "namespace", execution.error
     assert waiting(broker, PLATFORM_QUEUE) == 0
 
@@ -112,7 +93,7 @@ def test_a_tenant_named_after_a_platform_queue_publishes_nothing(
     # Created before "low" was reserved: straight into the table.
     legacy = Tenant.objects.create(slug="low", name="Low")
     TenantQuota.objects.create(tenant=legacy)
-    execution = run(make_principal(legacy), queue_target("", PLATFORM_QUEUE))
+    execution = run_to_end(make_principal(legacy), queue_target("", PLATFORM_QUEUE))
     assert execution.state == "dead" and execution.reason_code == "namespace", execution.error
     assert "reserved" in execution.error
     assert waiting(broker, PLATFORM_QUEUE) == 0

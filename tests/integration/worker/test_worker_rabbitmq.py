@@ -6,30 +6,29 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from dispatch.models import ExecutionEvent
 from tenants.roles import Principal
-from tests.support.procs import Ledger, Proc, wait_for
+from tests.support.ledger import Ledger
+from tests.support.procs import Proc, wait_for
 from tests.support.worker_support import (
-    Gate,
+    QUICK_RETRY,
     Pump,
     final,
+    hold_first_call,
     kinds,
     make_execution,
     make_schedule,
     publish,
     purge,
     state_of,
-    worker_processes,
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 RABBITMQ_URL = os.environ.get("RABBITMQ_URL", "")
-QUICK_RETRY = {"max_attempts": 3, "backoff": "fixed", "initial_s": 0, "max_s": 0}
 
 
 @pytest.fixture
@@ -42,26 +41,19 @@ def broker() -> Iterator[str]:
 
 
 @pytest.fixture
-def ledger() -> Iterator[Ledger]:
-    ledger = Ledger()
-    yield ledger
-    ledger.close()
+def start(start_worker: Callable[..., Proc], broker: str, ledger: Ledger) -> Callable[..., Proc]:
+    """Workers on RabbitMQ, allowed to call the test's ledger."""
 
+    def start(name: str, **env: str) -> Proc:
+        return start_worker(
+            name,
+            CELERY_BROKER_URL=broker,
+            WORKER_ID=name,
+            TARGET_TEST_ALLOW=ledger.allow_entry,
+            **env,
+        )
 
-@pytest.fixture
-def start(tmp_path: Path, broker: str, ledger: Ledger) -> Iterator[Callable[..., Proc]]:
-    with worker_processes(tmp_path) as start_worker:
-
-        def start(name: str, **env: str) -> Proc:
-            return start_worker(
-                name,
-                CELERY_BROKER_URL=broker,
-                WORKER_ID=name,
-                TARGET_TEST_ALLOW=ledger.allow_entry,
-                **env,
-            )
-
-        yield start
+    return start
 
 
 def test_success_and_duplicate_while_running_over_rabbitmq(
@@ -91,15 +83,7 @@ def test_success_and_duplicate_while_running_over_rabbitmq(
 def test_killed_worker_message_redelivered_by_rabbitmq_claims_nothing(
     start: Callable[..., Proc], broker: str, ledger: Ledger, admin_principal: Principal
 ) -> None:
-    called = Gate()
-
-    def respond(req: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
-        if len(ledger.requests) == 1:
-            called.set()
-            time.sleep(6)
-        return 200, {}, b"ok"
-
-    ledger.respond = respond
+    called = hold_first_call(ledger, 6)
     w1 = start("w1")
     execution = make_execution(
         make_schedule(

@@ -4,7 +4,6 @@ is held (and re-claimed) at most once, and the timeline has one entry per hold."
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,21 +12,14 @@ from django.conf import settings
 
 from dispatch.models import Execution, ExecutionEvent, Schedule
 from tenants.roles import Principal
-from tests.support.procs import Ledger, beat_cmd, processes, wait_for, worker_cmd
-from tests.support.worker_support import make_execution, make_schedule, purge
+from tests.support.ledger import Ledger
+from tests.support.procs import beat_cmd, processes, wait_for, worker_cmd
+from tests.support.worker_support import ONE_SHOT, make_execution, make_schedule, purge
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
-ONE_SHOT = {"max_attempts": 1, "backoff": "fixed", "initial_s": 0, "max_s": 0}
 N = 10
 SPACING_S = 0.15  # due times: arrivals at ~6.7/s against a limit of 2/s
 RATE = "2/s"
-
-
-@pytest.fixture
-def ledger() -> Iterator[Ledger]:
-    ledger = Ledger()
-    yield ledger
-    ledger.close()
 
 
 def test_rate_limited_host_serves_waiting_jobs_in_due_order_with_one_hold_each(

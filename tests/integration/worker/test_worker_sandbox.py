@@ -11,7 +11,7 @@ import socket
 import subprocess
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -21,16 +21,17 @@ from django.conf import settings
 
 from dispatch.models import Execution, ManagedCommand
 from tenants.roles import Principal
-from tests.support.procs import Ledger, Proc, wait_for
+from tests.support.ledger import Ledger
+from tests.support.procs import Proc, wait_for
 from tests.support.worker_support import (
+    ONE_SHOT,
     Pump,
     final,
     make_execution,
     make_schedule,
     pool_children,
     publish,
-    purge,
-    worker_processes,
+    run_to_end,
 )
 
 pytestmark = [
@@ -40,7 +41,6 @@ pytestmark = [
         shutil.which("bwrap") is None, reason="needs bubblewrap (.ci/run installs it)"
     ),
 ]
-ONE_SHOT = {"max_attempts": 1, "backoff": "fixed", "initial_s": 0, "max_s": 0}
 CANARY = f"worker-canary-{uuid.uuid4().hex}"
 SECRET = f"cmd-secret-{uuid.uuid4().hex[:12]}"
 ROOT = os.geteuid() == 0
@@ -65,27 +65,14 @@ def dirs() -> Iterator[dict[str, Path]]:
 
 
 @pytest.fixture(scope="module")
-def ledger() -> Iterator[Ledger]:
-    ledger = Ledger()
-    yield ledger
-    ledger.close()
-
-
-@pytest.fixture(scope="module")
-def worker(
-    tmp_path_factory: pytest.TempPathFactory, ledger: Ledger, django_db_setup: Any
-) -> Iterator[Proc]:
-    purge(settings.CELERY_BROKER_URL)
-    with worker_processes(tmp_path_factory.mktemp("sandbox")) as start:
-        yield start(
-            "w1",
-            concurrency=2,
-            TARGET_TEST_ALLOW=ledger.allow_entry,
-            SECRETS_BACKEND="env",
-            SCHED_SECRET_BILLING__CMD_TOKEN=SECRET,
-            WORKER_CANARY=CANARY,
-        )
-    purge(settings.CELERY_BROKER_URL)
+def worker_settings(module_ledger: Ledger) -> dict[str, Any]:
+    return {
+        "concurrency": 2,
+        "TARGET_TEST_ALLOW": module_ledger.allow_entry,
+        "SECRETS_BACKEND": "env",
+        "SCHED_SECRET_BILLING__CMD_TOKEN": SECRET,
+        "WORKER_CANARY": CANARY,
+    }
 
 
 def register(script: str, *, interpreter: str = "/bin/sh", **fields: Any) -> str:
@@ -102,18 +89,13 @@ def run(
     queue: str = "default.short",
     **target: Any,
 ) -> Execution:
-    execution = make_execution(
-        make_schedule(
-            principal,
-            {"type": "command", "command": name, "args": {}} | target,
-            retry=ONE_SHOT,
-            timeout_s=timeout_s,
-        )
+    return run_to_end(
+        principal,
+        {"type": "command", "command": name, "args": {}} | target,
+        timeout_s=timeout_s,
+        queue=queue,
+        wait=timeout_s + 20,
     )
-    publish(execution.id, 1, queue=queue)
-    Pump(queue=queue).until(final(execution), timeout=timeout_s + 20)
-    execution.refresh_from_db()
-    return execution
 
 
 def test_command_writes_only_its_declared_paths_as_an_unprivileged_uid(
@@ -244,20 +226,20 @@ def test_command_has_no_network_to_the_platform(worker: Proc, admin_principal: P
 
 @pytest.mark.skipif(not ROOT, reason="command egress needs a root worker")
 def test_egress_goes_only_through_the_proxy_under_the_tenant_policy(
-    worker: Proc, ledger: Ledger, admin_principal: Principal
+    worker: Proc, module_ledger: Ledger, admin_principal: Principal
 ) -> None:
     # Allowed: the test receiver (TARGET_TEST_ALLOW). Not allowed: another loopback
     # port, standing for the platform's servers or anything else on the host.
     other = socket.create_server(("127.0.0.1", 0))
     other.setblocking(False)
     port = other.getsockname()[1]
-    ledger.requests.clear()
+    module_ledger.requests.clear()
     script = f"""
-        curl -sS -m 5 {ledger.url}/plain && echo
-        curl -sS -m 5 -p {ledger.url}/tunnel && echo
+        curl -sS -m 5 {module_ledger.url}/plain && echo
+        curl -sS -m 5 -p {module_ledger.url}/tunnel && echo
         curl -sS -m 5 http://127.0.0.1:{port}/ ; echo
         curl -sS -m 5 -p http://127.0.0.1:{port}/ ; echo
-        (exec 3<>/dev/tcp/127.0.0.1/{ledger.port}) 2>/dev/null && echo direct-open || echo direct-closed
+        (exec 3<>/dev/tcp/127.0.0.1/{module_ledger.port}) 2>/dev/null && echo direct-open || echo direct-closed
     """
     try:
         execution = run(admin_principal, register(script, interpreter="/bin/bash", egress=True))
@@ -267,12 +249,14 @@ def test_egress_goes_only_through_the_proxy_under_the_tenant_policy(
         other.close()
     out = execution.log_excerpt
     assert execution.state == "succeeded", (execution.error, out)
-    assert sorted(r["path"] for r in ledger.requests) == ["/plain", "/tunnel"], ledger.dump()
+    assert sorted(r["path"] for r in module_ledger.requests) == ["/plain", "/tunnel"], (
+        module_ledger.dump()
+    )
     assert f"egress to 127.0.0.1:{port} denied" in out, out  # plain HTTP: the proxy's 403 body
     assert "CONNECT tunnel failed, response 403" in out  # the tunnel: curl reports the status
     assert "direct-closed" in out
     # The plain-HTTP request reached the receiver in origin form, without proxy headers.
-    plain = next(r for r in ledger.requests if r["path"] == "/plain")
+    plain = next(r for r in module_ledger.requests if r["path"] == "/plain")
     assert not any(h.lower().startswith("proxy-") for h in plain["headers"])
 
 
@@ -357,33 +341,27 @@ def test_args_are_rechecked_at_run_time(worker: Proc, admin_principal: Principal
 
 
 def test_without_bwrap_commands_fail_closed_and_the_rest_keeps_working(
-    tmp_path: Path, admin_principal: Principal
+    tmp_path: Path,
+    start_worker: Callable[..., Proc],
+    ledger: Ledger,
+    admin_principal: Principal,
 ) -> None:
-    ledger = Ledger()
-    purge(settings.CELERY_BROKER_URL)
-    try:
-        with worker_processes(tmp_path) as start:
-            start(
-                "nobwrap",
-                queues="sandbox.nobwrap",
-                TARGET_TEST_ALLOW=ledger.allow_entry,
-                COMMAND_SANDBOX_BWRAP="/nonexistent/bwrap",
-            )
-            marker = tmp_path / "ran"
-            name = register(f"touch {marker}")
-            execution = run(admin_principal, name, queue="sandbox.nobwrap")
-            assert execution.state == "dead" and execution.reason_code == "sandbox_unavailable"
-            assert "bubblewrap" in execution.error and "/nonexistent/bwrap" in execution.error
-            assert not marker.exists()
-            http = make_execution(
-                make_schedule(
-                    admin_principal, {"type": "http", "url": f"{ledger.url}/ok"}, retry=ONE_SHOT
-                )
-            )
-            publish(http.id, 1, queue="sandbox.nobwrap")
-            Pump(queue="sandbox.nobwrap").until(final(http), timeout=20)
-            http.refresh_from_db()
-            assert http.state == "succeeded", http.error
-    finally:
-        ledger.close()
-        purge(settings.CELERY_BROKER_URL)
+    start_worker(
+        "nobwrap",
+        queues="sandbox.nobwrap",
+        TARGET_TEST_ALLOW=ledger.allow_entry,
+        COMMAND_SANDBOX_BWRAP="/nonexistent/bwrap",
+    )
+    marker = tmp_path / "ran"
+    name = register(f"touch {marker}")
+    execution = run(admin_principal, name, queue="sandbox.nobwrap")
+    assert execution.state == "dead" and execution.reason_code == "sandbox_unavailable"
+    assert "bubblewrap" in execution.error and "/nonexistent/bwrap" in execution.error
+    assert not marker.exists()
+    http = make_execution(
+        make_schedule(admin_principal, {"type": "http", "url": f"{ledger.url}/ok"}, retry=ONE_SHOT)
+    )
+    publish(http.id, 1, queue="sandbox.nobwrap")
+    Pump(queue="sandbox.nobwrap").until(final(http), timeout=20)
+    http.refresh_from_db()
+    assert http.state == "succeeded", http.error

@@ -13,7 +13,6 @@ from typing import Any
 from urllib.parse import quote, quote_plus
 
 import pytest
-from django.conf import settings
 from django.db import connection
 from rest_framework.test import APIClient
 
@@ -22,16 +21,18 @@ from dispatch.worker import vault as secret_backends
 from tenants import services as tenant_services
 from tenants.roles import Principal
 from tests.conftest import make_principal
-from tests.support.procs import Ledger, Proc
+from tests.support.ledger import Ledger, Respond
+from tests.support.procs import Proc
 from tests.support.worker_support import (
+    ONE_SHOT,
+    QUICK_RETRY,
     Pump,
     final,
     kinds,
     make_execution,
     make_schedule,
     publish,
-    purge,
-    worker_processes,
+    run_to_end,
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -45,7 +46,6 @@ FANCY = f"Fy/{os.urandom(6).hex()}+k=v&w x:Q~"
 # Not Latin-1: no HTTP header can carry it.
 SNOWMAN = f"snow-{os.urandom(6).hex()}\u2603x"
 VAULT_TOKEN = "platform-token-for-tests"
-ONE_SHOT = {"max_attempts": 1, "backoff": "fixed", "initial_s": 0, "max_s": 0}
 
 
 class FakeVault:
@@ -157,31 +157,21 @@ def vault() -> Iterator[FakeVault]:
 
 
 @pytest.fixture(scope="module")
-def ledger() -> Iterator[Ledger]:
-    ledger = Ledger(respond=echo)
-    yield ledger
-    ledger.close()
+def ledger_respond() -> Respond:
+    return echo
 
 
 @pytest.fixture(scope="module")
-def worker(
-    tmp_path_factory: pytest.TempPathFactory, vault: FakeVault, ledger: Ledger, django_db_setup: Any
-) -> Iterator[Proc]:
-    purge(settings.CELERY_BROKER_URL)
-    with worker_processes(tmp_path_factory.mktemp("secrets")) as start:
-        yield start(
-            "w1",
-            TARGET_TEST_ALLOW=ledger.allow_entry,
-            SECRETS_BACKEND="vault,env",
-            VAULT_ADDR=vault.url,
-            VAULT_TOKEN=VAULT_TOKEN,
-            **{
-                secret_backends.env_name("billing", "API_KEY"): ENV_SENTINEL,
-                # Tenant billing-eu's DBPASS: it must not be billing's EU_DBPASS.
-                secret_backends.env_name("billing-eu", "DBPASS"): EU_SENTINEL,
-            },
-        )
-    purge(settings.CELERY_BROKER_URL)
+def worker_settings(vault: FakeVault, module_ledger: Ledger) -> dict[str, Any]:
+    return {
+        "TARGET_TEST_ALLOW": module_ledger.allow_entry,
+        "SECRETS_BACKEND": "vault,env",
+        "VAULT_ADDR": vault.url,
+        "VAULT_TOKEN": VAULT_TOKEN,
+        secret_backends.env_name("billing", "API_KEY"): ENV_SENTINEL,
+        # Tenant billing-eu's DBPASS: it must not be billing's EU_DBPASS.
+        secret_backends.env_name("billing-eu", "DBPASS"): EU_SENTINEL,
+    }
 
 
 def target(ledger: Ledger, ref: str, path: str = "/hook") -> dict[str, Any]:
@@ -192,14 +182,6 @@ def target(ledger: Ledger, ref: str, path: str = "/hook") -> dict[str, Any]:
         "headers": {"Authorization": {"secret": ref}, "X-Plain": "hello"},
         "body": {"n": 1},
     }
-
-
-def run(principal: Principal, tgt: dict[str, Any], retry: dict[str, Any] = ONE_SHOT) -> Execution:
-    execution = make_execution(make_schedule(principal, tgt, retry=retry))
-    publish(execution.id, 1)
-    Pump().until(final(execution), timeout=20)
-    execution.refresh_from_db()
-    return execution
 
 
 def rows_containing(needle: str) -> dict[str, int]:
@@ -218,14 +200,20 @@ def rows_containing(needle: str) -> dict[str, int]:
 
 
 def test_vault_sentinel_reaches_only_the_outgoing_request(
-    worker: Proc, ledger: Ledger, vault: FakeVault, admin_principal: Principal, api: APIClient
+    worker: Proc,
+    module_ledger: Ledger,
+    vault: FakeVault,
+    admin_principal: Principal,
+    api: APIClient,
 ) -> None:
-    ok = run(admin_principal, target(ledger, "vault:kv/billing/api#token"))
-    failed = run(admin_principal, target(ledger, "vault:kv/billing/api#token", path="/fail"))
+    ok = run_to_end(admin_principal, target(module_ledger, "vault:kv/billing/api#token"))
+    failed = run_to_end(
+        admin_principal, target(module_ledger, "vault:kv/billing/api#token", path="/fail")
+    )
 
     assert ok.state == "succeeded", ok.error
     assert failed.state == "dead" and failed.status_code == 500
-    sent = [r["headers"]["Authorization"] for r in ledger.requests]
+    sent = [r["headers"]["Authorization"] for r in module_ledger.requests]
     assert sent == [SENTINEL, SENTINEL]
     assert any(p.startswith("/v1/kv/data/billing/api") for p in vault.reads)
     # The target echoed it back: what we stored is redacted.
@@ -246,46 +234,46 @@ def test_vault_sentinel_reaches_only_the_outgoing_request(
 
 
 def test_vault_forbidden_is_dead_at_once_without_calling(
-    worker: Proc, ledger: Ledger, admin_principal: Principal
+    worker: Proc, module_ledger: Ledger, admin_principal: Principal
 ) -> None:
-    before = len(ledger.requests)
-    execution = run(
+    before = len(module_ledger.requests)
+    execution = run_to_end(
         admin_principal,
-        target(ledger, "vault:kv/billing/forbidden#token"),
-        retry={"max_attempts": 3, "backoff": "fixed", "initial_s": 0, "max_s": 0},
+        target(module_ledger, "vault:kv/billing/forbidden#token"),
+        retry=QUICK_RETRY,
     )
     assert execution.state == "dead" and execution.attempt == 1
     assert execution.reason_code == "secret" and "403" in execution.error
-    assert len(ledger.requests) == before
+    assert len(module_ledger.requests) == before
 
 
 def test_vault_unavailable_is_retried(
-    worker: Proc, ledger: Ledger, admin_principal: Principal
+    worker: Proc, module_ledger: Ledger, admin_principal: Principal
 ) -> None:
-    before = len(ledger.requests)
-    execution = run(
+    before = len(module_ledger.requests)
+    execution = run_to_end(
         admin_principal,
-        target(ledger, "vault:kv/billing/flaky#token"),
+        target(module_ledger, "vault:kv/billing/flaky#token"),
         retry={"max_attempts": 2, "backoff": "fixed", "initial_s": 0, "max_s": 0},
     )
     assert execution.state == "dead" and execution.attempt == 2
     assert "vault unavailable" in execution.error and "attempts exhausted" in execution.reason
     assert kinds(execution).count("retry_scheduled") == 1
-    assert len(ledger.requests) == before
+    assert len(module_ledger.requests) == before
 
 
 def test_env_secrets_are_tenant_scoped(
-    worker: Proc, ledger: Ledger, admin_principal: Principal, other_tenant: Any
+    worker: Proc, module_ledger: Ledger, admin_principal: Principal, other_tenant: Any
 ) -> None:
-    mine = run(admin_principal, target(ledger, "env:API_KEY"))
+    mine = run_to_end(admin_principal, target(module_ledger, "env:API_KEY"))
     assert mine.state == "succeeded"
-    assert ledger.requests[-1]["headers"]["Authorization"] == ENV_SENTINEL
+    assert module_ledger.requests[-1]["headers"]["Authorization"] == ENV_SENTINEL
 
-    count = len(ledger.requests)
-    theirs = run(make_principal(other_tenant), target(ledger, "env:API_KEY"))
+    count = len(module_ledger.requests)
+    theirs = run_to_end(make_principal(other_tenant), target(module_ledger, "env:API_KEY"))
     assert theirs.state == "dead" and theirs.reason_code == "secret"
     assert "SCHED_SECRET_OUTSIDER__API_KEY" in theirs.error
-    assert len(ledger.requests) == count
+    assert len(module_ledger.requests) == count
     assert rows_containing(ENV_SENTINEL) == {}
     assert not ExecutionEvent.objects.filter(message__contains=ENV_SENTINEL).exists()
 
@@ -320,13 +308,13 @@ PASTED = "pasted-" + os.urandom(8).hex()
 
 
 def test_vault_traversal_never_reads_another_tenants_secret_at_run_time(
-    worker: Proc, ledger: Ledger, vault: FakeVault, admin_principal: Principal
+    worker: Proc, module_ledger: Ledger, vault: FakeVault, admin_principal: Principal
 ) -> None:
     """Rows written straight to the database (as an edit outside the API would):
     the worker parses the reference again and builds the path itself."""
-    reads_before, requests_before = len(vault.reads), len(ledger.requests)
+    reads_before, requests_before = len(vault.reads), len(module_ledger.requests)
     refs = [*TRAVERSALS, PASTED]
-    executions = run_all(admin_principal, [target(ledger, ref) for ref in refs])
+    executions = run_all(admin_principal, [target(module_ledger, ref) for ref in refs])
     for ref, execution in zip(refs, executions, strict=True):
         assert execution.state == "dead" and execution.attempt == 1, (ref, execution.error)
         assert execution.reason_code == "secret", (ref, execution.error)
@@ -336,33 +324,33 @@ def test_vault_traversal_never_reads_another_tenants_secret_at_run_time(
     }
     # Nothing was asked of Vault, and no request carried anything.
     assert vault.reads[reads_before:] == []
-    assert len(ledger.requests) == requests_before
+    assert len(module_ledger.requests) == requests_before
     assert rows_containing(OTHER_SENTINEL) == {}
     assert OTHER_SENTINEL not in worker.output()
 
 
 def test_env_names_of_two_tenants_never_collide(
-    worker: Proc, ledger: Ledger, admin_principal: Principal
+    worker: Proc, module_ledger: Ledger, admin_principal: Principal
 ) -> None:
     """`billing` + EU_DBPASS and `billing-eu` + DBPASS were one variable."""
     eu = tenant_services.tenant_create(slug="billing-eu", name="Billing EU")
-    mine, theirs = run_all(admin_principal, [target(ledger, "env:EU_DBPASS")])[0], None
+    mine, theirs = run_all(admin_principal, [target(module_ledger, "env:EU_DBPASS")])[0], None
     assert mine.state == "dead" and mine.reason_code == "secret", mine.error
     assert "SCHED_SECRET_BILLING__EU_DBPASS" in mine.error
-    assert all(EU_SENTINEL not in str(r["headers"]) for r in ledger.requests)
-    theirs = run_all(make_principal(eu), [target(ledger, "env:DBPASS")])[0]
+    assert all(EU_SENTINEL not in str(r["headers"]) for r in module_ledger.requests)
+    theirs = run_all(make_principal(eu), [target(module_ledger, "env:DBPASS")])[0]
     assert theirs.state == "succeeded", theirs.error
-    assert ledger.requests[-1]["headers"]["Authorization"] == EU_SENTINEL
+    assert module_ledger.requests[-1]["headers"]["Authorization"] == EU_SENTINEL
 
 
 def test_transformed_echoes_of_a_secret_are_redacted(
-    worker: Proc, ledger: Ledger, admin_principal: Principal
+    worker: Proc, module_ledger: Ledger, admin_principal: Principal
 ) -> None:
     execution = run_all(
-        admin_principal, [target(ledger, "vault:kv/billing/fancy#token", path="/transform")]
+        admin_principal, [target(module_ledger, "vault:kv/billing/fancy#token", path="/transform")]
     )[0]
     assert execution.state == "succeeded", execution.error
-    assert ledger.requests[-1]["headers"]["Authorization"] == FANCY
+    assert module_ledger.requests[-1]["headers"]["Authorization"] == FANCY
     excerpt = execution.log_excerpt
     forms = transformed(FANCY)
     assert excerpt.count("[redacted]") >= len(forms), excerpt
@@ -375,10 +363,12 @@ def test_transformed_echoes_of_a_secret_are_redacted(
 
 
 def test_a_secret_that_cannot_be_encoded_leaks_no_character(
-    worker: Proc, ledger: Ledger, admin_principal: Principal
+    worker: Proc, module_ledger: Ledger, admin_principal: Principal
 ) -> None:
-    before = len(ledger.requests)
-    execution = run_all(admin_principal, [target(ledger, "vault:kv/billing/snowman#token")])[0]
+    before = len(module_ledger.requests)
+    execution = run_all(admin_principal, [target(module_ledger, "vault:kv/billing/snowman#token")])[
+        0
+    ]
     assert execution.state == "dead" and execution.reason_code == "bad_header", execution.error
     assert "Authorization" in execution.error
     events = " ".join(
@@ -387,4 +377,4 @@ def test_a_secret_that_cannot_be_encoded_leaks_no_character(
     for text in (execution.error, events, worker.output()):
         assert "\u2603" not in text and "\\u2603" not in text and "position" not in text
         assert SNOWMAN[:10] not in text
-    assert len(ledger.requests) == before
+    assert len(module_ledger.requests) == before

@@ -5,69 +5,45 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from django.conf import settings
 from kombu import Connection
 
-from dispatch.models import Execution, ExecutionEvent, ManagedCommand
+from dispatch.models import ExecutionEvent, ManagedCommand
 from tenants.roles import Principal
-from tests.support.procs import Ledger, Proc
+from tests.support.ledger import Ledger
+from tests.support.procs import Proc
 from tests.support.worker_support import (
+    ONE_SHOT,
     Pump,
     final,
     make_execution,
     make_schedule,
     publish,
-    purge,
-    worker_processes,
+    run_to_end,
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
-ONE_SHOT = {"max_attempts": 1, "backoff": "fixed", "initial_s": 0, "max_s": 0}
 CMD_SECRET = "cmd-secret-4b1d0c2e"
 
 
 @pytest.fixture(scope="module")
-def ledger() -> Iterator[Ledger]:
-    ledger = Ledger()
-    yield ledger
-    ledger.close()
-
-
-@pytest.fixture(scope="module")
-def worker(
-    tmp_path_factory: pytest.TempPathFactory, ledger: Ledger, django_db_setup: Any
-) -> Iterator[Proc]:
-    purge(settings.CELERY_BROKER_URL)
-    with worker_processes(tmp_path_factory.mktemp("targets")) as start:
-        yield start(
-            "w1",
-            concurrency=3,
-            TARGET_TEST_ALLOW=ledger.allow_entry,
-            TARGET_RATE_PER_HOST="2/s",
-            SECRETS_BACKEND="env",
-            SCHED_SECRET_BILLING__CMD_TOKEN=CMD_SECRET,
-        )
-    purge(settings.CELERY_BROKER_URL)
-
-
-def run(principal: Principal, target: dict[str, Any], *, timeout_s: int = 10) -> Execution:
-    execution = make_execution(
-        make_schedule(principal, target, retry=ONE_SHOT, timeout_s=timeout_s)
-    )
-    publish(execution.id, 1)
-    Pump().until(final(execution), timeout=20)
-    execution.refresh_from_db()
-    return execution
+def worker_settings(module_ledger: Ledger) -> dict[str, Any]:
+    return {
+        "concurrency": 3,
+        "TARGET_TEST_ALLOW": module_ledger.allow_entry,
+        "TARGET_RATE_PER_HOST": "2/s",
+        "SECRETS_BACKEND": "env",
+        "SCHED_SECRET_BILLING__CMD_TOKEN": CMD_SECRET,
+    }
 
 
 def test_queue_target_publishes_the_ids_and_body(worker: Proc, admin_principal: Principal) -> None:
     with Connection(settings.CELERY_BROKER_URL) as conn:
         conn.default_channel.client.delete("billing.jobs")
-        execution = run(
+        execution = run_to_end(
             admin_principal,
             {
                 "type": "queue",
@@ -105,7 +81,7 @@ def test_command_runs_without_shell_env_minimal_secret_redacted(
         ],
         env=["API_TOKEN"],
     )
-    execution = run(
+    execution = run_to_end(
         admin_principal,
         {
             "type": "command",
@@ -134,7 +110,7 @@ def test_command_failure_exit_code_is_recorded(worker: Proc, admin_principal: Pr
     ManagedCommand.objects.create(
         name="fails", argv=["/bin/sh", "-c", "echo bad input >&2; exit 3"]
     )
-    execution = run(admin_principal, {"type": "command", "command": "fails", "args": {}})
+    execution = run_to_end(admin_principal, {"type": "command", "command": "fails", "args": {}})
     assert execution.state == "dead" and execution.exit_code == 3
     assert execution.reason_code == "exit_3" and "bad input" in execution.log_excerpt
     failed = ExecutionEvent.objects.get(execution=execution, kind="attempt_failed")
@@ -147,7 +123,7 @@ def test_command_past_its_deadline_is_killed_with_its_children(
     ManagedCommand.objects.create(
         name="hangs", argv=["/bin/sh", "-c", "sleep 31.5 & exec sleep 31.6"]
     )
-    execution = run(
+    execution = run_to_end(
         admin_principal, {"type": "command", "command": "hangs", "args": {}}, timeout_s=1
     )
     assert execution.state == "dead" and execution.reason_code == "timeout"
@@ -157,11 +133,11 @@ def test_command_past_its_deadline_is_killed_with_its_children(
 
 
 def test_rate_limited_host_holds_attempts_without_consuming_them(
-    worker: Proc, ledger: Ledger, admin_principal: Principal
+    worker: Proc, module_ledger: Ledger, admin_principal: Principal
 ) -> None:
-    ledger.requests.clear()
+    module_ledger.requests.clear()
     schedule = make_schedule(
-        admin_principal, {"type": "http", "url": f"{ledger.url}/hook"}, retry=ONE_SHOT
+        admin_principal, {"type": "http", "url": f"{module_ledger.url}/hook"}, retry=ONE_SHOT
     )
     executions = [make_execution(schedule) for _ in range(8)]
     for e in executions:
@@ -172,7 +148,7 @@ def test_rate_limited_host_holds_attempts_without_consuming_them(
     for e in executions:
         e.refresh_from_db()
         assert e.state == "succeeded" and e.attempt == 1
-    times = sorted(r["at"] for r in ledger.requests)
+    times = sorted(r["at"] for r in module_ledger.requests)
     assert len(times) == 8
     # Bucket of 2 refilled at 2/s: no one-second window may see more than 2 + 2 calls
     # (one more allowed for delivery jitter), so eight calls need about (8 - 2) / 2 = 3 s.
@@ -181,7 +157,7 @@ def test_rate_limited_host_holds_attempts_without_consuming_them(
     held = ExecutionEvent.objects.filter(kind="held_rate_limit")
     assert held.exists()
     assert held.first().message.startswith(
-        f"waiting: host 127.0.0.1:{ledger.port} at its rate limit"
+        f"waiting: host 127.0.0.1:{module_ledger.port} at its rate limit"
     )
     assert (
         json.dumps(list(held.values_list("data", flat=True))).count('"attempt": 1') == held.count()
