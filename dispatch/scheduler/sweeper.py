@@ -21,11 +21,11 @@ import socket
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 
 from dispatch.models import ExecutionEvent
-from dispatch.scheduler import dependencies
-from dispatch.sql import queries
+from dispatch.scheduler import dependencies, store
+from dispatch.states import ExecutionState
 from dispatch.targets.runtime import clip
 from dispatch.timing import retry
 from dispatch.worker import alerts
@@ -47,76 +47,51 @@ def sweep_expired_leases(*, partitions: list[int] | None, limit: int = 500) -> i
     grace = settings.EXECUTION_BACKSTOP_GRACE_S
     actor = _actor()
     with transaction.atomic():
-        with connection.cursor() as cur:
-            cur.execute(
-                queries["sweep_lock_expired"],
-                {
-                    "grace_s": grace,
-                    "all_partitions": partitions is None,
-                    "partitions": list(partitions or []),
-                    "limit": limit,
-                },
-            )
-            rows = cur.fetchall()
+        rows = store.sweep_lock_expired(grace_s=grace, partitions=partitions, limit=limit)
         if not rows:
             return 0
         plans: dict[str, dict[str, Any]] = {}
-        for (
-            execution_id,
-            tenant_id,
-            schedule_id,
-            attempt,
-            token,
-            owner,
-            lease_expires_at,
-            _started_at,
-            retry_raw,
-            timeout_s,
-            lease_expired,
-        ) in rows:
+        for run in rows:
+            retry_raw, owner, token = run.retry, run.lease_owner, run.fencing_token
             pol = retry.policy(json.loads(retry_raw) if isinstance(retry_raw, str) else retry_raw)
-            if lease_expired:
+            if run.lease_expired:
                 code = "lease_expired"
                 why = (
                     f"lease of worker {owner or '?'} (token {token}) expired at "
-                    f"{lease_expires_at:%H:%M:%S} UTC without a heartbeat"
+                    f"{run.lease_expires_at:%H:%M:%S} UTC without a heartbeat"
                 )
             else:
                 code = "backstop_timeout"
                 why = (
-                    f"still running {timeout_s} s + {grace} s grace after it started "
+                    f"still running {run.timeout_s} s + {grace} s grace after it started "
                     f"(worker {owner or '?'}, token {token}); treated as hung"
                 )
-            dead = retry.exhausted(pol, attempt)
-            plans[str(execution_id)] = {
-                "tenant_id": tenant_id,
-                "schedule_id": schedule_id,
-                "attempt": attempt,
+            dead = retry.exhausted(pol, run.attempt)
+            plans[str(run.id)] = {
+                "tenant_id": run.tenant_id,
+                "schedule_id": run.schedule_id,
+                "attempt": run.attempt,
                 "token": token,
-                "state": "dead" if dead else "retry_scheduled",
-                "delay": 0.0 if dead else retry.backoff_s(pol, attempt),
+                "state": ExecutionState.DEAD if dead else ExecutionState.RETRY_SCHEDULED,
+                "delay": 0.0 if dead else retry.backoff_s(pol, run.attempt),
                 "code": code,
                 "why": why,
                 "max": int(pol["max_attempts"]),
             }
         ids = list(plans)
-        with connection.cursor() as cur:
-            cur.execute(
-                queries["sweep_apply"],
-                {
-                    "ids": ids,
-                    "tokens": [plans[i]["token"] for i in ids],
-                    "states": [plans[i]["state"] for i in ids],
-                    "delays": [plans[i]["delay"] for i in ids],
-                    "codes": [plans[i]["code"] for i in ids],
-                    "reasons": [
-                        f"attempt {plans[i]['attempt']} timed out: {plans[i]['why']}"
-                        + (" — attempts exhausted" if plans[i]["state"] == "dead" else "")
-                        for i in ids
-                    ],
-                },
-            )
-            applied = {str(row[0]): (row[1], row[2]) for row in cur.fetchall()}
+        swept = store.sweep_apply(
+            ids=ids,
+            tokens=[plans[i]["token"] for i in ids],
+            states=[str(plans[i]["state"]) for i in ids],
+            delays=[plans[i]["delay"] for i in ids],
+            codes=[plans[i]["code"] for i in ids],
+            reasons=[
+                f"attempt {plans[i]['attempt']} timed out: {plans[i]['why']}"
+                + (" — attempts exhausted" if plans[i]["state"] == ExecutionState.DEAD else "")
+                for i in ids
+            ],
+        )
+        applied = {str(row.id): (row.attempt, row.fencing_token) for row in swept}
         events: list[ExecutionEvent] = []
         for execution_id, (attempt_now, token_now) in applied.items():
             plan = plans[execution_id]
@@ -139,7 +114,7 @@ def sweep_expired_leases(*, partitions: list[int] | None, limit: int = 500) -> i
                     **base,
                 )
             )
-            if plan["state"] == "dead":
+            if plan["state"] == ExecutionState.DEAD:
                 events.append(
                     ExecutionEvent(
                         kind="dead",
@@ -162,7 +137,7 @@ def sweep_expired_leases(*, partitions: list[int] | None, limit: int = 500) -> i
                     )
                 )
         ExecutionEvent.objects.bulk_create(events)
-        buried = [eid for eid in applied if plans[eid]["state"] == "dead"]
+        buried = [eid for eid in applied if plans[eid]["state"] == ExecutionState.DEAD]
         if buried:
             dependencies.propagate(execution_ids=buried)
     if applied:

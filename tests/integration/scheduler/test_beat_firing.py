@@ -13,7 +13,7 @@ from django.conf import settings
 
 from dispatch import services
 from dispatch.models import Execution, ExecutionEvent, Schedule, SchedulerPartition
-from dispatch.scheduler.beat import Beat
+from dispatch.scheduler.loop import Beat
 from dispatch.timing import cron
 from tenants.models import AuditEvent, Tenant
 from tenants.roles import Principal
