@@ -21,9 +21,11 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
+from dispatch.queues import ALL_QUEUES
+
 LAG_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0)
 WINDOW = "15 minutes"
-QUEUES = [f"{p}.{d}" for p in ("high", "default", "low") for d in ("short", "long")]
+QUEUES = list(ALL_QUEUES)
 # Lag histograms measure promptness for occurrences fired at their due time:
 # catch-up runs (late on purpose) and manual runs are left out (as on /ops).
 LAG_EXCLUDED_SQL = "'catch_up', 'manual'"

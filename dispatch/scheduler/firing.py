@@ -20,6 +20,7 @@ from django.db import transaction
 
 from core import faults
 from core.db import db_clock
+from dispatch.queues import queue_name
 from dispatch.scheduler import dependencies, store
 from dispatch.scheduler.partitions import Partitions
 from dispatch.states import ExecutionState, Trigger
@@ -105,7 +106,7 @@ def load_pending(numbers: list[int], *, lookahead_s: float, limit: int) -> list[
             row.due.timestamp(),
             str(row.id),
             row.attempt,
-            f"{row.priority}.{row.duration_class}",
+            queue_name(row.priority, row.duration_class),
             row.tenant_id,
             row.partition,
             str(row.schedule_id),

@@ -41,6 +41,7 @@ from django.db import connection, transaction
 from config import telemetry
 from core import faults
 from core.db import db_clock
+from dispatch.queues import DEFAULT_QUEUE
 from dispatch.scheduler import firing, retention, store, sweeper
 from dispatch.scheduler.admission import Admission
 from dispatch.scheduler.firing import Pending
@@ -280,7 +281,7 @@ class Beat:
         republished = 0
         if stale:
             again = [
-                Pending(0, str(r.id), r.attempt, r.queue or "default.short", 0, -1) for r in stale
+                Pending(0, str(r.id), r.attempt, r.queue or DEFAULT_QUEUE, 0, -1) for r in stale
             ]
             republished = len(self._publish(again))
             self.counters.republished += republished
