@@ -256,7 +256,12 @@ class Beat:
 
     def sweep(self) -> int:
         """Lost messages re-published, pause ends, paused occurrences recorded, expired
-        worker leases rescued: rows handled."""
+        worker leases rescued: rows handled.
+
+        Every write of the sweep is made in the transaction that fenced the
+        partitions (README, fencing): a takeover cannot commit between the fence
+        and a rescue, so a beat paused past its lease rescues nothing afterwards.
+        """
         with transaction.atomic():
             numbers = self.partitions.fence()
             if not numbers:
@@ -278,6 +283,7 @@ class Beat:
                 )
                 store.audit_auto_resumed(resumed)
             recorded = firing.record_paused(self.partitions, numbers, batch=self.cfg.batch)
+            rescued = sweeper.sweep_expired_leases(partitions=numbers)
         republished = 0
         if stale:
             again = [
@@ -290,7 +296,6 @@ class Beat:
                 self.cfg.name,
                 len(stale),
             )
-        rescued = sweeper.sweep_expired_leases(partitions=numbers)
         return republished + len(resumed) + recorded + rescued
 
     def maybe_retention(self) -> int:

@@ -7,8 +7,8 @@ fencing token in the same statement, so whatever the lost worker writes later
 matches no row. A job that kills its worker every time therefore ends `dead`
 after exactly max_attempts attempts, never in a redelivery loop.
 
-Called by the beat every cycle (`sweep_expired_leases(partitions=[...])`).
-Due-ness uses the database clock only.
+Called by the beat every sweep (`sweep_expired_leases(partitions=[...])`), inside
+the transaction that fenced those partitions. Due-ness uses the database clock only.
 """
 
 from __future__ import annotations
@@ -42,11 +42,13 @@ def sweep_expired_leases(*, partitions: list[int] | None, limit: int = 500) -> i
 
     `partitions` restricts the sweep to those partitions (None = all). Rows
     another sweeper is handling are skipped (SKIP LOCKED). Returns how many
-    executions were moved.
+    executions were moved. Inside a caller's transaction (the beat's fenced
+    sweep) it joins it, without a savepoint of its own: its writes commit with
+    the fence or not at all.
     """
     grace = settings.EXECUTION_BACKSTOP_GRACE_S
     actor = _actor()
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):
         rows = store.sweep_lock_expired(grace_s=grace, partitions=partitions, limit=limit)
         if not rows:
             return 0
