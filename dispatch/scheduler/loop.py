@@ -103,6 +103,7 @@ class Beat:
         self.clock_offset = 0.0  # database clock minus local clock, seconds
         self._last_sweep = 0.0
         self._last_retention = 0.0
+        self._renewed_at = 0.0
         self._listen: psycopg.Connection[Any] | None = None
         self._publishers: dict[str, Publisher] = {}
         # Admitted (queued in the database) but not yet on the broker: retried first.
@@ -186,6 +187,7 @@ class Beat:
     def maintain_leases(self) -> int:
         """Renew, heartbeat, then hand over or take partitions: partitions lost or changed."""
         lost = self.partitions.renew()
+        self._renewed_at = time.monotonic()
         live = store.heartbeat(**self._heartbeat_params())
         return lost + self.partitions.rebalance(live)
 
@@ -326,8 +328,28 @@ class Beat:
     def _publish(self, items: list[Pending]) -> list[Pending]:
         broker = settings.CELERY_BROKER_URL
         if broker not in self._publishers:
-            self._publishers[broker] = publisher_for(broker, beat=self.cfg.name)
+            # Each broker call is bounded well inside the lease (a handful of them can
+            # follow each other on a failure), and leases are renewed while it waits.
+            self._publishers[broker] = publisher_for(
+                broker,
+                beat=self.cfg.name,
+                io_timeout_s=max(1.0, min(5.0, self.cfg.lease_ttl_s / 6)),
+                keepalive=self._keep_leases,
+            )
         return self._publishers[broker].publish(items)
+
+    def _keep_leases(self) -> None:
+        """While publishing waits on the broker: renew once a third of the lease has
+        passed since the last renewal, so a slow or silent broker cannot cost the
+        partitions."""
+        if time.monotonic() - self._renewed_at < self.cfg.lease_ttl_s / 3:
+            return
+        try:
+            self.partitions.renew()
+        except Exception as exc:
+            # The cycle's own renewal reports and recovers the database; publishing goes on.
+            log.warning("beat %s: lease renewal while publishing failed (%s)", self.cfg.name, exc)
+        self._renewed_at = time.monotonic()
 
     def _fair_share(self, live: list[str]) -> int:
         return self.partitions.fair_share(live)

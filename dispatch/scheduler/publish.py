@@ -8,6 +8,16 @@ per chunk (RedisPublisher), or publisher-confirm windows on RabbitMQ
 (AmqpPublisher). A chunk counts as sent only when it went out whole (and, on
 RabbitMQ, was acknowledged); the rest is published again next cycle — a
 duplicate message is harmless, the worker's claim decides.
+
+A broker that goes silent (black-holed, not refusing) must not freeze the beat
+(issue 16): on RabbitMQ every call is bounded by `io_timeout_s` — the TCP
+connect and the AMQP handshake (connect_timeout), each write and read
+(socket read/write timeouts, which also bound the close handshake after a
+failure) and each wait for confirms — and while a confirm window is open the
+publisher calls `keepalive()`, with which the beat renews its leases: a beat
+that cannot publish keeps its partitions (its admitted rows stay queued and
+are retried, or re-published by the sweep), it does not lose them to a
+takeover that would find the same broker silent.
 """
 
 from __future__ import annotations
@@ -16,6 +26,7 @@ import contextlib
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from django.conf import settings
@@ -38,8 +49,12 @@ class Publisher(Protocol):
 class _ChunkedPublisher:
     """What both transports share: the envelope, the span and the failure handling."""
 
-    def __init__(self, *, beat: str) -> None:
+    def __init__(
+        self, *, beat: str, io_timeout_s: float = 5.0, keepalive: Callable[[], None] | None = None
+    ) -> None:
         self.beat = beat
+        self.io_timeout_s = io_timeout_s
+        self._keepalive = keepalive or (lambda: None)
         self._template: tuple[dict[str, Any], dict[str, Any], Any] | None = None
         self._declared: set[str] = set()
         self._trace_headers: dict[str, Any] = {}
@@ -113,6 +128,7 @@ class RedisPublisher(_ChunkedPublisher):
         with app.producer_or_acquire() as producer:
             for start in range(0, len(items), CHUNK_SIZE):
                 chunk = items[start : start + CHUNK_SIZE]
+                self._keepalive()  # a burst of many chunks does not outlast the lease
                 # The batch flushes on a clean exit; on an error nothing of the
                 # chunk counts as sent and its rows are published again later
                 # (a duplicate message is harmless: the worker's claim decides).
@@ -131,14 +147,23 @@ class AmqpPublisher(_ChunkedPublisher):
     counts as sent only once the broker acknowledged all of it.
     """
 
-    def __init__(self, *, beat: str) -> None:
-        super().__init__(beat=beat)
+    def __init__(
+        self, *, beat: str, io_timeout_s: float = 5.0, keepalive: Callable[[], None] | None = None
+    ) -> None:
+        super().__init__(beat=beat, io_timeout_s=io_timeout_s, keepalive=keepalive)
         self._amqp: tuple[Any, Any, dict[str, int], list[int]] | None = None
 
     def _connect(self) -> tuple[Any, Any, dict[str, int], list[int]]:
         from kombu import Connection, Producer
 
-        conn = Connection(settings.CELERY_BROKER_URL, connect_timeout=5)
+        io = self.io_timeout_s
+        # connect_timeout bounds the TCP connect and the AMQP handshake; the socket
+        # timeouts bound every later write and read, the close handshake included.
+        conn = Connection(
+            settings.CELERY_BROKER_URL,
+            connect_timeout=io,
+            transport_options={"read_timeout": io, "write_timeout": io},
+        )
         channel: Any = conn.default_channel  # py-amqp channel: confirm_select, events
         channel.confirm_select()
         state = {"acked": 0, "nacked": 0}
@@ -167,7 +192,10 @@ class AmqpPublisher(_ChunkedPublisher):
             while state["acked"] < tag[0] and not state["nacked"]:
                 if time.monotonic() > deadline:
                     raise TimeoutError("publisher confirms did not arrive within 30 s")
-                conn.drain_events(timeout=5)
+                # Leases are renewed while the broker takes its time (never inside a
+                # transaction: publishing follows the admission's commit).
+                self._keepalive()
+                conn.drain_events(timeout=self.io_timeout_s)
             if state["nacked"]:
                 raise RuntimeError(f"broker refused messages (nack up to tag {state['nacked']})")
             sent.extend(chunk)
@@ -186,9 +214,14 @@ class AmqpPublisher(_ChunkedPublisher):
         self._amqp = None
 
 
-def publisher_for(broker_url: str, *, beat: str) -> Publisher:
+def publisher_for(
+    broker_url: str,
+    *,
+    beat: str,
+    io_timeout_s: float = 5.0,
+    keepalive: Callable[[], None] | None = None,
+) -> Publisher:
     from config.celery_app import is_amqp
 
-    if is_amqp(broker_url):
-        return AmqpPublisher(beat=beat)
-    return RedisPublisher(beat=beat)
+    kind = AmqpPublisher if is_amqp(broker_url) else RedisPublisher
+    return kind(beat=beat, io_timeout_s=io_timeout_s, keepalive=keepalive)
