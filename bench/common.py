@@ -26,11 +26,12 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from dispatch.models import BeatNode, SchedulerPartition
+from dispatch.queues import queue_name, queues_of
 from tenants.models import AuditEvent, Tenant, TenantQuota
 
 # Nothing else is routed to this queue while a bench runs on an environment of its own.
-BENCH_QUEUE = "low.long"
-SHORT_QUEUES = ("high.short", "default.short", "low.short")
+BENCH_QUEUE = queue_name("low", "long")
+SHORT_QUEUES = queues_of("short")
 # A placeholder target for rows that are published but never run (no worker consumes them).
 IDLE_TARGET = {"type": "http", "url": "https://bench.internal/", "timeout_s": 30}
 # Seconds per row assumed for INSERT … SELECT when choosing how far ahead due times must lie.

@@ -88,7 +88,8 @@ def _raw_claim_batches(batch: int) -> int:
 
 
 def run(n: int, noop_n: int) -> dict[str, Any]:
-    from dispatch.scheduler.beat import Beat, BeatConfig, Pending
+    from dispatch.scheduler.firing import Pending
+    from dispatch.scheduler.loop import Beat, BeatConfig
 
     tenant = bench_tenant(n)
     name = f"bench-limits-{uuid.uuid4().hex[:6]}"

@@ -113,7 +113,7 @@ def _idle(tenant_id: int, n: int, *, offset: int) -> None:
 
 
 def _cycles(tenant_id: int, due_ids: list[Any], cycles: int) -> dict[str, Any]:
-    from dispatch.scheduler.beat import Beat, BeatConfig
+    from dispatch.scheduler.loop import Beat, BeatConfig
 
     name = "bench-scale"
     beat = Beat(BeatConfig.from_settings(name=name, sweep_interval_s=0.0))

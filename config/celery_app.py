@@ -11,6 +11,7 @@ from kombu import Queue
 from kombu.utils.scheduling import priority_cycle
 
 from config import embedded
+from dispatch.queues import PRIORITIES, amqp_queue_name, split_queue_name
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 embedded.acquire()
@@ -49,13 +50,12 @@ def _telemetry_after_fork(**_: object) -> None:
 # --- priorities between queues ----------------------------------------------------------
 # A worker consuming high.short,default.short,low.short must drain high before
 # default before low. Celery's default is to round-robin its queues (H L H L…).
-PRIORITIES = ("high", "default", "low")
 # RabbitMQ: message priorities in one priority queue per duration class (higher first).
-AMQP_PRIORITY = {"high": 2, "default": 1, "low": 0}
+AMQP_PRIORITY = {p: len(PRIORITIES) - 1 - i for i, p in enumerate(PRIORITIES)}
 
 
 def _rank(name: str) -> int:
-    prefix = name.split(".", 1)[0]
+    prefix = split_queue_name(name)[0]
     return PRIORITIES.index(prefix) if prefix in PRIORITIES else len(PRIORITIES)
 
 
@@ -91,11 +91,11 @@ def amqp_queue(name: str) -> tuple[Queue, int | None]:
     so the priorities of one duration class share one priority queue
     (`x-max-priority`) and the message priority carries the level.
     """
-    prefix, _, duration = name.partition(".")
+    prefix, duration = split_queue_name(name)
     if prefix not in AMQP_PRIORITY or not duration:
         return Queue(name, durable=True, auto_delete=False), None
     queue = Queue(
-        f"dispatch.{duration}",
+        amqp_queue_name(duration),
         durable=True,
         auto_delete=False,
         queue_arguments={"x-max-priority": max(AMQP_PRIORITY.values())},

@@ -14,6 +14,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from config import embedded
 from config.env import get, get_bool, get_int, get_list
+from dispatch.queues import DEFAULT_QUEUE
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = embedded.data_dir()
@@ -238,7 +239,7 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     # RabbitMQ uses a priority queue instead (config/celery_app.py).
     "queue_order_strategy": "config.celery_app:PriorityOrder",
 }
-CELERY_TASK_DEFAULT_QUEUE = "default.short"
+CELERY_TASK_DEFAULT_QUEUE = DEFAULT_QUEUE
 
 # --- Scheduling ---
 SCHEDULER_PARTITIONS = get_int("SCHEDULER_PARTITIONS", 16)

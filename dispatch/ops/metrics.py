@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
+from dispatch.queues import ALL_QUEUES
 from dispatch.sql import sql
 from dispatch.states import Trigger
 
@@ -29,7 +30,7 @@ WINDOW_S = 15 * 60
 DAY_S = 24 * 3600
 # A beat is alive while its heartbeat is younger than this.
 BEAT_ALIVE_S = 30
-QUEUES = [f"{p}.{d}" for p in ("high", "default", "low") for d in ("short", "long")]
+QUEUES = list(ALL_QUEUES)
 # Lag histograms measure promptness for occurrences fired at their due time:
 # catch-up runs (late on purpose) and manual runs are left out (as on /ops).
 LAG_EXCLUDED = [str(Trigger.CATCH_UP.value), str(Trigger.MANUAL.value)]

@@ -7,8 +7,8 @@ fencing token in the same statement, so whatever the lost worker writes later
 matches no row. A job that kills its worker every time therefore ends `dead`
 after exactly max_attempts attempts, never in a redelivery loop.
 
-Called by the beat every cycle (`sweep_expired_leases(partitions=[...])`).
-Due-ness uses the database clock only.
+Called by the beat every sweep (`sweep_expired_leases(partitions=[...])`), inside
+the transaction that fenced those partitions. Due-ness uses the database clock only.
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ import socket
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 
 from dispatch.models import ExecutionEvent
-from dispatch.scheduler import dependencies
-from dispatch.sql import queries
+from dispatch.scheduler import dependencies, store
+from dispatch.states import ExecutionState
 from dispatch.targets.runtime import clip
 from dispatch.timing import retry
 from dispatch.worker import alerts
@@ -42,81 +42,58 @@ def sweep_expired_leases(*, partitions: list[int] | None, limit: int = 500) -> i
 
     `partitions` restricts the sweep to those partitions (None = all). Rows
     another sweeper is handling are skipped (SKIP LOCKED). Returns how many
-    executions were moved.
+    executions were moved. Inside a caller's transaction (the beat's fenced
+    sweep) it joins it, without a savepoint of its own: its writes commit with
+    the fence or not at all.
     """
     grace = settings.EXECUTION_BACKSTOP_GRACE_S
     actor = _actor()
-    with transaction.atomic():
-        with connection.cursor() as cur:
-            cur.execute(
-                queries["sweep_lock_expired"],
-                {
-                    "grace_s": grace,
-                    "all_partitions": partitions is None,
-                    "partitions": list(partitions or []),
-                    "limit": limit,
-                },
-            )
-            rows = cur.fetchall()
+    with transaction.atomic(savepoint=False):
+        rows = store.sweep_lock_expired(grace_s=grace, partitions=partitions, limit=limit)
         if not rows:
             return 0
         plans: dict[str, dict[str, Any]] = {}
-        for (
-            execution_id,
-            tenant_id,
-            schedule_id,
-            attempt,
-            token,
-            owner,
-            lease_expires_at,
-            _started_at,
-            retry_raw,
-            timeout_s,
-            lease_expired,
-        ) in rows:
+        for run in rows:
+            retry_raw, owner, token = run.retry, run.lease_owner, run.fencing_token
             pol = retry.policy(json.loads(retry_raw) if isinstance(retry_raw, str) else retry_raw)
-            if lease_expired:
+            if run.lease_expired:
                 code = "lease_expired"
                 why = (
                     f"lease of worker {owner or '?'} (token {token}) expired at "
-                    f"{lease_expires_at:%H:%M:%S} UTC without a heartbeat"
+                    f"{run.lease_expires_at:%H:%M:%S} UTC without a heartbeat"
                 )
             else:
                 code = "backstop_timeout"
                 why = (
-                    f"still running {timeout_s} s + {grace} s grace after it started "
+                    f"still running {run.timeout_s} s + {grace} s grace after it started "
                     f"(worker {owner or '?'}, token {token}); treated as hung"
                 )
-            dead = retry.exhausted(pol, attempt)
-            plans[str(execution_id)] = {
-                "tenant_id": tenant_id,
-                "schedule_id": schedule_id,
-                "attempt": attempt,
+            dead = retry.exhausted(pol, run.attempt)
+            plans[str(run.id)] = {
+                "tenant_id": run.tenant_id,
+                "schedule_id": run.schedule_id,
+                "attempt": run.attempt,
                 "token": token,
-                "state": "dead" if dead else "retry_scheduled",
-                "delay": 0.0 if dead else retry.backoff_s(pol, attempt),
+                "state": ExecutionState.DEAD if dead else ExecutionState.RETRY_SCHEDULED,
+                "delay": 0.0 if dead else retry.backoff_s(pol, run.attempt),
                 "code": code,
                 "why": why,
                 "max": int(pol["max_attempts"]),
             }
         ids = list(plans)
-        with connection.cursor() as cur:
-            cur.execute(
-                queries["sweep_apply"],
-                {
-                    "ids": ids,
-                    "tokens": [plans[i]["token"] for i in ids],
-                    "states": [plans[i]["state"] for i in ids],
-                    "delays": [plans[i]["delay"] for i in ids],
-                    "codes": [plans[i]["code"] for i in ids],
-                    "reasons": [
-                        f"attempt {plans[i]['attempt']} timed out: {plans[i]['why']}"
-                        + (" — attempts exhausted" if plans[i]["state"] == "dead" else "")
-                        for i in ids
-                    ],
-                },
-            )
-            applied = {str(row[0]): (row[1], row[2]) for row in cur.fetchall()}
+        swept = store.sweep_apply(
+            ids=ids,
+            tokens=[plans[i]["token"] for i in ids],
+            states=[str(plans[i]["state"]) for i in ids],
+            delays=[plans[i]["delay"] for i in ids],
+            codes=[plans[i]["code"] for i in ids],
+            reasons=[
+                f"attempt {plans[i]['attempt']} timed out: {plans[i]['why']}"
+                + (" — attempts exhausted" if plans[i]["state"] == ExecutionState.DEAD else "")
+                for i in ids
+            ],
+        )
+        applied = {str(row.id): (row.attempt, row.fencing_token) for row in swept}
         events: list[ExecutionEvent] = []
         for execution_id, (attempt_now, token_now) in applied.items():
             plan = plans[execution_id]
@@ -139,7 +116,7 @@ def sweep_expired_leases(*, partitions: list[int] | None, limit: int = 500) -> i
                     **base,
                 )
             )
-            if plan["state"] == "dead":
+            if plan["state"] == ExecutionState.DEAD:
                 events.append(
                     ExecutionEvent(
                         kind="dead",
@@ -162,7 +139,7 @@ def sweep_expired_leases(*, partitions: list[int] | None, limit: int = 500) -> i
                     )
                 )
         ExecutionEvent.objects.bulk_create(events)
-        buried = [eid for eid in applied if plans[eid]["state"] == "dead"]
+        buried = [eid for eid in applied if plans[eid]["state"] == ExecutionState.DEAD]
         if buried:
             dependencies.propagate(execution_ids=buried)
     if applied:

@@ -8,6 +8,11 @@
 -- when the statement started), not clock_timestamp(): a volatile function
 -- cannot be an index bound, and the due index would be read in full.
 
+-- name: beat_session_limits
+-- A beat's session: a beat paused inside a transaction must not keep rows locked (RELIABILITY.md).
+SELECT set_config('idle_in_transaction_session_timeout', %(idle_ms)s, false) AS idle_timeout,
+       set_config('statement_timeout', %(statement_timeout)s, false) AS statement_timeout
+
 -- name: beat_register
 -- Register or refresh this beat (liveness for operators, fair-share arithmetic).
 INSERT INTO dispatch_beatnode (name, hostname, pid, started_at, heartbeat_at, partitions,
@@ -129,8 +134,8 @@ WITH due AS (
     RETURNING 1
 )
 -- Skipped ones are returned: their dependents are skipped too, naming them.
-SELECT (SELECT count(*) FROM advanced), (SELECT count(*) FROM inserted),
-       (SELECT COALESCE(array_agg(id), '{}') FROM inserted WHERE state = 'skipped')
+SELECT (SELECT count(*) FROM advanced) AS claimed, (SELECT count(*) FROM inserted) AS fired,
+       (SELECT COALESCE(array_agg(id), '{}') FROM inserted WHERE state = 'skipped') AS skipped_ids
 
 -- name: due_schedules
 -- Due schedules of our partitions, claimed with SKIP LOCKED so racing beats never block or double-fire.
@@ -155,7 +160,7 @@ SELECT e.schedule_id, e.id, e.state, e.scheduled_for,
        COALESCE(e.next_attempt_at, e.due_at) <= statement_timestamp() AS due, e.trigger
 FROM dispatch_execution e
 WHERE e.schedule_id = ANY(%(ids)s::uuid[])
-  AND e.state IN ('scheduled', 'queued', 'running', 'retry_scheduled')
+  AND e.state = ANY(%(active)s::text[])
   AND NOT EXISTS (SELECT 1 FROM unnest(%(candidates)s::uuid[]) AS c(id) WHERE c.id = e.id)
 
 -- name: mark_overlap_skipped
@@ -171,7 +176,7 @@ RETURNING e.id
 UPDATE dispatch_execution
 SET state = 'cancelled', fencing_token = fencing_token + 1, finished_at = clock_timestamp(),
     reason_code = 'replaced', reason = 'cancelled: replaced by a newer occurrence (overlap replace)'
-WHERE id = ANY(%(ids)s::uuid[]) AND state IN ('scheduled', 'queued', 'running', 'retry_scheduled')
+WHERE id = ANY(%(ids)s::uuid[]) AND state = ANY(%(active)s::text[])
 RETURNING id, schedule_id, tenant_id
 
 -- name: insert_executions
@@ -223,13 +228,13 @@ ORDER BY q.tenant_id
 FOR NO KEY UPDATE OF q
 
 -- name: tenant_inflight
--- Per tenant: cap, fair-share weight, daily quota, and (capped tenants only) queued +
--- running executions. Run after admission_lock_tenants, as its own statement: its
+-- Per tenant: cap, fair-share weight, daily quota, and (capped tenants only) in-flight
+-- executions (dispatch.states.IN_FLIGHT_STATES: queued + running). Run after admission_lock_tenants, as its own statement: its
 -- snapshot then includes every admission committed by whoever held the lock before.
 SELECT t.id, t.slug, q.max_concurrent, q.weight,
        CASE WHEN q.max_concurrent > 0 THEN
            (SELECT count(*) FROM dispatch_execution e
-             WHERE e.tenant_id = t.id AND e.state IN ('queued', 'running'))
+             WHERE e.tenant_id = t.id AND e.state = ANY(%(in_flight)s::text[]))
        ELSE 0 END AS inflight,
        q.max_executions_per_day
 FROM tenants_tenant t
@@ -237,8 +242,8 @@ JOIN tenants_tenantquota q ON q.tenant_id = t.id
 WHERE t.id = ANY(%(tenant_ids)s::bigint[])
 
 -- name: inflight_total
--- Queued + running executions of every tenant (DISPATCH_MAX_INFLIGHT), under admission_lock_global.
-SELECT count(*) FROM dispatch_execution WHERE state IN ('queued', 'running')
+-- In-flight executions (queued + running) of every tenant (DISPATCH_MAX_INFLIGHT), under admission_lock_global.
+SELECT count(*) FROM dispatch_execution WHERE state = ANY(%(in_flight)s::text[])
 
 -- name: admit_executions
 -- Admission, before publishing: the rows become queued (they take their slot) in the
@@ -307,7 +312,7 @@ RETURNING id, schedule_id, tenant_id
 -- name: paused_upstreams_due
 -- Paused cron schedules of our partitions that live, unpaused dependents wait on, with
 -- occurrences past their grace not yet recorded: the beat records those that resuming
--- would skip anyway, as they fall due (see Beat.record_paused). Driven from the
+-- would skip anyway, as they fall due (see firing.record_paused). Driven from the
 -- dependency links, so the cost follows the dependency edges, not every paused schedule.
 SELECT s.id, s.tenant_id, s.partition, s.kind, s.cron, s.timezone, s.run_at, s.next_run_at,
        s.misfire, s.misfire_grace_s, s.catch_up_limit, s.jitter_s, s.overlap, s.created_at,

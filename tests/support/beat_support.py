@@ -9,7 +9,7 @@ from typing import Any
 
 from django.conf import settings
 
-from dispatch.scheduler.beat import Beat, BeatConfig
+from dispatch.scheduler.loop import Beat, BeatConfig
 from tests.support.worker_support import purge
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from dispatch.scheduler.beat import Beat, BeatConfig
+from dispatch.scheduler.loop import Beat, BeatConfig
 
 
 class Command(BaseCommand):

@@ -20,6 +20,7 @@ from django.core.management import call_command, get_commands
 from django.core.management.base import BaseCommand, CommandParser
 
 from dispatch import demo as demo_data
+from dispatch.queues import queues_of
 from tenants.management.commands.bootstrap_demo import DemoAccess, ensure_demo
 
 
@@ -85,10 +86,8 @@ class Command(BaseCommand):
             seeded = demo_data.seed(access.tenant, f"http://{receiver}")
             procs["demo-receiver"] = [py, "-m", "dispatch.demo", str(port)]
         procs["web"] = [py, "manage.py", "runserver", opts["bind"], "--noreload", "--skip-checks"]
-        for name, queues, concurrency in (
-            ("short", "high.short,default.short,low.short", "2"),
-            ("long", "high.long,default.long,low.long", "1"),
-        ):
+        for name, concurrency in (("short", "2"), ("long", "1")):
+            queues = ",".join(queues_of(name))
             procs[f"worker-{name}"] = [
                 celery,
                 "-A",

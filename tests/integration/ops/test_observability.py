@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from config.logs import JsonFormatter, log_context
 from dispatch import services
 from dispatch.models import Execution
-from dispatch.scheduler.beat import Beat, BeatConfig
+from dispatch.scheduler.loop import Beat, BeatConfig
 from tenants.roles import Principal
 
 TARGET = {"type": "http", "url": "https://billing.internal/hook"}

@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from config import telemetry
 from dispatch import services
 from dispatch.models import Execution
-from dispatch.scheduler.beat import Beat, BeatConfig
+from dispatch.scheduler.loop import Beat, BeatConfig
 from dispatch.worker import runner
 from tenants.roles import Principal
 from tests.support.ledger import Ledger

@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 import redis
 from django.conf import settings
+from django.db import connection
 
 from dispatch import services
 from dispatch.models import Execution, ExecutionEvent, Schedule, SchedulerPartition
-from dispatch.scheduler.beat import Beat
+from dispatch.scheduler.loop import Beat
 from dispatch.timing import cron
 from tenants.models import AuditEvent, Tenant
 from tenants.roles import Principal
@@ -345,6 +346,52 @@ def test_a_fenced_out_beat_writes_nothing(beat: Beat, admin_principal: Principal
     assert not Execution.objects.filter(schedule=s).exists()
     assert beat.owned == {}
     assert beat.counters.stale_writes_rejected == 1
+
+
+def expired_run(principal: Principal) -> Execution:
+    """A running execution whose worker's lease lapsed a minute ago (the worker died)."""
+    ex = services.schedule_trigger(
+        actor=principal, schedule_id=make(principal, cron="0 0 1 1 *").id
+    )
+    Execution.objects.filter(pk=ex.pk).update(
+        state="running",
+        fencing_token=1,
+        lease_owner="gone:1",
+        started_at=db_now() - timedelta(minutes=2),
+        lease_expires_at=db_now() - timedelta(minutes=1),
+    )
+    return ex
+
+
+def test_the_lease_sweep_writes_under_the_partition_fence(
+    beat: Beat, admin_principal: Principal
+) -> None:
+    """The rescue of an expired lease commits in the transaction that share-locked its
+    partition at our epoch, so no takeover can commit between the fence and the rescue:
+    the swept row was written by the same transaction id that holds the partition lock."""
+    beat.maintain_leases()
+    ex = expired_run(admin_principal)
+    assert beat.sweep() == 1
+    ex.refresh_from_db()
+    assert ex.state == "retry_scheduled" and ex.reason_code == "lease_expired"
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT e.xmin::text, p.xmax::text FROM dispatch_execution e "
+            "JOIN dispatch_schedulerpartition p ON p.number = e.partition WHERE e.id = %s",
+            [ex.pk],
+        )
+        written_by, fenced_by = cur.fetchone()
+    assert written_by == fenced_by
+
+
+def test_a_fenced_out_beat_rescues_no_expired_lease(beat: Beat, admin_principal: Principal) -> None:
+    beat.maintain_leases()
+    ex = expired_run(admin_principal)
+    SchedulerPartition.objects.update(owner="usurper", epoch=models_F("epoch") + 1)
+    assert beat.sweep() == 0
+    ex.refresh_from_db()
+    assert ex.state == "running" and ex.fencing_token == 1
+    assert beat.owned == {} and beat.counters.stale_writes_rejected == 1
 
 
 def models_F(name: str) -> Any:

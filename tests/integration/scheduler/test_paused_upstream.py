@@ -13,7 +13,8 @@ import pytest
 
 from dispatch import explain, services
 from dispatch.models import Execution, ExecutionEvent, Schedule
-from dispatch.scheduler.beat import PAUSED_RECORD_LIMIT, Beat
+from dispatch.scheduler.firing import PAUSED_RECORD_LIMIT
+from dispatch.scheduler.loop import Beat
 from dispatch.timing import cron
 from tenants.roles import Principal
 from tests.support.worker_support import db_now

@@ -14,7 +14,7 @@ from django.test import Client
 
 from dispatch import selectors, services
 from dispatch.models import Execution, Schedule
-from dispatch.scheduler.beat import Beat
+from dispatch.scheduler.loop import Beat
 from tenants.roles import Principal
 from tests.support.rows import execution_row
 from tests.support.worker_support import db_now

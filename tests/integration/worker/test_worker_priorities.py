@@ -14,7 +14,8 @@ import pytest
 from django.conf import settings as django_settings
 
 from dispatch.models import Execution, Schedule
-from dispatch.scheduler.beat import Beat, BeatConfig, Pending
+from dispatch.scheduler.firing import Pending
+from dispatch.scheduler.loop import Beat, BeatConfig
 from tenants.roles import Principal
 from tests.support.ledger import Ledger
 from tests.support.procs import processes, wait_for, worker_cmd

@@ -1,0 +1,448 @@
+"""The beat: a scheduler shard.
+
+A beat leases a fair share of the due index's partitions, and each cycle
+  1. renews its leases and heartbeats, handing over or taking partitions to keep
+     its fair share (partitions.py);
+  2. fires: claims due schedules of its partitions (FOR UPDATE SKIP LOCKED),
+     creates their executions (INSERT … ON CONFLICT DO NOTHING) and advances
+     next_run_at, in one transaction fenced by its partition epochs (firing.py);
+  3. loads executions due within the lookahead into an in-memory heap;
+  4. at each one's due time (database clock) decides the overlap policy, admits
+     it against the tenant's and the platform's in-flight caps (marking it queued,
+     in one fenced transaction that serialises admission across beats:
+     admission.py), then publishes what it admitted to the Celery queue
+     `{priority}.{duration}` (publish.py);
+  5. sweeps: re-publishes queued rows nobody claimed, rescues expired worker
+     leases (sweeper.py), resumes schedules whose pause ended, and now and then
+     purges expired history (retention.py).
+Any number of beats run side by side; they coordinate only through PostgreSQL
+(every statement: store.py). Each step of `cycle()` returns how much it did.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import logging
+import os
+import select
+import signal
+import socket
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from django.conf import settings
+from django.db import connection, transaction
+
+from config import telemetry
+from core import faults
+from core.db import db_clock
+from dispatch.queues import DEFAULT_QUEUE
+from dispatch.scheduler import firing, retention, store, sweeper
+from dispatch.scheduler.admission import Admission
+from dispatch.scheduler.firing import Pending
+from dispatch.scheduler.partitions import Partitions
+from dispatch.scheduler.publish import Publisher, publisher_for
+from dispatch.services import WAKE_CHANNEL
+
+log = logging.getLogger("dispatch.beat")
+
+
+@dataclass
+class Counters:
+    fired: int = 0
+    skipped: int = 0
+    published: int = 0
+    republished: int = 0
+    stale_writes_rejected: int = 0
+
+
+@dataclass
+class BeatConfig:
+    name: str
+    partitions: int = 16
+    lease_ttl_s: float = 10.0
+    cycle_s: float = 1.0
+    lookahead_s: float = 10.0
+    batch: int = 1000
+    queued_republish_s: float = 60.0
+    sweep_interval_s: float = 2.0
+    max_inflight: int = 0  # 0: no global cap
+
+    @classmethod
+    def from_settings(cls, **overrides: Any) -> BeatConfig:
+        values: dict[str, Any] = {
+            "name": f"beat-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}",
+            "partitions": settings.SCHEDULER_PARTITIONS,
+            "lease_ttl_s": settings.BEAT_LEASE_TTL_S,
+            "cycle_s": settings.BEAT_CYCLE_S,
+            "lookahead_s": settings.BEAT_LOOKAHEAD_S,
+            "batch": settings.BEAT_BATCH,
+            "queued_republish_s": settings.QUEUED_REPUBLISH_S,
+            "sweep_interval_s": settings.SWEEP_INTERVAL_S,
+            "max_inflight": settings.DISPATCH_MAX_INFLIGHT,
+        }
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+
+class Beat:
+    def __init__(self, config: BeatConfig) -> None:
+        self.cfg = config
+        self.partitions = Partitions(config, on_drop=self._forget, on_fenced=self._fenced)
+        self.admission = Admission(config)
+        self.heap: list[Pending] = []
+        self.in_heap: set[str] = set()
+        self.counters = Counters()
+        self._reported = Counters()
+        self.stopping = False
+        self.clock_offset = 0.0  # database clock minus local clock, seconds
+        self._last_sweep = 0.0
+        self._last_retention = 0.0
+        self._renewed_at = 0.0
+        self._listen: psycopg.Connection[Any] | None = None
+        self._publishers: dict[str, Publisher] = {}
+        # Admitted (queued in the database) but not yet on the broker: retried first.
+        self._unsent: list[Pending] = []
+
+    @property
+    def owned(self) -> dict[int, int]:
+        """partition -> epoch granted to us"""
+        return self.partitions.owned
+
+    # --- lifecycle -----------------------------------------------------------------
+
+    def start(self) -> None:
+        self._configure_session()
+        store.ensure_partitions(count=self.cfg.partitions)
+        store.register_beat(name=self.cfg.name, hostname=socket.gethostname(), pid=os.getpid())
+        self._open_listener()
+        from config.celery_app import app
+
+        app.amqp.queues  # noqa: B018 - load Celery's producer machinery before the first due time
+        log.info(
+            "beat %s started (%d partitions, lease %.1fs)",
+            self.cfg.name,
+            self.cfg.partitions,
+            self.cfg.lease_ttl_s,
+        )
+
+    def run(self) -> None:
+        signal.signal(signal.SIGTERM, self._stop)
+        signal.signal(signal.SIGINT, self._stop)
+        self.start()
+        try:
+            while not self.stopping:
+                self.cycle()
+                self._wait()
+        finally:
+            self.shutdown()
+
+    def _stop(self, *_: Any) -> None:
+        self.stopping = True
+
+    def shutdown(self) -> None:
+        """Give partitions up so another beat takes them at once instead of after lease expiry."""
+        try:
+            released = self.partitions.release_all()
+            if released:
+                log.info("beat %s released partitions %s", self.cfg.name, released)
+            self.report_counters()
+            store.beat_stopped(name=self.cfg.name)
+        except Exception:
+            log.exception("beat %s: error during shutdown", self.cfg.name)
+        if self._listen is not None:
+            self._listen.close()
+
+    # --- one cycle -------------------------------------------------------------------
+
+    def cycle(self) -> None:
+        """One pass: leases, firing, loading, publishing, sweeping. Safe to call repeatedly."""
+        with telemetry.tracer.start_as_current_span("beat.cycle") as span:
+            span.set_attribute("scheduler.beat", self.cfg.name)
+            try:
+                self._sync_clock()
+                self.maintain_leases()
+                if self.owned:
+                    self.fire_all_due()
+                    self.load_pending()
+                    self.publish_due()
+                    self.sweep_when_due()
+                self.report_counters()
+            except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+                log.warning("beat %s: database unavailable (%s); retrying", self.cfg.name, exc)
+                self._reset_connection()
+            except Exception as exc:
+                # Django wraps driver errors; the same reconnect applies to them.
+                if exc.__class__.__module__.startswith("django.db"):
+                    log.warning("beat %s: database error (%s); retrying", self.cfg.name, exc)
+                    self._reset_connection()
+                else:
+                    raise
+
+    def maintain_leases(self) -> int:
+        """Renew, heartbeat, then hand over or take partitions: partitions lost or changed."""
+        lost = self.partitions.renew()
+        self._renewed_at = time.monotonic()
+        live = store.heartbeat(**self._heartbeat_params())
+        return lost + self.partitions.rebalance(live)
+
+    def fire_all_due(self) -> int:
+        """Fire batch after batch until the due set is drained: schedules claimed."""
+        claimed = 0
+        while True:
+            batch = self.fire_due()
+            claimed += batch
+            if batch < self.cfg.batch:
+                return claimed
+
+    def fire_due(self) -> int:
+        """One firing batch (one fenced transaction): schedules claimed."""
+        with telemetry.tracer.start_as_current_span("beat.claim_batch") as span:
+            claimed, fired = firing.fire_due(
+                self.partitions, lookahead_s=self.cfg.lookahead_s, batch=self.cfg.batch
+            )
+            self.counters.fired += fired
+            span.set_attribute("scheduler.claimed", claimed)
+            return claimed
+
+    def load_pending(self) -> int:
+        """Executions due within the lookahead into the heap: how many were new."""
+        loaded = 0
+        for item in firing.load_pending(
+            sorted(self.owned), lookahead_s=self.cfg.lookahead_s, limit=self.cfg.batch * 10
+        ):
+            if item.id in self.in_heap:
+                continue
+            self.in_heap.add(item.id)
+            heapq.heappush(self.heap, item)
+            loaded += 1
+        return loaded
+
+    def publish_due(self) -> int:
+        """Admit what is due now and publish it: messages published."""
+        now = self.db_time()
+        ready: list[Pending] = []
+        while self.heap and self.heap[0].due <= now:
+            item = heapq.heappop(self.heap)
+            self.in_heap.discard(item.id)
+            if item.partition in self.owned:
+                ready.append(item)
+        # What was admitted but could not be published last time keeps its slot: no
+        # second admission, just another try (a duplicate message would be harmless).
+        retry = [p for p in self._unsent if p.partition in self.owned]
+        self._unsent = []
+        admitted = self.admission.admit(ready, self.partitions, now=now) if ready else []
+        to_send = retry + admitted
+        if not to_send:
+            return 0
+        published = self._publish(to_send)
+        if published:
+            faults.crash_at("after_publish")
+        sent = {p.id for p in published}
+        self._unsent = [p for p in to_send if p.id not in sent]
+        self.counters.published += len(published)
+        return len(published)
+
+    def sweep_when_due(self) -> int:
+        """Every sweep interval: the sweep, then retention when it is due."""
+        if time.monotonic() - self._last_sweep < self.cfg.sweep_interval_s:
+            return 0
+        swept = self.sweep()
+        self._last_sweep = time.monotonic()
+        return swept + self.maybe_retention()
+
+    def sweep(self) -> int:
+        """Lost messages re-published, pause ends, paused occurrences recorded, expired
+        worker leases rescued: rows handled.
+
+        Every write of the sweep is made in the transaction that fenced the
+        partitions (README, fencing): a takeover cannot commit between the fence
+        and a rescue, so a beat paused past its lease rescues nothing afterwards.
+        """
+        with transaction.atomic():
+            numbers = self.partitions.fence()
+            if not numbers:
+                return 0
+            stale = store.stale_queued(
+                numbers=numbers, timeout=self.cfg.queued_republish_s, limit=self.cfg.batch
+            )
+            resumed = store.auto_resume(numbers=numbers)
+            if resumed:
+                store.record_events(
+                    (
+                        r.id,
+                        r.tenant_id,
+                        None,
+                        "resumed",
+                        "resumed automatically: the pause's end time passed",
+                    )
+                    for r in resumed
+                )
+                store.audit_auto_resumed(resumed)
+            recorded = firing.record_paused(self.partitions, numbers, batch=self.cfg.batch)
+            rescued = sweeper.sweep_expired_leases(partitions=numbers)
+        republished = 0
+        if stale:
+            again = [
+                Pending(0, str(r.id), r.attempt, r.queue or DEFAULT_QUEUE, 0, -1) for r in stale
+            ]
+            republished = len(self._publish(again))
+            self.counters.republished += republished
+            log.info(
+                "beat %s re-published %d queued executions nobody claimed",
+                self.cfg.name,
+                len(stale),
+            )
+        return republished + len(resumed) + recorded + rescued
+
+    def maybe_retention(self) -> int:
+        """One beat (the owner of partition 0) purges expired history now and then:
+        executions purged."""
+        if (
+            0 not in self.owned
+            or time.monotonic() - self._last_retention < settings.RETENTION_INTERVAL_S
+        ):
+            return 0
+        self._last_retention = time.monotonic()
+        archive = Path(settings.RETENTION_ARCHIVE_DIR) if settings.RETENTION_ARCHIVE_DIR else None
+        return retention.purge(now=db_clock(), archive_dir=archive).executions
+
+    def report_counters(self) -> int:
+        """Heartbeat with the counters when they changed: 1 when a heartbeat was written."""
+        if (self.counters.fired, self.counters.published, self.counters.stale_writes_rejected) == (
+            self._reported.fired,
+            self._reported.published,
+            self._reported.stale_writes_rejected,
+        ):
+            return 0
+        store.heartbeat(**self._heartbeat_params())
+        return 1
+
+    # --- the pieces the steps share --------------------------------------------------
+
+    def _publish(self, items: list[Pending]) -> list[Pending]:
+        broker = settings.CELERY_BROKER_URL
+        if broker not in self._publishers:
+            # Each broker call is bounded well inside the lease (a handful of them can
+            # follow each other on a failure), and leases are renewed while it waits.
+            self._publishers[broker] = publisher_for(
+                broker,
+                beat=self.cfg.name,
+                io_timeout_s=max(1.0, min(5.0, self.cfg.lease_ttl_s / 6)),
+                keepalive=self._keep_leases,
+            )
+        return self._publishers[broker].publish(items)
+
+    def _keep_leases(self) -> None:
+        """While publishing waits on the broker: renew once a third of the lease has
+        passed since the last renewal, so a slow or silent broker cannot cost the
+        partitions."""
+        if time.monotonic() - self._renewed_at < self.cfg.lease_ttl_s / 3:
+            return
+        try:
+            self.partitions.renew()
+        except Exception as exc:
+            # The cycle's own renewal reports and recovers the database; publishing goes on.
+            log.warning("beat %s: lease renewal while publishing failed (%s)", self.cfg.name, exc)
+        self._renewed_at = time.monotonic()
+
+    def _fair_share(self, live: list[str]) -> int:
+        return self.partitions.fair_share(live)
+
+    def _fenced(self) -> None:
+        self.counters.stale_writes_rejected += 1
+
+    def _forget(self, number: int) -> None:
+        """A partition given up or lost: the next owner's sweep re-publishes its
+        admitted executions (they are queued, unclaimed), and loads the rest."""
+        self._unsent = [p for p in self._unsent if p.partition != number]
+        kept = [p for p in self.heap if p.partition != number]
+        if len(kept) != len(self.heap):
+            self.heap = kept
+            heapq.heapify(self.heap)
+            self.in_heap = {p.id for p in self.heap}
+
+    def _heartbeat_params(self) -> dict[str, Any]:
+        delta = Counters(
+            fired=self.counters.fired - self._reported.fired,
+            published=self.counters.published - self._reported.published,
+            stale_writes_rejected=self.counters.stale_writes_rejected
+            - self._reported.stale_writes_rejected,
+        )
+        self._reported.fired = self.counters.fired
+        self._reported.published = self.counters.published
+        self._reported.stale_writes_rejected = self.counters.stale_writes_rejected
+        return {
+            "name": self.cfg.name,
+            "partitions": json.dumps(sorted(self.owned)),
+            "rejected": delta.stale_writes_rejected,
+            "fired": delta.fired,
+            "published": delta.published,
+            "ttl": self.cfg.lease_ttl_s,
+        }
+
+    # --- the database session and clock ----------------------------------------------
+
+    def _configure_session(self) -> None:
+        # A beat paused inside a transaction must not keep schedule rows locked:
+        # every other beat would silently skip them (RELIABILITY.md). The server
+        # ends such a session well before the lease could be taken over.
+        idle_ms = max(1000, int(self.cfg.lease_ttl_s * 1000 / 2))
+        store.set_session_limits(idle_ms=idle_ms, statement_timeout="30s")
+
+    def _reset_connection(self) -> None:
+        connection.close()
+        time.sleep(min(2.0, self.cfg.cycle_s))
+        try:
+            self._configure_session()
+        except Exception:
+            return
+        if self._listen is None or self._listen.closed:
+            self._open_listener()
+
+    def _sync_clock(self) -> None:
+        # Due-ness is judged on the database clock (RELIABILITY.md C5); the local
+        # clock only measures intervals, so a skewed host neither fires early nor late.
+        before = time.time()
+        db_now = db_clock().timestamp()
+        after = time.time()
+        self.clock_offset = db_now - (before + after) / 2
+
+    def db_time(self) -> float:
+        return time.time() + self.clock_offset
+
+    # --- waiting -----------------------------------------------------------------------
+
+    def _open_listener(self) -> None:
+        params = connection.get_connection_params()
+        params.pop("cursor_factory", None)
+        params.pop("context", None)
+        try:
+            self._listen = psycopg.connect(**params, autocommit=True)
+            self._listen.execute(f"LISTEN {WAKE_CHANNEL}")
+        except psycopg.Error:
+            log.warning("beat %s: LISTEN unavailable; polling every cycle", self.cfg.name)
+            self._listen = None
+
+    def _wait(self) -> None:
+        timeout = self.cfg.cycle_s
+        if self.heap:
+            timeout = max(0.0, min(timeout, self.heap[0].due - self.db_time()))
+        if timeout <= 0:
+            return
+        if self._listen is None:
+            time.sleep(timeout)
+            return
+        try:
+            ready, _, _ = select.select([self._listen.fileno()], [], [], timeout)
+            if ready:
+                # Drain notifications: any wake-up means "look now".
+                for _ in self._listen.notifies(timeout=0):
+                    pass
+        except (psycopg.Error, OSError, ValueError):
+            self._listen = None

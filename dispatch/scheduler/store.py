@@ -1,0 +1,409 @@
+"""Every statement the scheduler runs, by name.
+
+Thin typed functions over the named statements of `dispatch/sql/beat.sql`
+and `dispatch/sql/sweeper.sql` (run by `dispatch.sql.sql`, core/db.py's
+runner): the rest of the scheduler reads fields by name, never `row[12]`,
+and passes state sets as parameters (`dispatch.states`), never literals.
+The two ORM writes of the beat (its timeline events and the audit row of an
+automatic resume) are here too, so this module is the scheduler's whole
+footprint on the database.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any, NamedTuple
+
+from dispatch.models import ExecutionEvent, Schedule
+from dispatch.services import schedule_snapshot
+from dispatch.sql import sql
+from dispatch.states import ACTIVE_STATES, IN_FLIGHT_STATES, state_values
+from tenants.models import AuditEvent
+
+# (schedule_id, tenant_id, execution_id or None, kind, message): one timeline event.
+Event = tuple[Any, Any, Any, str, str]
+
+
+class Grant(NamedTuple):
+    number: int
+    epoch: int
+
+
+class OneOffFiring(NamedTuple):
+    claimed: int
+    fired: int
+    skipped_ids: list[uuid.UUID]
+
+
+class DueSchedule(NamedTuple):
+    id: uuid.UUID
+    tenant_id: int
+    partition: int
+    kind: str
+    cron: str
+    timezone: str
+    # Typed loosely: NULL where the kind has none (run_at of a cron schedule), but
+    # set on every row the firing statements return for the path that reads it.
+    run_at: Any
+    next_run_at: Any
+    misfire: str
+    misfire_grace_s: int
+    catch_up_limit: int
+    jitter_s: int
+    overlap: str
+    created_at: datetime
+
+
+class PausedUpstream(NamedTuple):
+    schedule: DueSchedule
+    paused_by: str
+    paused_reason: str
+
+
+class Inserted(NamedTuple):
+    id: uuid.UUID
+    state: str
+
+
+class PendingRow(NamedTuple):
+    id: uuid.UUID
+    attempt: int
+    due: datetime
+    priority: str
+    duration_class: str
+    tenant_id: int
+    partition: int
+    schedule_id: uuid.UUID
+    overlap: str
+    scheduled_for: datetime | None
+    trigger: str
+
+
+class ActiveRun(NamedTuple):
+    schedule_id: uuid.UUID
+    id: uuid.UUID
+    state: str
+    scheduled_for: datetime | None
+    due: bool
+    trigger: str
+
+
+class Touched(NamedTuple):
+    """An execution a statement changed, with what its timeline event needs."""
+
+    id: uuid.UUID
+    schedule_id: uuid.UUID
+    tenant_id: int
+
+
+class TenantLimits(NamedTuple):
+    id: int
+    slug: str
+    max_concurrent: int
+    weight: int
+    inflight: int
+    max_executions_per_day: int
+
+
+class StaleQueued(NamedTuple):
+    id: uuid.UUID
+    attempt: int
+    queue: str
+
+
+class Resumed(NamedTuple):
+    id: uuid.UUID
+    tenant_id: int
+    paused_until: datetime | None
+
+
+class ExpiredRun(NamedTuple):
+    id: uuid.UUID
+    tenant_id: int
+    schedule_id: uuid.UUID
+    attempt: int
+    fencing_token: int
+    lease_owner: str
+    lease_expires_at: datetime | None
+    started_at: datetime | None
+    retry: Any
+    timeout_s: int
+    lease_expired: bool
+
+
+class Swept(NamedTuple):
+    id: uuid.UUID
+    attempt: int
+    fencing_token: int
+
+
+# --- the beat's session and registration ----------------------------------------------
+
+
+def set_session_limits(*, idle_ms: int, statement_timeout: str) -> None:
+    sql.rows(
+        "beat_session_limits",
+        {"idle_ms": str(idle_ms), "statement_timeout": statement_timeout},
+    )
+
+
+def register_beat(*, name: str, hostname: str, pid: int) -> None:
+    sql.rows("beat_register", {"name": name, "hostname": hostname, "pid": pid})
+
+
+def heartbeat(
+    *, name: str, partitions: str, rejected: int, fired: int, published: int, ttl: float
+) -> list[str]:
+    """Record counters; the names of the live beats."""
+    live: list[str] = sql.scalar(
+        "beat_heartbeat",
+        {
+            "name": name,
+            "partitions": partitions,
+            "rejected": rejected,
+            "fired": fired,
+            "published": published,
+            "ttl": ttl,
+        },
+    )
+    return list(live)
+
+
+def beat_stopped(*, name: str) -> None:
+    sql.rows("beat_stopped", {"name": name})
+
+
+# --- partitions -----------------------------------------------------------------------
+
+
+def ensure_partitions(*, count: int) -> None:
+    sql.rows("partitions_ensure", {"count": count})
+
+
+def acquire_partitions(*, count: int, want: int, owner: str, ttl: float) -> list[Grant]:
+    rows = sql.rows(
+        "partitions_acquire", {"count": count, "want": want, "owner": owner, "ttl": ttl}
+    )
+    return [Grant(r.number, r.epoch) for r in rows]
+
+
+def renew_partitions(*, numbers: list[int], epochs: list[int], owner: str, ttl: float) -> set[int]:
+    rows = sql.rows(
+        "partitions_renew", {"numbers": numbers, "epochs": epochs, "owner": owner, "ttl": ttl}
+    )
+    return {r.number for r in rows}
+
+
+def release_partitions(*, numbers: list[int], epochs: list[int], owner: str) -> set[int]:
+    rows = sql.rows("partitions_release", {"numbers": numbers, "epochs": epochs, "owner": owner})
+    return {r.number for r in rows}
+
+
+def fence_partitions(*, numbers: list[int], epochs: list[int], owner: str) -> set[int]:
+    rows = sql.rows("fence_partitions", {"numbers": numbers, "epochs": epochs, "owner": owner})
+    return {r.number for r in rows}
+
+
+# --- firing ---------------------------------------------------------------------------
+
+
+def fire_due_one_offs(
+    *, numbers: list[int], epochs: list[int], lookahead: float, batch: int, fired_by: str
+) -> OneOffFiring:
+    (row,) = sql.rows(
+        "fire_due_one_offs",
+        {
+            "numbers": numbers,
+            "epochs": epochs,
+            "lookahead": lookahead,
+            "batch": batch,
+            "fired_by": fired_by,
+        },
+    )
+    return OneOffFiring(int(row.claimed), int(row.fired), list(row.skipped_ids))
+
+
+def due_schedules(*, numbers: list[int], lookahead: float, batch: int) -> list[DueSchedule]:
+    rows = sql.rows("due_schedules", {"numbers": numbers, "lookahead": lookahead, "batch": batch})
+    return [DueSchedule._make(r) for r in rows]
+
+
+def paused_upstreams_due(*, numbers: list[int], limit: int) -> list[PausedUpstream]:
+    rows = sql.rows("paused_upstreams_due", {"numbers": numbers, "limit": limit})
+    return [PausedUpstream(DueSchedule._make(r[:14]), r.paused_by, r.paused_reason) for r in rows]
+
+
+def insert_executions(params: dict[str, Any]) -> list[Inserted]:
+    return [Inserted(r.id, r.state) for r in sql.rows("insert_executions", params)]
+
+
+def advance_schedules(*, ids: list[uuid.UUID], next_run_ats: list[datetime | None]) -> None:
+    sql.rows("advance_schedules", {"ids": ids, "next_run_ats": next_run_ats})
+
+
+def pending_executions(*, numbers: list[int], lookahead: float, limit: int) -> list[PendingRow]:
+    rows = sql.rows(
+        "pending_executions", {"numbers": numbers, "lookahead": lookahead, "limit": limit}
+    )
+    return [PendingRow._make(r) for r in rows]
+
+
+# --- admission ------------------------------------------------------------------------
+
+
+def lock_admission_global() -> None:
+    sql.rows("admission_lock_global")
+
+
+def lock_admission_tenants(*, tenant_ids: list[int]) -> None:
+    sql.rows("admission_lock_tenants", {"tenant_ids": tenant_ids})
+
+
+def active_executions(*, ids: list[str], candidates: list[str]) -> list[ActiveRun]:
+    rows = sql.rows(
+        "active_executions",
+        {"ids": ids, "candidates": candidates, "active": state_values(ACTIVE_STATES)},
+    )
+    return [ActiveRun._make(r) for r in rows]
+
+
+def cancel_for_replace(*, ids: list[str]) -> list[Touched]:
+    rows = sql.rows("cancel_for_replace", {"ids": ids, "active": state_values(ACTIVE_STATES)})
+    return [Touched._make(r) for r in rows]
+
+
+def mark_overlap_skipped(*, ids: list[str], reasons: list[str]) -> list[uuid.UUID]:
+    rows = sql.rows("mark_overlap_skipped", {"ids": ids, "reasons": reasons})
+    return [r.id for r in rows]
+
+
+def tenant_limits(*, tenant_ids: list[int]) -> list[TenantLimits]:
+    rows = sql.rows(
+        "tenant_inflight",
+        {"tenant_ids": tenant_ids, "in_flight": state_values(IN_FLIGHT_STATES)},
+    )
+    return [TenantLimits._make(r) for r in rows]
+
+
+def inflight_total() -> int:
+    return int(sql.scalar("inflight_total", {"in_flight": state_values(IN_FLIGHT_STATES)}))
+
+
+def admit_executions(
+    *, ids: list[str], attempts: list[int], queues: list[str], numbers: list[int]
+) -> set[str]:
+    rows = sql.rows(
+        "admit_executions",
+        {"ids": ids, "attempts": attempts, "queues": queues, "numbers": numbers},
+    )
+    return {str(r.id) for r in rows}
+
+
+def mark_held(*, ids: list[str], code: str, reason: str) -> list[Touched]:
+    rows = sql.rows("mark_held", {"ids": ids, "code": code, "reason": reason})
+    return [Touched._make(r) for r in rows]
+
+
+def mark_quota_exhausted(*, ids: list[str], reason: str) -> list[Touched]:
+    rows = sql.rows("mark_quota_exhausted", {"ids": ids, "reason": reason})
+    return [Touched._make(r) for r in rows]
+
+
+# --- sweeping -------------------------------------------------------------------------
+
+
+def stale_queued(*, numbers: list[int], timeout: float, limit: int) -> list[StaleQueued]:
+    rows = sql.rows("stale_queued", {"numbers": numbers, "timeout": timeout, "limit": limit})
+    return [StaleQueued._make(r) for r in rows]
+
+
+def auto_resume(*, numbers: list[int]) -> list[Resumed]:
+    return [Resumed._make(r) for r in sql.rows("auto_resume", {"numbers": numbers})]
+
+
+def sweep_lock_expired(
+    *, grace_s: float, partitions: list[int] | None, limit: int
+) -> list[ExpiredRun]:
+    rows = sql.rows(
+        "sweep_lock_expired",
+        {
+            "grace_s": grace_s,
+            "all_partitions": partitions is None,
+            "partitions": list(partitions or []),
+            "limit": limit,
+        },
+    )
+    return [ExpiredRun._make(r) for r in rows]
+
+
+def sweep_apply(
+    *,
+    ids: list[str],
+    tokens: list[int],
+    states: list[str],
+    delays: list[float],
+    codes: list[str],
+    reasons: list[str],
+) -> list[Swept]:
+    rows = sql.rows(
+        "sweep_apply",
+        {
+            "ids": ids,
+            "tokens": tokens,
+            "states": states,
+            "delays": delays,
+            "codes": codes,
+            "reasons": reasons,
+        },
+    )
+    return [Swept._make(r) for r in rows]
+
+
+# --- the beat's ORM writes ------------------------------------------------------------
+
+
+def record_events(items: Iterable[Event]) -> None:
+    """The beat's timeline events (actor `beat`)."""
+    ExecutionEvent.objects.bulk_create(
+        [
+            ExecutionEvent(
+                schedule_id=sid,
+                tenant_id=tid,
+                execution_id=eid,
+                kind=kind,
+                message=msg[:1000],
+                actor="beat",
+            )
+            for sid, tid, eid, kind, msg in items
+        ]
+    )
+
+
+def audit_auto_resumed(rows: Sequence[Resumed]) -> None:
+    """One audit row per schedule that resumed by itself, as a user's resume writes one:
+    the audit log must show every pause ending, not only the ones a person ended."""
+    ends = {r.id: r.paused_until for r in rows}
+    audits = []
+    for schedule in Schedule.objects.filter(id__in=list(ends)):
+        after = schedule_snapshot(schedule) | {"paused_until": None}
+        until = ends[schedule.id]
+        before = after | {
+            "paused": True,
+            "paused_until": until.isoformat() if until else None,
+            "version": schedule.version - 1,
+        }
+        audits.append(
+            AuditEvent(
+                tenant_id=schedule.tenant_id,
+                actor_kind="system",
+                actor_label="beat",
+                action="schedule.resume",
+                object_type="schedule",
+                object_id=str(schedule.id),
+                before=before,
+                after=after,
+            )
+        )
+    AuditEvent.objects.bulk_create(audits)
