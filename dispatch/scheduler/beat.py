@@ -65,6 +65,9 @@ class Pending:
     overlap: str = field(default="allow", compare=False)
     scheduled_for: datetime | None = field(default=None, compare=False)
     trigger: str = field(default="", compare=False)
+    # Not yet counted against the daily quota: a first attempt still `scheduled`. An
+    # attempt handed back by the rate limiter (retry_scheduled, same attempt) was.
+    fresh: bool = field(default=True, compare=False)
 
 
 @dataclass
@@ -474,7 +477,10 @@ class Beat:
             "pending_executions",
             {"numbers": numbers, "lookahead": self.cfg.lookahead_s, "limit": self.cfg.batch * 10},
         )
-        for eid, attempt, due, prio, duration, tenant_id, partition, sid, overlap, sf, trig in rows:
+        for row in rows:
+            eid, attempt, due, prio, duration, tenant_id, partition, sid, overlap, sf, trig, st = (
+                row
+            )
             key = str(eid)
             if key in self.in_heap:
                 continue
@@ -492,6 +498,7 @@ class Beat:
                     overlap,
                     sf,
                     trig,
+                    st == "scheduled",
                 ),
             )
 
@@ -665,14 +672,16 @@ class Beat:
     def _daily_quota(self, items: list[Pending]) -> tuple[list[Pending], dict[str, list[Pending]]]:
         """Enforce executions/day per tenant with a Redis counter per tenant and UTC day.
 
-        Only first attempts count (a retry is the same execution). A counter, not
+        Only first attempts count, once (a retry is the same execution; so is an
+        attempt the rate limiter handed back: counted again, it was dropped at every
+        re-fire once the day's quota was reached and stayed due forever). A counter, not
         a COUNT(*) over today's rows, keeps this O(batch) at 100k executions a
         day. If Redis is unreachable the quota is not enforced for that batch:
         the firing path's availability comes before the quota's precision.
         """
         first: dict[int, list[Pending]] = defaultdict(list)
         for p in items:
-            if p.attempt == 1:
+            if p.attempt == 1 and p.fresh:
                 first[p.tenant_id].append(p)
         if not first:
             return items, {}
