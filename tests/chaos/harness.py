@@ -26,7 +26,7 @@ from dispatch import services
 from dispatch.models import BeatNode, Execution, ExecutionEvent, Schedule, SchedulerPartition
 from tenants.models import Tenant
 from tenants.roles import Principal
-from tests.chaos.servers import OwnRedis, Postgres
+from tests.chaos.servers import OwnRabbit, OwnRedis, Postgres
 from tests.support.procs import ROOT, Ledger, Proc, beat_cmd, wait_for, worker_cmd
 
 # Short leases so that every failover fits in a CI run.
@@ -107,8 +107,11 @@ class Cluster:
         broker_url: str,
         pg: Postgres,
         api_token: str,
+        rabbit: OwnRabbit | None = None,
     ) -> None:
         self.start = start
+        self.rabbit = rabbit  # the run's own RabbitMQ node, when it is the broker
+        self.broker_url = broker_url
         self.ledger = ledger
         self.log_dir = log_dir
         self.redis = redis
@@ -326,12 +329,44 @@ class Cluster:
         fault.executions = [
             str(e) for e in Execution.objects.filter(state="queued").values_list("id", flat=True)
         ]
+        fault.notes["role"] = "cache" if self.rabbit else "broker+cache"
+        fault.notes["broker_backlog"] = None if self.rabbit else broker_depth(self.broker_url)
         self.redis.kill()
         for proc in self.workers.values():
             proc.resume()
         time.sleep(1.0)
         self.redis.start()
         fault.notes["outage_s"] = 1.0
+        return fault
+
+    def rabbitmq_restart(self) -> Fault:
+        """The run's own RabbitMQ node is SIGKILLed with a backlog, then booted again.
+
+        As for Redis, the workers are held (SIGSTOP, inside their lease) first, so
+        published messages wait in the node's queues — those, and the ones the
+        held workers had prefetched but not acked, are persistent on durable
+        queues: they come back with the node (or the sweeper re-publishes them)
+        and must all run. The outage is the node's boot time plus the kill.
+        """
+        if self.rabbit is None:
+            self.skipped["rabbitmq_restart"] = "the broker is not the run's own RabbitMQ node"
+            raise _Skip
+        for proc in self.workers.values():
+            proc.pause()
+        time.sleep(REDIS_BACKLOG_S)
+        fault = Fault("rabbitmq_restart", self.rabbit.node, db_now())
+        fault.executions = [
+            str(e) for e in Execution.objects.filter(state="queued").values_list("id", flat=True)
+        ]
+        fault.notes["role"] = "broker"
+        fault.notes["broker_backlog"] = broker_depth(self.broker_url)
+        t0 = time.monotonic()
+        self.rabbit.kill()
+        for proc in self.workers.values():
+            proc.resume()
+        time.sleep(1.0)
+        fault.notes["boot_s"] = self.rabbit.start()
+        fault.notes["outage_s"] = round(time.monotonic() - t0, 2)
         return fault
 
     def postgres_restart(self) -> Fault:
@@ -399,6 +434,36 @@ class Cluster:
         self.faults.append(fault)
         print(f"[chaos] {fault.kind} victim={fault.victim} replacement={fault.replacement or '-'}")
         return fault
+
+
+def nemeses(broker: str) -> tuple[str, ...]:
+    """The nemeses of a run on `broker`: the Cluster's, plus the RabbitMQ node's restart."""
+    extra = ("rabbitmq_restart",) if broker == "rabbitmq" else ()
+    return tuple(Cluster.NEMESES) + tuple(k for k in extra if k not in Cluster.NEMESES)
+
+
+def broker_depth(url: str) -> int | None:
+    """Messages waiting (ready, not delivered) in the platform's queues right now."""
+    from kombu import Connection
+
+    from config.celery_app import amqp_queue, is_amqp
+    from tests.support.worker_support import QUEUES
+
+    try:
+        with Connection(url, connect_timeout=2) as conn:
+            channel = conn.default_channel
+            if is_amqp(url):
+                names = {amqp_queue(q)[0].name for q in QUEUES} | set(QUEUES)
+                total = 0
+                for name in names:
+                    try:
+                        total += channel.queue_declare(name, passive=True).message_count
+                    except Exception:  # not declared yet (a passive declare closes the channel)
+                        channel = conn.channel()
+                return total
+            return sum(int(channel.client.llen(name)) for name in QUEUES)
+    except Exception:
+        return None
 
 
 class _Skip(Exception):
@@ -674,7 +739,7 @@ def check(
     # lateness of what came due while a server was away.
     infra = []
     for f in faults:
-        if f.kind not in ("redis_restart", "postgres_restart"):
+        if f.kind not in ("redis_restart", "rabbitmq_restart", "postgres_restart"):
             continue
         window_end = f.at + timedelta(seconds=f.notes.get("outage_s", 0) + TTL * 2 + 2)
         hit = [
@@ -686,6 +751,9 @@ def check(
             {
                 "kind": f.kind,
                 "outage_s": f.notes.get("outage_s"),
+                "role": f.notes.get("role"),
+                "broker_backlog": f.notes.get("broker_backlog"),
+                "boot_s": f.notes.get("boot_s"),
                 "queued_when_lost": len(f.executions),
                 "queued_when_lost_not_succeeded": sum(
                     1
@@ -733,7 +801,9 @@ def check(
             {
                 "kind": f.kind,
                 "victim": f.victim,
-                "in_flight": len(f.executions),
+                # The oracle's calls; a hostile job's (checked on its own) may be in flight too.
+                "in_flight": len(ex),
+                "hostile_in_flight": len(f.executions) - len(ex),
                 "final_states": dict(Counter(r["state"] for r in ex.values())),
                 "max_attempt": max((r["attempt"] for r in ex.values()), default=0),
                 "fencing_rejected_events": ExecutionEvent.objects.filter(
@@ -860,6 +930,10 @@ def table(r: dict[str, Any]) -> str:
             if api
             else ""
         )
+        if x.get("role"):
+            extra += f", {x['role']}, messages in broker {x.get('broker_backlog')}"
+        if x.get("boot_s") is not None:
+            extra += f", boot {x['boot_s']} s"
         out.append(
             f"{('  ' + x['kind']).ljust(width)} | outage {x['outage_s']} s, queued when lost "
             f"{x['queued_when_lost']} (not run {x['queued_when_lost_not_succeeded']}), max lateness "
