@@ -7,6 +7,7 @@ the target actually saw); nothing is taken from the processes' own claims.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import shutil
@@ -47,6 +48,9 @@ FAILOVER_SLACK_S = 1.5
 JOBS_PER_S = 2.5
 NEMESIS_EVERY_S = 8.0  # the short profile: each nemesis once, this far apart
 REDIS_BACKLOG_S = 1.5  # workers held this long (< EXEC_LEASE) so the broker has a backlog to lose
+# RabbitMQ pushes messages to held workers up to their prefetch: a burst this big, due
+# at once while they are held, leaves some waiting in the node's queues at the kill.
+BROKER_BURST = 12
 PG_OUTAGE_S = TTL + 1.5  # longer than a beat lease: every beat must re-earn its partitions
 SKEW_S = 300  # RELIABILITY.md: host clock skewed ±5 min
 RESULTS = ROOT / "chaos-results.json"
@@ -111,6 +115,9 @@ class Cluster:
     ) -> None:
         self.start = start
         self.rabbit = rabbit  # the run's own RabbitMQ node, when it is the broker
+        # Set by the run: creates n oracle jobs due now (their ids land in extra_jobs).
+        self.burst: Callable[[int], list[str]] | None = None
+        self.extra_jobs: list[str] = []
         self.broker_url = broker_url
         self.ledger = ledger
         self.log_dir = log_dir
@@ -353,7 +360,25 @@ class Cluster:
             raise _Skip
         for proc in self.workers.values():
             proc.pause()
-        time.sleep(REDIS_BACKLOG_S)
+        t0 = time.monotonic()
+        if self.burst is not None:
+            ids = self.burst(BROKER_BURST)
+            self.extra_jobs += ids
+            # Best effort within the hold: a row admitted but not yet published when the
+            # node dies is re-published by the sweeper, which is a figure too.
+            with contextlib.suppress(AssertionError):
+                wait_for(
+                    lambda: (
+                        not Execution.objects.filter(schedule_id__in=ids)
+                        .exclude(state="queued")
+                        .exists()
+                        and Execution.objects.filter(schedule_id__in=ids).count() == len(ids)
+                    ),
+                    timeout=REDIS_BACKLOG_S,
+                    interval=0.05,
+                    what="the burst published while the workers are held",
+                )
+        time.sleep(max(0.0, REDIS_BACKLOG_S - (time.monotonic() - t0)))
         fault = Fault("rabbitmq_restart", self.rabbit.node, db_now())
         fault.executions = [
             str(e) for e in Execution.objects.filter(state="queued").values_list("id", flat=True)
@@ -525,6 +550,25 @@ def create_jobs(
     return ids, base + timedelta(seconds=spread_s)
 
 
+_burst_seq = itertools.count(1)
+
+
+def create_burst(principal: Principal, *, count: int, url: str) -> list[str]:
+    """`count` oracle jobs due now (a backlog on demand)."""
+    run_at = db_now()
+    return [
+        _job_to(
+            principal,
+            name=f"chaos-burst-{next(_burst_seq)}",
+            run_at=run_at,
+            url=url,
+            retry=RETRY,
+            timeout_s=10,
+        )
+        for _ in range(count)
+    ]
+
+
 def _job_to(
     principal: Principal,
     *,
@@ -657,6 +701,7 @@ def check(
             "partition",
             "due_at",
             "enqueued_at",
+            "started_at",
             "fired_by",
             "fired_epoch",
             "fencing_token",
@@ -747,9 +792,16 @@ def check(
             for r in rows
             if f.at <= r["due_at"] <= window_end and str(r["id"]) in lateness
         ]
+        # Fire lateness is the first publish; a broker outage shows in when the call started.
+        started_late = [
+            (r["started_at"] - r["due_at"]).total_seconds()
+            for r in rows
+            if f.at <= r["due_at"] <= window_end and r["started_at"] is not None
+        ]
         infra.append(
             {
                 "kind": f.kind,
+                "max_start_delay_s": round(max(started_late), 3) if started_late else None,
                 "outage_s": f.notes.get("outage_s"),
                 "role": f.notes.get("role"),
                 "broker_backlog": f.notes.get("broker_backlog"),
@@ -937,7 +989,7 @@ def table(r: dict[str, Any]) -> str:
         out.append(
             f"{('  ' + x['kind']).ljust(width)} | outage {x['outage_s']} s, queued when lost "
             f"{x['queued_when_lost']} (not run {x['queued_when_lost_not_succeeded']}), max lateness "
-            f"{x['max_lateness_s']} s{extra}"
+            f"{x['max_lateness_s']} s, max start delay {x.get('max_start_delay_s')} s{extra}"
         )
     for name, h in r.get("hostile", {}).items():
         out.append(

@@ -118,6 +118,9 @@ def test_chaos_run(
             api_token=api_token,
             rabbit=rabbit,
         )
+        cluster.burst = lambda n: harness.create_burst(
+            admin_principal, count=n, url=f"{ledger.url}/effect"
+        )
         cluster.add_beat()
         cluster.add_beat()
         cluster.wait_even_split(settings.SCHEDULER_PARTITIONS)
@@ -137,6 +140,7 @@ def test_chaos_run(
         for at, kind in schedule:
             time.sleep(max(0.0, t0 + at - time.monotonic()))
             cluster.inject(kind)
+        job_ids += cluster.extra_jobs  # due at once during a nemesis: the oracle's too
         try:
             wait_for(
                 lambda: harness.settled(job_ids) and harness.hostile_settled(hostile),
