@@ -349,8 +349,9 @@ class Cluster:
     def rabbitmq_restart(self) -> Fault:
         """The run's own RabbitMQ node is SIGKILLed with a backlog, then booted again.
 
-        As for Redis, the workers are held (SIGSTOP, inside their lease) first, so
-        published messages wait in the node's queues — those, and the ones the
+        As for Redis, the workers are held (SIGSTOP, inside their lease) first and
+        BROKER_BURST jobs fall due meanwhile (more than the held workers prefetch),
+        so published messages wait in the node's queues — those, and the ones the
         held workers had prefetched but not acked, are persistent on durable
         queues: they come back with the node (or the sweeper re-publishes them)
         and must all run. The outage is the node's boot time plus the kill.
