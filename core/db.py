@@ -121,4 +121,7 @@ def notify(channel: str, payload: str) -> None:
 
 def ping() -> bool:
     """True when the database answers (raises DatabaseError when it does not)."""
-    return bool(core_sql.scalar("ping") == 1)
+    # Statements run on the raw psycopg connection: translate its errors as Django's
+    # own cursors do, or /readyz answers 500 instead of 503 while PostgreSQL is down.
+    with connection.wrap_database_errors:
+        return bool(core_sql.scalar("ping") == 1)

@@ -178,14 +178,16 @@ class Admission:
     ) -> tuple[list[Pending], dict[str, list[Pending]]]:
         """Enforce executions/day per tenant with a Redis counter per tenant and UTC day.
 
-        Only first attempts count (a retry is the same execution). A counter, not
+        Only first attempts count, once (a retry is the same execution; so is an
+        attempt the rate limiter handed back: counted again, it was dropped at every
+        re-fire once the day's quota was reached and stayed due forever). A counter, not
         a COUNT(*) over today's rows, keeps this O(batch) at 100k executions a
         day. If Redis is unreachable the quota is not enforced for that batch:
         the firing path's availability comes before the quota's precision.
         """
         first: dict[int, list[Pending]] = defaultdict(list)
         for p in items:
-            if p.attempt == 1:
+            if p.attempt == 1 and p.fresh:
                 first[p.tenant_id].append(p)
         if not first:
             return items, {}

@@ -45,6 +45,9 @@ class Pending:
     overlap: str = field(default="allow", compare=False)
     scheduled_for: datetime | None = field(default=None, compare=False)
     trigger: str = field(default="", compare=False)
+    # Not yet counted against the daily quota: a first attempt still `scheduled`. An
+    # attempt handed back by the rate limiter (retry_scheduled, same attempt) was.
+    fresh: bool = field(default=True, compare=False)
 
 
 def fire_due(partitions: Partitions, *, lookahead_s: float, batch: int) -> tuple[int, int]:
@@ -113,6 +116,7 @@ def load_pending(numbers: list[int], *, lookahead_s: float, limit: int) -> list[
             row.overlap,
             row.scheduled_for,
             row.trigger,
+            row.state == ExecutionState.SCHEDULED,
         )
         for row in store.pending_executions(numbers=numbers, lookahead=lookahead_s, limit=limit)
     ]

@@ -79,6 +79,7 @@ class PendingRow(NamedTuple):
     overlap: str
     scheduled_for: datetime | None
     trigger: str
+    state: str
 
 
 class ActiveRun(NamedTuple):

@@ -203,7 +203,7 @@ WHERE s.id = v.id
 -- name: pending_executions
 -- Executions of our partitions due within the lookahead, waiting to be published (new, retries, or left behind by a crashed beat).
 SELECT e.id, e.attempt, COALESCE(e.next_attempt_at, e.due_at) AS due, s.priority, s.duration_class,
-       e.tenant_id, e.partition, e.schedule_id, s.overlap, e.scheduled_for, e.trigger
+       e.tenant_id, e.partition, e.schedule_id, s.overlap, e.scheduled_for, e.trigger, e.state
 FROM dispatch_execution e
 JOIN dispatch_schedule s ON s.id = e.schedule_id
 WHERE e.partition = ANY(%(numbers)s::int[])

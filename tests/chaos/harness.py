@@ -7,6 +7,7 @@ the target actually saw); nothing is taken from the processes' own claims.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import shutil
@@ -26,7 +27,7 @@ from dispatch import services
 from dispatch.models import BeatNode, Execution, ExecutionEvent, Schedule, SchedulerPartition
 from tenants.models import Tenant
 from tenants.roles import Principal
-from tests.chaos.servers import OwnRedis, Postgres
+from tests.chaos.servers import OwnRabbit, OwnRedis, Postgres
 from tests.support.ledger import Ledger
 from tests.support.procs import ROOT, Proc, beat_cmd, wait_for, worker_cmd
 
@@ -48,6 +49,9 @@ FAILOVER_SLACK_S = 1.5
 JOBS_PER_S = 2.5
 NEMESIS_EVERY_S = 8.0  # the short profile: each nemesis once, this far apart
 REDIS_BACKLOG_S = 1.5  # workers held this long (< EXEC_LEASE) so the broker has a backlog to lose
+# RabbitMQ pushes messages to held workers up to their prefetch: a burst this big, due
+# at once while they are held, leaves some waiting in the node's queues at the kill.
+BROKER_BURST = 12
 PG_OUTAGE_S = TTL + 1.5  # longer than a beat lease: every beat must re-earn its partitions
 SKEW_S = 300  # RELIABILITY.md: host clock skewed ±5 min
 RESULTS = ROOT / "chaos-results.json"
@@ -108,8 +112,14 @@ class Cluster:
         broker_url: str,
         pg: Postgres,
         api_token: str,
+        rabbit: OwnRabbit | None = None,
     ) -> None:
         self.start = start
+        self.rabbit = rabbit  # the run's own RabbitMQ node, when it is the broker
+        # Set by the run: creates n oracle jobs due now (their ids land in extra_jobs).
+        self.burst: Callable[[int], list[str]] | None = None
+        self.extra_jobs: list[str] = []
+        self.broker_url = broker_url
         self.ledger = ledger
         self.log_dir = log_dir
         self.redis = redis
@@ -327,12 +337,63 @@ class Cluster:
         fault.executions = [
             str(e) for e in Execution.objects.filter(state="queued").values_list("id", flat=True)
         ]
+        fault.notes["role"] = "cache" if self.rabbit else "broker+cache"
+        fault.notes["broker_backlog"] = None if self.rabbit else broker_depth(self.broker_url)
         self.redis.kill()
         for proc in self.workers.values():
             proc.resume()
         time.sleep(1.0)
         self.redis.start()
         fault.notes["outage_s"] = 1.0
+        return fault
+
+    def rabbitmq_restart(self) -> Fault:
+        """The run's own RabbitMQ node is SIGKILLed with a backlog, then booted again.
+
+        As for Redis, the workers are held (SIGSTOP, inside their lease) first and
+        BROKER_BURST jobs fall due meanwhile (more than the held workers prefetch),
+        so published messages wait in the node's queues — those, and the ones the
+        held workers had prefetched but not acked, are persistent on durable
+        queues: they come back with the node (or the sweeper re-publishes them)
+        and must all run. The outage is the node's boot time plus the kill.
+        """
+        if self.rabbit is None:
+            self.skipped["rabbitmq_restart"] = "the broker is not the run's own RabbitMQ node"
+            raise _Skip
+        for proc in self.workers.values():
+            proc.pause()
+        t0 = time.monotonic()
+        if self.burst is not None:
+            ids = self.burst(BROKER_BURST)
+            self.extra_jobs += ids
+            # Best effort within the hold: a row admitted but not yet published when the
+            # node dies is re-published by the sweeper, which is a figure too.
+            with contextlib.suppress(AssertionError):
+                wait_for(
+                    lambda: (
+                        not Execution.objects.filter(schedule_id__in=ids)
+                        .exclude(state="queued")
+                        .exists()
+                        and Execution.objects.filter(schedule_id__in=ids).count() == len(ids)
+                    ),
+                    timeout=REDIS_BACKLOG_S,
+                    interval=0.05,
+                    what="the burst published while the workers are held",
+                )
+        time.sleep(max(0.0, REDIS_BACKLOG_S - (time.monotonic() - t0)))
+        fault = Fault("rabbitmq_restart", self.rabbit.node, db_now())
+        fault.executions = [
+            str(e) for e in Execution.objects.filter(state="queued").values_list("id", flat=True)
+        ]
+        fault.notes["role"] = "broker"
+        fault.notes["broker_backlog"] = broker_depth(self.broker_url)
+        t0 = time.monotonic()
+        self.rabbit.kill()
+        for proc in self.workers.values():
+            proc.resume()
+        time.sleep(1.0)
+        fault.notes["boot_s"] = self.rabbit.start()
+        fault.notes["outage_s"] = round(time.monotonic() - t0, 2)
         return fault
 
     def postgres_restart(self) -> Fault:
@@ -402,6 +463,36 @@ class Cluster:
         return fault
 
 
+def nemeses(broker: str) -> tuple[str, ...]:
+    """The nemeses of a run on `broker`: the Cluster's, plus the RabbitMQ node's restart."""
+    extra = ("rabbitmq_restart",) if broker == "rabbitmq" else ()
+    return tuple(Cluster.NEMESES) + tuple(k for k in extra if k not in Cluster.NEMESES)
+
+
+def broker_depth(url: str) -> int | None:
+    """Messages waiting (ready, not delivered) in the platform's queues right now."""
+    from kombu import Connection
+
+    from config.celery_app import amqp_queue, is_amqp
+    from tests.support.worker_support import QUEUES
+
+    try:
+        with Connection(url, connect_timeout=2) as conn:
+            channel = conn.default_channel
+            if is_amqp(url):
+                names = {amqp_queue(q)[0].name for q in QUEUES} | set(QUEUES)
+                total = 0
+                for name in names:
+                    try:
+                        total += channel.queue_declare(name, passive=True).message_count
+                    except Exception:  # not declared yet (a passive declare closes the channel)
+                        channel = conn.channel()
+                return total
+            return sum(int(channel.client.llen(name)) for name in QUEUES)
+    except Exception:
+        return None
+
+
 class _Skip(Exception):
     """A nemesis this machine cannot run (the reason is in Cluster.skipped)."""
 
@@ -459,6 +550,25 @@ def create_jobs(
         for i in range(count)
     ]
     return ids, base + timedelta(seconds=spread_s)
+
+
+_burst_seq = itertools.count(1)
+
+
+def create_burst(principal: Principal, *, count: int, url: str) -> list[str]:
+    """`count` oracle jobs due now (a backlog on demand)."""
+    run_at = db_now()
+    return [
+        _job_to(
+            principal,
+            name=f"chaos-burst-{next(_burst_seq)}",
+            run_at=run_at,
+            url=url,
+            retry=RETRY,
+            timeout_s=10,
+        )
+        for _ in range(count)
+    ]
 
 
 def _job_to(
@@ -593,6 +703,7 @@ def check(
             "partition",
             "due_at",
             "enqueued_at",
+            "started_at",
             "fired_by",
             "fired_epoch",
             "fencing_token",
@@ -675,7 +786,7 @@ def check(
     # lateness of what came due while a server was away.
     infra = []
     for f in faults:
-        if f.kind not in ("redis_restart", "postgres_restart"):
+        if f.kind not in ("redis_restart", "rabbitmq_restart", "postgres_restart"):
             continue
         window_end = f.at + timedelta(seconds=f.notes.get("outage_s", 0) + TTL * 2 + 2)
         hit = [
@@ -683,10 +794,20 @@ def check(
             for r in rows
             if f.at <= r["due_at"] <= window_end and str(r["id"]) in lateness
         ]
+        # Fire lateness is the first publish; a broker outage shows in when the call started.
+        started_late = [
+            (r["started_at"] - r["due_at"]).total_seconds()
+            for r in rows
+            if f.at <= r["due_at"] <= window_end and r["started_at"] is not None
+        ]
         infra.append(
             {
                 "kind": f.kind,
+                "max_start_delay_s": round(max(started_late), 3) if started_late else None,
                 "outage_s": f.notes.get("outage_s"),
+                "role": f.notes.get("role"),
+                "broker_backlog": f.notes.get("broker_backlog"),
+                "boot_s": f.notes.get("boot_s"),
                 "queued_when_lost": len(f.executions),
                 "queued_when_lost_not_succeeded": sum(
                     1
@@ -734,7 +855,9 @@ def check(
             {
                 "kind": f.kind,
                 "victim": f.victim,
-                "in_flight": len(f.executions),
+                # The oracle's calls; a hostile job's (checked on its own) may be in flight too.
+                "in_flight": len(ex),
+                "hostile_in_flight": len(f.executions) - len(ex),
                 "final_states": dict(Counter(r["state"] for r in ex.values())),
                 "max_attempt": max((r["attempt"] for r in ex.values()), default=0),
                 "fencing_rejected_events": ExecutionEvent.objects.filter(
@@ -861,10 +984,14 @@ def table(r: dict[str, Any]) -> str:
             if api
             else ""
         )
+        if x.get("role"):
+            extra += f", {x['role']}, messages in broker {x.get('broker_backlog')}"
+        if x.get("boot_s") is not None:
+            extra += f", boot {x['boot_s']} s"
         out.append(
             f"{('  ' + x['kind']).ljust(width)} | outage {x['outage_s']} s, queued when lost "
             f"{x['queued_when_lost']} (not run {x['queued_when_lost_not_succeeded']}), max lateness "
-            f"{x['max_lateness_s']} s{extra}"
+            f"{x['max_lateness_s']} s, max start delay {x.get('max_start_delay_s')} s{extra}"
         )
     for name, h in r.get("hostile", {}).items():
         out.append(

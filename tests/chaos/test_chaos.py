@@ -7,7 +7,9 @@ PostgreSQL, and skew clocks; afterwards the checker reads PostgreSQL and the led
 Short profile (default, ~2.5 min): every nemesis once, 8 s apart.
 Soak: DURATION=<s> (e.g. 1800): jobs over that long, a random nemesis every 1-3
 minutes (NEMESIS_EVERY=lo-hi to change), each kind in turn from a shuffled bag.
-CHAOS_BROKER=rabbitmq runs it on RabbitMQ (RABBITMQ_URL); CHAOS_SEED replays a soak.
+CHAOS_BROKER=rabbitmq runs it on a RabbitMQ node of the run's own (never the
+machine's), with a rabbitmq_restart nemesis; Redis is then only the cache and
+redis_restart is a cache outage. CHAOS_SEED replays a soak.
 """
 
 from __future__ import annotations
@@ -25,12 +27,13 @@ from tenants import services as tenant_services
 from tenants.models import Tenant
 from tenants.roles import Principal, Role
 from tests.chaos import harness
-from tests.chaos.servers import OwnRedis, Postgres
+from tests.chaos.servers import OwnRabbit, OwnRedis, Postgres
 from tests.support.ledger import Ledger, Respond
 from tests.support.procs import processes, wait_for
 from tests.support.worker_support import purge
 
-NEMESES = harness.Cluster.NEMESES
+BROKER = os.environ.get("CHAOS_BROKER", "redis")
+NEMESES = harness.nemeses(BROKER)
 LEAD_S = 8.0  # first nemesis after the cluster is warm and jobs are flowing
 DURATION = float(os.environ.get("DURATION", "0"))
 SHORT = DURATION < 300
@@ -38,7 +41,6 @@ SHORT = DURATION < 300
 SPREAD_S = LEAD_S + len(NEMESES) * harness.NEMESIS_EVERY_S + 12 if SHORT else DURATION
 EVERY = os.environ.get("NEMESIS_EVERY", "" if SHORT else "60-180")
 SEED = int(os.environ.get("CHAOS_SEED", str(time.time_ns() % 2**31)))
-BROKER = os.environ.get("CHAOS_BROKER", "redis")
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -78,14 +80,31 @@ def redis(tmp_path: Path) -> Iterator[OwnRedis]:
     server.stop()
 
 
+@pytest.fixture
+def rabbit(tmp_path: Path) -> Iterator[OwnRabbit | None]:
+    """The run's own RabbitMQ node when CHAOS_BROKER=rabbitmq (never the machine's)."""
+    if BROKER != "rabbitmq":
+        yield None
+        return
+    if why := OwnRabbit.available():
+        pytest.skip(f"CHAOS_BROKER=rabbitmq: {why}")
+    server = OwnRabbit(tmp_path)
+    boot = server.start()
+    print(f"[chaos] own RabbitMQ {server.node} on port {server.port}: booted in {boot} s")
+    yield server
+    server.stop()
+
+
 @pytest.mark.timeout(int(SPREAD_S * 3 + 300))
 def test_chaos_run(
-    tmp_path: Path, ledger: Ledger, redis: OwnRedis, admin_principal: Principal, tenant: Tenant
+    tmp_path: Path,
+    ledger: Ledger,
+    redis: OwnRedis,
+    rabbit: OwnRabbit | None,
+    admin_principal: Principal,
+    tenant: Tenant,
 ) -> None:
-    if BROKER == "rabbitmq":
-        broker = os.environ.get("RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672//")
-    else:
-        broker = redis.url(0)
+    broker = rabbit.url() if rabbit is not None else redis.url(0)
     purge(broker)
     _, api_token = tenant_services.token_issue(tenant=tenant, name="chaos-probe", role=Role.VIEWER)
     schedule = plan()
@@ -100,6 +119,10 @@ def test_chaos_run(
             broker_url=broker,
             pg=Postgres(),
             api_token=api_token,
+            rabbit=rabbit,
+        )
+        cluster.burst = lambda n: harness.create_burst(
+            admin_principal, count=n, url=f"{ledger.url}/effect"
         )
         cluster.add_beat()
         cluster.add_beat()
@@ -120,6 +143,7 @@ def test_chaos_run(
         for at, kind in schedule:
             time.sleep(max(0.0, t0 + at - time.monotonic()))
             cluster.inject(kind)
+        job_ids += cluster.extra_jobs  # due at once during a nemesis: the oracle's too
         try:
             wait_for(
                 lambda: harness.settled(job_ids) and harness.hostile_settled(hostile),
@@ -138,6 +162,8 @@ def test_chaos_run(
         results["profile"].update(
             {"seed": SEED, "broker": BROKER, "nemesis_every": EVERY or "fixed"}
         )
+        if rabbit is not None:
+            results["profile"]["rabbitmq_boot_s"] = rabbit.boot_s
         results["logs"] = str(tmp_path)
         results["processes_alive_at_end"] = {
             n: p.alive() for n, p in {**cluster.beats, **cluster.workers}.items()
