@@ -121,7 +121,6 @@ def notify(channel: str, payload: str) -> None:
 
 def ping() -> bool:
     """True when the database answers (raises DatabaseError when it does not)."""
-    # Statements run on the raw psycopg connection: translate its errors as Django's
-    # own cursors do, or /readyz answers 500 instead of 503 while PostgreSQL is down.
-    with connection.wrap_database_errors:
-        return bool(core_sql.scalar("ping") == 1)
+    # Django's cursor wrapper (in _run) turns psycopg's errors into Django's, so
+    # /readyz can answer 503 (not 500) while PostgreSQL is down.
+    return bool(core_sql.scalar("ping") == 1)

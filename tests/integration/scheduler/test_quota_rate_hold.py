@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 import redis
-from dispatch.scheduler.loop import Beat
 from django.conf import settings
 
 from dispatch import services
 from dispatch.models import Execution
+from dispatch.scheduler.loop import Beat
 from tenants.models import Tenant
 from tenants.roles import Principal
 from tests.support.beat_support import empty_queues, running_beat
