@@ -288,7 +288,7 @@ def _run_claimed_attempt(claim: Claim, *, lease_s: float) -> str:
 
 
 def _lease_held(claim: Claim, *, lease_s: float) -> bool:
-    """The last check before the call: is the claim's lease still ours (RELIABILITY.md C3)?
+    """The last check before the call: is the claim's lease still ours (RELIABILITY.md C2, C5)?
 
     A claim whose reply came late may already be revoked — swept and run by
     another worker — and the call would then be a duplicate under a stale token.
