@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from django.db import connection, transaction
 from django.db.models import F
@@ -54,6 +55,7 @@ PG_BLACKHOLE_S = EXEC_LEASE + 3  # the victim's leases lapse: its executions run
 PG_LATENCY_MS = 300  # added to every PostgreSQL round trip (150 ms each way)
 PG_LATENCY_S = 10.0
 HEAL_S = 20.0  # a healed process must get through what it held within this
+BROKER_BLACKHOLE_S = 4.0
 NETWORK_WIDE = ("pg_latency", "pg_reset")  # faults on every process's database link
 RESULTS = ROOT / "chaos-results.json"
 
@@ -425,6 +427,44 @@ class Cluster:
             proxy.close()
         return fault
 
+    def broker_link_worker(self) -> Fault:
+        """A worker's broker link black-holed mid-call, then reset (RST): the worker must
+        reconnect by itself and take new work within HEAL_S, else it is stuck."""
+        url = urlsplit(self.env["CELERY_BROKER_URL"])
+        if url.hostname is None or url.port is None:
+            self.skipped["broker_link_worker"] = f"the broker is not on TCP ({url.scheme})"
+            raise _Skip
+        proxy = FaultProxy((url.hostname, url.port))
+        creds = url.netloc.rpartition("@")[0]
+        broker = urlunsplit(
+            url._replace(netloc=f"{creds}@{proxy.address}" if creds else proxy.address)
+        )
+        victim = self.add_worker("wbrk", CELERY_BROKER_URL=broker)
+        try:
+            wait_for(lambda: running_on(victim), timeout=30, what=f"{victim} mid-call")
+            proxy.blackhole()
+            fault = Fault("broker_link_worker", victim, db_now(), executions=running_on(victim))
+            time.sleep(BROKER_BLACKHOLE_S)
+            fault.notes["connections_reset"] = proxy.reset()
+            proxy.pass_()
+            healed = db_now()
+            fault.notes["outage_s"] = BROKER_BLACKHOLE_S
+            try:
+                wait_for(
+                    lambda: Execution.objects.filter(
+                        lease_owner__startswith=f"{victim}:", started_at__gt=healed
+                    ).exists(),
+                    timeout=HEAL_S,
+                    what=f"{victim} to take new work after the heal",
+                )
+                fault.notes["stuck_after_heal"] = 0
+            except AssertionError:
+                fault.notes["stuck_after_heal"] = 1
+        finally:
+            self.workers.pop(victim).stop()
+            proxy.close()
+        return fault
+
     def pg_latency(self) -> Fault:
         """+300 ms on every PostgreSQL round trip of every beat and worker, for a while."""
         if self.pg_proxy is None:
@@ -484,6 +524,7 @@ class Cluster:
         "worker_pg_blackhole",
         "pg_latency",
         "pg_reset",
+        "broker_link_worker",
     )
 
     def inject(self, kind: str) -> Fault | None:
