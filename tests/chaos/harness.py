@@ -386,6 +386,43 @@ class Cluster:
 
     # --- nemeses: network (tests/support/faultproxy.py) --------------------------------
 
+    def beat_pg_blackhole(self) -> Fault:
+        """A beat's PostgreSQL link black-holed past its lease, then healed.
+
+        The rest of the fleet takes its partitions over (failover, as for a kill);
+        once healed the beat must carry on — heartbeat again, its stale writes
+        fenced — within HEAL_S, else it is stuck. It is then retired.
+        """
+        proxy = FaultProxy(database_target(connection.settings_dict))
+        victim = self.add_beat("bnet", DATABASE_URL=proxy.database_url(connection.settings_dict))
+        try:
+            wait_for(lambda: owned_by(victim), timeout=30, what=f"{victim} to own partitions")
+            node = BeatNode.objects.get(name=victim)
+            before = node.stale_writes_rejected
+            parts = owned_by(victim)
+            proxy.blackhole()
+            fault = Fault("beat_pg_blackhole", victim, db_now(), parts)
+            time.sleep(TTL + 2)
+            proxy.pass_()
+            fault.notes["outage_s"] = TTL + 2
+            healed = db_now()
+            try:
+                wait_for(
+                    lambda: BeatNode.objects.filter(name=victim, heartbeat_at__gt=healed).exists(),
+                    timeout=HEAL_S,
+                    what=f"{victim} to heartbeat after the heal",
+                )
+                fault.notes["stuck_after_heal"] = 0
+            except AssertionError:
+                fault.notes["stuck_after_heal"] = 1
+            fault.notes["stale_writes_rejected_after_heal"] = (
+                BeatNode.objects.get(name=victim).stale_writes_rejected - before
+            )
+        finally:
+            self.beats.pop(victim).stop()
+            proxy.close()
+        return fault
+
     def worker_pg_blackhole(self) -> Fault:
         """A worker's PostgreSQL link black-holed mid-call past its lease, then healed.
 
@@ -521,6 +558,7 @@ class Cluster:
         "redis_restart",
         "postgres_restart",
         "clock_skew",
+        "beat_pg_blackhole",
         "worker_pg_blackhole",
         "pg_latency",
         "pg_reset",
