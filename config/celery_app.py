@@ -104,6 +104,22 @@ def amqp_queue(name: str) -> tuple[Queue, int | None]:
 
 
 @celeryd_after_setup.connect
+def _bound_long_queue_prefetch(sender: Any, instance: Any, conf: Any, **_: Any) -> None:
+    # A long job holds its process for minutes: a message reserved behind it waits
+    # that long, and with the worker cut off, until QUEUED_REPUBLISH_S re-publishes
+    # it. Workers of long queues therefore reserve only what their processes run,
+    # whatever CELERY_PREFETCH_MULTIPLIER grants the short ones. (The consumer is
+    # built but not started yet: its first QoS uses these values.)
+    names = [q.name for q in instance.app.amqp.queues.consume_from.values()]
+    consumer = getattr(instance, "consumer", None)
+    if not names or not all(n.endswith(".long") for n in names) or consumer is None:
+        return
+    instance.prefetch_multiplier = consumer.prefetch_multiplier = 1
+    if consumer.initial_prefetch_count:
+        consumer.initial_prefetch_count = max(int(instance.concurrency or 1), 1)
+
+
+@celeryd_after_setup.connect
 def _consume_priority_queues(sender: Any, instance: Any, conf: Any, **_: Any) -> None:
     # On RabbitMQ a worker started with -Q high.short,… also consumes the priority
     # queue of that duration class (where beats publish). The named queues stay

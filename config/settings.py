@@ -311,6 +311,11 @@ RETENTION_INTERVAL_S = get_int("RETENTION_INTERVAL_S", 3600)
 # sweeper treats a still-heartbeating run as hung.
 EXECUTION_LEASE_S = get_int("EXECUTION_LEASE_S", 30)
 EXECUTION_BACKSTOP_GRACE_S = get_int("EXECUTION_BACKSTOP_GRACE_S", 60)
+# A result the database did not take (connection lost, server restarting) is
+# retried on a fresh connection for this long before the worker gives up on it
+# (the lease then lapses and the sweeper re-runs the job). Token-conditional, so
+# a retry never overwrites a newer claim.
+FINISH_RETRY_S = float(get("FINISH_RETRY_S", "30") or 30)
 # Names the worker in lease_owner and events; the pool process id is appended
 # at run time (prefork children share the parent's settings). Default: hostname.
 WORKER_ID = get("WORKER_ID", "") or ""

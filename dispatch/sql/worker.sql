@@ -139,3 +139,12 @@ WITH done AS (
      WHERE NOT EXISTS (SELECT 1 FROM bumped)
 )
 SELECT id FROM done
+
+-- name: lease_check
+-- Just before the call: the claim's token is still current and its lease unexpired (DB clock); renews the lease for a full term.
+UPDATE dispatch_execution
+   SET lease_expires_at = now() + make_interval(secs => %(lease_s)s)
+ WHERE id = %(id)s
+   AND fencing_token = %(token)s
+   AND state = 'running'
+   AND lease_expires_at > now()

@@ -15,20 +15,25 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import socket
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import psycopg
 from django.conf import settings
-from django.db import transaction
+from django.db import InterfaceError, OperationalError, connection, transaction
 
 from dispatch.scheduler import dependencies
 from dispatch.sql import sql
 from dispatch.states import FINAL_STATES
 from dispatch.targets.runtime import clip
+
+log = logging.getLogger("dispatch.worker")
 
 
 @dataclass(frozen=True)
@@ -273,3 +278,111 @@ def fencing_rejected(
         },
     )
     return (int(row.current_token), str(row.current_state)) if row else None
+
+
+# The connection failed, not the statement (Django's wrapped errors, and psycopg's
+# own from the named-statement runner): a fresh connection may well succeed.
+CONNECTION_ERRORS = (
+    OperationalError,
+    InterfaceError,
+    psycopg.OperationalError,
+    psycopg.InterfaceError,
+)
+FINISH_RETRY_PAUSE_S = (0.2, 2.0)  # first pause between tries, longest pause
+
+
+def lease_check(*, claim: Claim, lease_s: float) -> bool:
+    """Right before the call: True when the claim's token is current and its lease
+    unexpired by the database clock (the lease is renewed for a full term).
+
+    False means another claim or the sweeper has taken the execution over (or is
+    about to: the lease lapsed): the call must not be made.
+    """
+    return (
+        sql.execute(
+            "lease_check",
+            {"id": claim.execution_id, "token": claim.fencing_token, "lease_s": lease_s},
+        )
+        == 1
+    )
+
+
+def attempt_finish_retrying(
+    *,
+    claim: Claim,
+    state: str,
+    attempt_inc: int = 0,
+    after_commit: Callable[[], None] | None = None,
+    **fields: Any,
+) -> bool:
+    """`attempt_finish`, retried on a fresh connection for up to FINISH_RETRY_S.
+
+    A completion lost to a database blip would otherwise leave the row
+    `running` until its lease lapses, and the job would run again. Retrying is
+    safe: the write is conditional on the claim's token. A try whose reply was
+    lost may have committed, so when a retry matches no row, the row as it is
+    now tells the two cases apart (`finish_landed`).
+    """
+    deadline = time.monotonic() + float(settings.FINISH_RETRY_S)
+    pause, longest = FINISH_RETRY_PAUSE_S
+    uncertain = False
+    while True:
+        try:
+            applied = attempt_finish(
+                claim=claim,
+                state=state,
+                attempt_inc=attempt_inc,
+                after_commit=after_commit,
+                **fields,
+            )
+        except CONNECTION_ERRORS as exc:
+            if time.monotonic() + pause > deadline:
+                log.error(
+                    "execution %s: recording %s failed for %s s, giving up: %s",
+                    claim.execution_id,
+                    state,
+                    settings.FINISH_RETRY_S,
+                    exc,
+                )
+                raise
+            log.warning(
+                "execution %s: recording %s failed (%s); retrying on a fresh connection",
+                claim.execution_id,
+                state,
+                exc,
+            )
+            uncertain = True
+            connection.close()
+            time.sleep(pause)
+            pause = min(pause * 2, longest)
+            continue
+        if applied or not uncertain:
+            return applied
+        return finish_landed(
+            claim=claim, state=state, attempt_inc=attempt_inc, after_commit=after_commit
+        )
+
+
+def finish_landed(
+    *,
+    claim: Claim,
+    state: str,
+    attempt_inc: int,
+    after_commit: Callable[[], None] | None = None,
+) -> bool:
+    """Whether an earlier try of this finish committed although its reply was lost.
+
+    Only this finish leaves the row in `state` at `attempt + attempt_inc` with the
+    claim's token unchanged: the sweeper and cancellations bump the token.
+    `after_commit` then runs here, its try having never reached it.
+    """
+    peek = execution_peek(execution_id=claim.execution_id)
+    landed = (
+        peek is not None
+        and peek.fencing_token == claim.fencing_token
+        and peek.state == state
+        and peek.attempt == claim.attempt + attempt_inc
+    )
+    if landed and after_commit is not None:
+        after_commit()
+    return landed

@@ -227,7 +227,7 @@ def _run_claimed(claim: Claim, *, lease_s: float) -> str:
 def _run_claimed_attempt(claim: Claim, *, lease_s: float) -> str:
     if claim.schedule_deleted or not claim.tenant_active:
         why = "its schedule was deleted" if claim.schedule_deleted else "its tenant is deactivated"
-        applied = leases.attempt_finish(
+        applied = leases.attempt_finish_retrying(
             claim=claim,
             state=ExecutionState.CANCELLED,
             events=[Event(EventKind.CANCELLED, f"not run: {why}", {"attempt": claim.attempt})],
@@ -277,6 +277,8 @@ def _run_claimed_attempt(claim: Claim, *, lease_s: float) -> str:
     heartbeat.start()
     faults.crash_at("worker_after_claim", claim.execution_id)
     try:
+        if not _lease_held(claim, lease_s=lease_s):
+            return "fenced"
         with telemetry.tracer.start_as_current_span("target.call") as call_span:
             call_span.set_attribute("scheduler.target", str(claim.target.get("type")))
             outcome = _call(module, ctx)
@@ -286,6 +288,24 @@ def _run_claimed_attempt(claim: Claim, *, lease_s: float) -> str:
     if heartbeat.lost:
         return _lost(claim, ctx, outcome)
     return _record(claim, ctx, outcome)
+
+
+def _lease_held(claim: Claim, *, lease_s: float) -> bool:
+    """The last check before the call: is the claim's lease still ours (RELIABILITY.md C2, C5)?
+
+    A claim whose reply came late may already be revoked — swept and run by
+    another worker — and the call would then be a duplicate under a stale token.
+    A lost lease makes no call; it is recorded as a rejected `call`.
+    """
+    if leases.lease_check(claim=claim, lease_s=lease_s):
+        return True
+    leases.fencing_rejected(claim=claim, what="call", data={"not_run": True})
+    log.warning(
+        "execution %s: lease lost before the call (token %s no longer current); not run",
+        claim.execution_id,
+        claim.fencing_token,
+    )
+    return False
 
 
 def _rate_limit(claim: Claim, module: ModuleType, *, lease_s: float) -> tuple[bool, float]:
@@ -430,7 +450,7 @@ def _record(claim: Claim, ctx: RunContext | None, outcome: Outcome) -> str:
     }
     if outcome.ok:
         state = ExecutionState.SUCCEEDED
-        applied = leases.attempt_finish(
+        applied = leases.attempt_finish_retrying(
             state=state,
             events=[
                 Event(
@@ -461,7 +481,7 @@ def _record(claim: Claim, ctx: RunContext | None, outcome: Outcome) -> str:
                 if outcome.retry_after_s is not None
                 else ""
             )
-            applied = leases.attempt_finish(
+            applied = leases.attempt_finish_retrying(
                 state=state,
                 attempt_inc=1,
                 delay_s=delay,
@@ -491,7 +511,7 @@ def _record(claim: Claim, ctx: RunContext | None, outcome: Outcome) -> str:
                 else f"attempts exhausted ({n} of {max_attempts})"
             )
             reason = f"{error} — {why}"
-            applied = leases.attempt_finish(
+            applied = leases.attempt_finish_retrying(
                 state=state,
                 error=error,
                 reason_code=outcome.reason_code or "failed",

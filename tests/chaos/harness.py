@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from django.db import connection, transaction
 from django.db.models import F
@@ -28,6 +29,7 @@ from dispatch.models import BeatNode, Execution, ExecutionEvent, Schedule, Sched
 from tenants.models import Tenant
 from tenants.roles import Principal
 from tests.chaos.servers import OwnRabbit, OwnRedis, Postgres
+from tests.support.faultproxy import FaultProxy, database_target
 from tests.support.ledger import Ledger
 from tests.support.procs import ROOT, Proc, beat_cmd, wait_for, worker_cmd
 
@@ -54,6 +56,12 @@ REDIS_BACKLOG_S = 1.5  # workers held this long (< EXEC_LEASE) so the broker has
 BROKER_BURST = 12
 PG_OUTAGE_S = TTL + 1.5  # longer than a beat lease: every beat must re-earn its partitions
 SKEW_S = 300  # RELIABILITY.md: host clock skewed ±5 min
+PG_BLACKHOLE_S = EXEC_LEASE + 3  # the victim's leases lapse: its executions run elsewhere
+PG_LATENCY_MS = 300  # added to every PostgreSQL round trip (150 ms each way)
+PG_LATENCY_S = 10.0
+HEAL_S = 20.0  # a healed process must get through what it held within this
+BROKER_BLACKHOLE_S = 4.0
+NETWORK_WIDE = ("pg_latency", "pg_reset")  # faults on every process's database link
 RESULTS = ROOT / "chaos-results.json"
 
 
@@ -113,6 +121,7 @@ class Cluster:
         pg: Postgres,
         api_token: str,
         rabbit: OwnRabbit | None = None,
+        pg_proxy: FaultProxy | None = None,
     ) -> None:
         self.start = start
         self.rabbit = rabbit  # the run's own RabbitMQ node, when it is the broker
@@ -127,6 +136,11 @@ class Cluster:
         self.api_token = api_token
         # Every process talks to the run's own Redis (and broker): restarting it hurts nobody else.
         self.env = {"CELERY_BROKER_URL": broker_url, "REDIS_URL": redis.url(1)}
+        # Every beat and worker reaches PostgreSQL through the run's fault proxy, so a
+        # network nemesis can hurt all their connections at once.
+        self.pg_proxy = pg_proxy
+        if pg_proxy is not None:
+            self.env["DATABASE_URL"] = pg_proxy.database_url(connection.settings_dict)
         self.beats: dict[str, Proc] = {}
         self.workers: dict[str, Proc] = {}
         self.faults: list[Fault] = []
@@ -153,9 +167,7 @@ class Cluster:
             _skewed(cmd, skew),
             SWEEP_INTERVAL_S=str(SWEEP),
             QUEUED_REPUBLISH_S=str(REPUBLISH),
-            **self.env,
-            **_skew_env(skew),
-            **env,
+            **(self.env | _skew_env(skew) | env),  # a nemesis' own env wins
         )
         return name
 
@@ -167,9 +179,7 @@ class Cluster:
             EXECUTION_LEASE_S=str(int(EXEC_LEASE)),
             WORKER_ID=name,
             TARGET_TEST_ALLOW=self.ledger.allow_entry,
-            **self.env,
-            **_skew_env(skew),
-            **env,
+            **(self.env | _skew_env(skew) | env),  # a nemesis' own env wins
         )
         deadline = time.monotonic() + 30
         while " ready." not in proc.output():
@@ -436,6 +446,166 @@ class Cluster:
         fault.notes["skewed_worker"] = worker
         return fault
 
+    # --- nemeses: network (tests/support/faultproxy.py) --------------------------------
+
+    def beat_pg_blackhole(self) -> Fault:
+        """A beat's PostgreSQL link black-holed past its lease, then healed.
+
+        The rest of the fleet takes its partitions over (failover, as for a kill);
+        once healed the beat must carry on — heartbeat again, its stale writes
+        fenced — within HEAL_S, else it is stuck. It is then retired.
+        """
+        proxy = FaultProxy(database_target(connection.settings_dict))
+        victim = self.add_beat("bnet", DATABASE_URL=proxy.database_url(connection.settings_dict))
+        try:
+            wait_for(lambda: owned_by(victim), timeout=30, what=f"{victim} to own partitions")
+            node = BeatNode.objects.get(name=victim)
+            before = node.stale_writes_rejected
+            parts = owned_by(victim)
+            proxy.blackhole()
+            fault = Fault("beat_pg_blackhole", victim, db_now(), parts)
+            time.sleep(TTL + 2)
+            proxy.pass_()
+            fault.notes["outage_s"] = TTL + 2
+            healed = db_now()
+            try:
+                wait_for(
+                    lambda: BeatNode.objects.filter(name=victim, heartbeat_at__gt=healed).exists(),
+                    timeout=HEAL_S,
+                    what=f"{victim} to heartbeat after the heal",
+                )
+                fault.notes["stuck_after_heal"] = 0
+            except AssertionError:
+                fault.notes["stuck_after_heal"] = 1
+            fault.notes["stale_writes_rejected_after_heal"] = (
+                BeatNode.objects.get(name=victim).stale_writes_rejected - before
+            )
+        finally:
+            self.beats.pop(victim).stop()
+            proxy.close()
+        return fault
+
+    def worker_pg_blackhole(self) -> Fault:
+        """A worker's PostgreSQL link black-holed mid-call past its lease, then healed.
+
+        Its executions are swept and run elsewhere; once healed, the worker must get
+        through every write it held — each refused by the token (`fencing_rejected`)
+        — instead of hanging on a dead connection: a process stuck after heal.
+        """
+        proxy = FaultProxy(database_target(connection.settings_dict))
+        victim = self.add_worker("wnet", DATABASE_URL=proxy.database_url(connection.settings_dict))
+        try:
+            wait_for(lambda: running_on(victim), timeout=30, what=f"{victim} mid-call")
+            proxy.blackhole()
+            # Read after the fault: exactly what the cut-off worker can no longer finish.
+            fault = Fault("worker_pg_blackhole", victim, db_now(), executions=running_on(victim))
+            time.sleep(PG_BLACKHOLE_S)
+            proxy.pass_()
+            fault.notes["outage_s"] = PG_BLACKHOLE_S
+            held = set(fault.executions)
+
+            def through() -> bool:
+                done = set(
+                    str(e)
+                    for e in ExecutionEvent.objects.filter(
+                        execution_id__in=held,
+                        kind="fencing_rejected",
+                        actor__startswith=f"{victim}:",
+                    ).values_list("execution_id", flat=True)
+                )
+                return held <= done
+
+            try:
+                wait_for(through, timeout=HEAL_S, what=f"{victim} to get through after heal")
+                fault.notes["stuck_after_heal"] = 0
+            except AssertionError:
+                fault.notes["stuck_after_heal"] = 1
+            fault.notes["alive_after_heal"] = self.workers[victim].alive()
+        finally:
+            self.workers.pop(victim).stop()
+            proxy.close()
+        return fault
+
+    def broker_link_worker(self) -> Fault:
+        """A worker's broker link black-holed mid-call, then reset (RST): the worker must
+        reconnect by itself and take new work within HEAL_S, else it is stuck."""
+        url = urlsplit(self.env["CELERY_BROKER_URL"])
+        if url.hostname is None or url.port is None:
+            self.skipped["broker_link_worker"] = f"the broker is not on TCP ({url.scheme})"
+            raise _Skip
+        proxy = FaultProxy((url.hostname, url.port))
+        creds = url.netloc.rpartition("@")[0]
+        broker = urlunsplit(
+            url._replace(netloc=f"{creds}@{proxy.address}" if creds else proxy.address)
+        )
+        victim = self.add_worker("wbrk", CELERY_BROKER_URL=broker)
+        try:
+            wait_for(lambda: running_on(victim), timeout=30, what=f"{victim} mid-call")
+            proxy.blackhole()
+            fault = Fault("broker_link_worker", victim, db_now(), executions=running_on(victim))
+            time.sleep(BROKER_BLACKHOLE_S)
+            fault.notes["connections_reset"] = proxy.reset()
+            proxy.pass_()
+            healed = db_now()
+            fault.notes["outage_s"] = BROKER_BLACKHOLE_S
+            try:
+                wait_for(
+                    lambda: Execution.objects.filter(
+                        lease_owner__startswith=f"{victim}:", started_at__gt=healed
+                    ).exists(),
+                    timeout=HEAL_S,
+                    what=f"{victim} to take new work after the heal",
+                )
+                fault.notes["stuck_after_heal"] = 0
+            except AssertionError:
+                fault.notes["stuck_after_heal"] = 1
+        finally:
+            self.workers.pop(victim).stop()
+            proxy.close()
+        return fault
+
+    def pg_latency(self) -> Fault:
+        """+300 ms on every PostgreSQL round trip of every beat and worker, for a while."""
+        if self.pg_proxy is None:
+            self.skipped["pg_latency"] = "the run has no PostgreSQL fault proxy"
+            raise _Skip
+        fault = Fault("pg_latency", "postgresql links", db_now())
+        self.pg_proxy.delay(PG_LATENCY_MS / 2)
+        time.sleep(PG_LATENCY_S)
+        self.pg_proxy.pass_()
+        fault.notes["outage_s"] = PG_LATENCY_S
+        fault.notes["added_rtt_ms"] = PG_LATENCY_MS
+        fault.notes["stuck_after_heal"] = self._stuck_after_heal()
+        return fault
+
+    def pg_reset(self) -> Fault:
+        """Every PostgreSQL connection of every beat and worker reset (RST) at once."""
+        if self.pg_proxy is None:
+            self.skipped["pg_reset"] = "the run has no PostgreSQL fault proxy"
+            raise _Skip
+        fault = Fault("pg_reset", "postgresql links", db_now())
+        fault.notes["connections_reset"] = self.pg_proxy.reset()
+        fault.notes["stuck_after_heal"] = self._stuck_after_heal()
+        return fault
+
+    def _stuck_after_heal(self) -> int:
+        """Processes that did not carry on within HEAL_S: a beat that stopped
+        heartbeating (database clock), a worker that died."""
+        t0 = time.monotonic()
+        stuck = 0
+        for name in list(self.beats):
+            try:
+                wait_for(
+                    lambda name=name: BeatNode.objects.filter(
+                        name=name, heartbeat_at__gt=db_now() - timedelta(seconds=TTL)
+                    ).exists(),
+                    timeout=max(1.0, HEAL_S - (time.monotonic() - t0)),
+                    what=f"{name} to heartbeat after the fault",
+                )
+            except AssertionError:
+                stuck += 1
+        return stuck + sum(1 for proc in self.workers.values() if not proc.alive())
+
     NEMESES = (
         "beat_kill",
         "beat_pause",
@@ -450,6 +620,11 @@ class Cluster:
         "redis_restart",
         "postgres_restart",
         "clock_skew",
+        "beat_pg_blackhole",
+        "worker_pg_blackhole",
+        "pg_latency",
+        "pg_reset",
+        "broker_link_worker",
     )
 
     def inject(self, kind: str) -> Fault | None:
@@ -754,6 +929,25 @@ def check(
     double_success = sorted(eid for eid, n in success_events.items() if n > 1)
     stale_accepted = len(shared_epochs) + len(double_success)
 
+    # Calls under a revoked token: a request the target saw after the execution's
+    # token had moved past the one it carries (a newer claim or a sweep, by the
+    # database clock; the ledger stamps arrivals with the same host's clock).
+    bumps: dict[str, list[tuple[float, int]]] = defaultdict(list)
+    for eid, created, data in ExecutionEvent.objects.filter(
+        schedule_id__in=job_ids, kind__in=["claimed", "timed_out"]
+    ).values_list("execution_id", "at", "data"):
+        token = (data or {}).get("fencing_token")
+        if token is not None:
+            bumps[str(eid)].append((created.timestamp(), int(token)))
+    revoked_calls = []
+    for req in ledger.requests:
+        headers = {k.lower(): v for k, v in req["headers"].items()}
+        eid, token = headers.get("x-execution-id", ""), headers.get("x-fencing-token", "")
+        if not req["path"].startswith("/effect") or not token.isdigit():
+            continue
+        if any(at < req["at"] and newer > int(token) for at, newer in bumps.get(eid, [])):
+            revoked_calls.append(f"{eid}@{token}")
+
     # Fire lateness: first publish minus due time.
     lateness = {
         str(r["id"]): (r["enqueued_at"] - r["due_at"]).total_seconds()
@@ -771,6 +965,13 @@ def check(
     ]
     interrupted = {e for f in faults if f.kind.startswith("worker_") for e in f.executions}
     skewed = [f.notes["skewed_worker"] for f in faults if f.kind == "clock_skew"]
+    # Leases that lapsed while every database link was slowed or reset are explained
+    # by that fault, not by a skewed clock.
+    network = [
+        (f.at, f.at + timedelta(seconds=(f.notes.get("outage_s") or 0) + TTL * 2 + 2))
+        for f in faults
+        if f.kind in NETWORK_WIDE
+    ]
     premature_expiries = sorted(
         {
             str(ev.execution_id)
@@ -779,6 +980,7 @@ def check(
                 schedule_id__in=job_ids, message__contains=f"lease of worker {w}:"
             )
             if str(ev.execution_id) not in interrupted
+            and not any(lo <= ev.at <= hi for lo, hi in network)
         }
     )
 
@@ -786,7 +988,7 @@ def check(
     # lateness of what came due while a server was away.
     infra = []
     for f in faults:
-        if f.kind not in ("redis_restart", "rabbitmq_restart", "postgres_restart"):
+        if f.kind not in ("redis_restart", "rabbitmq_restart", "postgres_restart", *NETWORK_WIDE):
             continue
         window_end = f.at + timedelta(seconds=f.notes.get("outage_s", 0) + TTL * 2 + 2)
         hit = [
@@ -808,6 +1010,9 @@ def check(
                 "role": f.notes.get("role"),
                 "broker_backlog": f.notes.get("broker_backlog"),
                 "boot_s": f.notes.get("boot_s"),
+                "lease_expiries_in_window": ExecutionEvent.objects.filter(
+                    schedule_id__in=job_ids, kind="timed_out", at__gte=f.at, at__lte=window_end
+                ).count(),
                 "queued_when_lost": len(f.executions),
                 "queued_when_lost_not_succeeded": sum(
                     1
@@ -866,6 +1071,19 @@ def check(
             }
         )
 
+    # Lateness per nemesis: the worst of what came due while it acted and just after.
+    per_nemesis: dict[str, float | None] = {}
+    for f in faults:
+        window_end = f.at + timedelta(seconds=f.notes.get("outage_s", 0) + TTL * 2 + 2)
+        hit = [
+            lateness[str(r["id"])]
+            for r in rows
+            if f.at <= r["due_at"] <= window_end and str(r["id"]) in lateness
+        ]
+        worst = round(max(hit), 3) if hit else None
+        prior = per_nemesis.get(f.kind)
+        per_nemesis[f.kind] = worst if prior is None else max(prior, worst or prior)
+
     return {
         "profile": {
             "jobs": len(job_ids),
@@ -894,6 +1112,10 @@ def check(
             "unknown_execution": len(unknown_deliveries),
         },
         "duplicate_effects": duplicate_effects,
+        "calls_under_revoked_token": len(revoked_calls),
+        "calls_under_revoked_token_ids": revoked_calls,
+        "processes_stuck_after_heal": sum(int(f.notes.get("stuck_after_heal", 0)) for f in faults),
+        "lateness_per_nemesis_s": per_nemesis,
         "stale_writes": {
             "rejected_by_beats": beat_rejected,
             "rejected_by_workers": worker_rejected,
@@ -943,6 +1165,8 @@ def table(r: dict[str, Any]) -> str:
             f"{r['deliveries']['total']} / {r['deliveries']['duplicate']}",
         ),
         ("DUPLICATE effects", r["duplicate_effects"]),
+        ("calls under a revoked token", r["calls_under_revoked_token"]),
+        ("processes stuck after heal", r["processes_stuck_after_heal"]),
         (
             "stale writes attempted = rejected",
             f"{st['attempted']} = {st['rejected_by_beats']} (beats) + "
@@ -971,6 +1195,8 @@ def table(r: dict[str, Any]) -> str:
             f"{('  failover ' + f['kind']).ljust(width)} | {f['max_lateness_s']} s "
             f"({f['executions_in_window']} executions in window, victim {f['victim']})"
         )
+    for kind, worst in r["lateness_per_nemesis_s"].items():
+        out.append(f"{('  lateness ' + kind).ljust(width)} | max {worst} s")
     for w in r["worker_faults"]:
         out.append(
             f"{('  ' + w['kind']).ljust(width)} | in flight {w['in_flight']}, final "
@@ -991,7 +1217,8 @@ def table(r: dict[str, Any]) -> str:
         out.append(
             f"{('  ' + x['kind']).ljust(width)} | outage {x['outage_s']} s, queued when lost "
             f"{x['queued_when_lost']} (not run {x['queued_when_lost_not_succeeded']}), max lateness "
-            f"{x['max_lateness_s']} s, max start delay {x.get('max_start_delay_s')} s{extra}"
+            f"{x['max_lateness_s']} s, max start delay {x.get('max_start_delay_s')} s, "
+            f"lease expiries {x['lease_expiries_in_window']}{extra}"
         )
     for name, h in r.get("hostile", {}).items():
         out.append(

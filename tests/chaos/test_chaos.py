@@ -22,12 +22,14 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings
+from django.db import connection
 
 from tenants import services as tenant_services
 from tenants.models import Tenant
 from tenants.roles import Principal, Role
 from tests.chaos import harness
 from tests.chaos.servers import OwnRabbit, OwnRedis, Postgres
+from tests.support.faultproxy import FaultProxy, database_target
 from tests.support.ledger import Ledger, Respond
 from tests.support.procs import processes, wait_for
 from tests.support.worker_support import purge
@@ -110,7 +112,10 @@ def test_chaos_run(
     schedule = plan()
     print(f"[chaos] seed={SEED} broker={BROKER} spread={SPREAD_S:.0f}s nemeses={len(schedule)}")
     started = time.monotonic()
-    with processes(tmp_path) as start:
+    with (
+        FaultProxy(database_target(connection.settings_dict)) as pg_proxy,
+        processes(tmp_path) as start,
+    ):
         cluster = harness.Cluster(
             start,
             ledger,
@@ -120,6 +125,7 @@ def test_chaos_run(
             pg=Postgres(),
             api_token=api_token,
             rabbit=rabbit,
+            pg_proxy=pg_proxy,
         )
         cluster.burst = lambda n: harness.create_burst(
             admin_principal, count=n, url=f"{ledger.url}/effect"
@@ -177,6 +183,8 @@ def test_chaos_run(
     assert occ["lost"] == 0, occ["lost_ids"]
     assert results["duplicate_execution_records"] == 0
     assert results["duplicate_effects"] == 0
+    assert results["calls_under_revoked_token"] == 0, results["calls_under_revoked_token_ids"]
+    assert results["processes_stuck_after_heal"] == 0, results["faults"]
     assert results["deliveries"]["unknown_execution"] == 0
     assert stale["accepted"] == 0, stale
     assert stale["epochs_shared_by_two_beats"] == []
