@@ -12,7 +12,7 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
 from django.utils.html import escape
 
-from config import inputs
+from core.api import inputs
 
 request_id_var: ContextVar[str] = ContextVar("request_id", default="")
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
@@ -50,7 +50,7 @@ class ApiBodyGuardMiddleware:
 
     Django would turn an oversized body into a generic 400; API clients deserve
     to be told which limit they hit. What the body may contain is the JSON
-    parser's job (config.inputs.StrictJSONParser), which names the field.
+    parser's job (core.api.inputs.StrictJSONParser), which names the field.
     """
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:

@@ -185,10 +185,10 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = API_MAX_BODY_BYTES
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["tenants.api.authentication.ServiceTokenAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["tenants.api.permissions.HasTenantRole"],
-    "DEFAULT_PARSER_CLASSES": ["config.inputs.StrictJSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["core.api.inputs.StrictJSONParser"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_THROTTLE_CLASSES": ["tenants.api.throttling.TokenRateThrottle"],
-    "EXCEPTION_HANDLER": "config.api_errors.exception_handler",
+    "EXCEPTION_HANDLER": "core.api.errors.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,
 }
@@ -213,7 +213,7 @@ SPECTACULAR_SETTINGS = {
     "COMPONENT_SPLIT_REQUEST": True,
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
-        "config.openapi.add_error_responses",
+        "core.api.openapi.add_error_responses",
     ],
     # Swagger UI served from the package, not a CDN: works on closed networks.
     "SWAGGER_UI_DIST": "SIDECAR",

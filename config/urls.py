@@ -39,7 +39,7 @@ urlpatterns = [
 ]
 
 # /v1/ answers its documented JSON error shape even when no API view ran.
-handler400 = "config.api_errors.bad_request"
-handler403 = "config.api_errors.permission_denied"
-handler404 = "config.api_errors.not_found"
-handler500 = "config.api_errors.server_error"
+handler400 = "core.api.errors.bad_request"
+handler403 = "core.api.errors.permission_denied"
+handler404 = "core.api.errors.not_found"
+handler500 = "core.api.errors.server_error"

@@ -15,7 +15,7 @@ from django import forms
 from django.conf import settings
 from django.core import signing
 
-from config import inputs
+from core.api import inputs
 from dispatch import selectors
 from dispatch.models import DurationClass, Misfire, Overlap, Priority, Schedule
 from dispatch.timing import cron, retry
@@ -102,7 +102,7 @@ def parse_local(value: str, zone: ZoneInfo) -> datetime:
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=zone)
     try:
-        # The same range as the API (config/inputs.py): later zone conversions
+        # The same range as the API (core/api/inputs.py): later zone conversions
         # and cron arithmetic must not overflow.
         inputs.check_instant(parsed, "")
     except inputs.InvalidInput as exc:

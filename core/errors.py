@@ -2,7 +2,7 @@
 
 Every error a service raises on purpose is an `AppError`: it carries a stable
 `code`, the HTTP `status` the API answers with, a human `message` and an
-optional per-field `detail`. The API's exception handler (config/api_errors.py)
+optional per-field `detail`. The API's exception handler (core/api/errors.py)
 turns any of them into `{"error": {"code", "message", "detail"}}`.
 """
 

@@ -9,7 +9,7 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from config import inputs
+from core.api import inputs
 from dispatch.explain import CODE_MEANINGS
 from dispatch.models import (
     DurationClass,
@@ -87,7 +87,7 @@ class RetryField(serializers.JSONField):
 
 
 class InstantField(serializers.DateTimeField):
-    """An ISO 8601 instant that carries its offset, inside config.inputs' range.
+    """An ISO 8601 instant that carries its offset, inside core.api.inputs' range.
 
     DRF's DateTimeField reads a naive value in the server's zone before any
     later check could see it was naive; a naive `run_at` would silently mean UTC.

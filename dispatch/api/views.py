@@ -13,8 +13,8 @@ from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from config import inputs
-from config.api_views import StrictQueryView
+from core.api import inputs
+from core.api.views import StrictQueryView
 from dispatch import explain, selectors, services
 from dispatch.api.serializers import (
     EmptySerializer,

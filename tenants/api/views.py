@@ -9,7 +9,7 @@ from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from config.api_views import StrictQueryView
+from core.api.views import StrictQueryView
 from dispatch.api.serializers import InstantField, StrictSerializer, iso_z
 from tenants import selectors, services
 from tenants.models import ServiceToken

@@ -1,5 +1,5 @@
 """Total input validation: every hostile input is a 4xx naming its field, never a
-500, and nothing is written (config/inputs.py, the input guard middleware)."""
+500, and nothing is written (core/api/inputs.py, the input guard middleware)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The base of every API view (kept apart from config/inputs.py, which the
+"""The base of every API view (kept apart from core/api/inputs.py, which the
 settings import before DRF's views can be)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 from rest_framework import views
 from rest_framework.request import Request
 
-from config.inputs import InvalidInput
+from core.api.inputs import InvalidInput
 
 
 class StrictQueryView(views.APIView):

@@ -2,7 +2,7 @@
 
 drf-spectacular documents the success responses each view declares; the 4xx
 and 503 answers come from shared machinery (authentication, RBAC, throttling,
-the body guard, config/api_errors.py), so they are added here, per operation,
+the body guard, core/api/errors.py), so they are added here, per operation,
 with the one error shape `{"error": {"code", "message", "detail"}}`.
 """
 

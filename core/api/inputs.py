@@ -41,7 +41,7 @@ _JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
 
 
 class InvalidInput(AppError):
-    """Bad input, about one field; the API answers it as 400 `invalid` (config/api_errors.py)."""
+    """Bad input, about one field; the API answers it as 400 `invalid` (core/api/errors.py)."""
 
     code = "invalid"
     status = 400
