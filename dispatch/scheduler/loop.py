@@ -273,17 +273,7 @@ class Beat:
             )
             resumed = store.auto_resume(numbers=numbers)
             if resumed:
-                store.record_events(
-                    (
-                        r.id,
-                        r.tenant_id,
-                        None,
-                        "resumed",
-                        "resumed automatically: the pause's end time passed",
-                    )
-                    for r in resumed
-                )
-                store.audit_auto_resumed(resumed)
+                store.record_auto_resumed(resumed)
             recorded = firing.record_paused(self.partitions, numbers, batch=self.cfg.batch)
             rescued = sweeper.sweep_expired_leases(partitions=numbers)
         republished = 0
