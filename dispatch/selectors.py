@@ -22,6 +22,7 @@ from dispatch.models import (
     SchedulerPartition,
     Trigger,
 )
+from dispatch.queues import ALL_QUEUES
 from dispatch.sql import sql
 from dispatch.states import IN_FLIGHT_STATES
 from dispatch.timing import cron
@@ -698,18 +699,15 @@ def schedule_history_rows(*, tenant: Tenant, schedule: Schedule, now: datetime) 
     return merged[:HISTORY_LIMIT]
 
 
-QUEUE_NAMES = [f"{p}.{d}" for p in ("high", "default", "low") for d in ("short", "long")]
-
-
 def queue_depths(broker: str) -> list[tuple[str, str]]:
     """Messages waiting per Celery queue (Redis brokers; "n/a" for others)."""
     if not broker.startswith(("redis://", "rediss://", "redis+socket://", "unix://")):
-        return [(name, "n/a") for name in QUEUE_NAMES]
+        return [(name, "n/a") for name in ALL_QUEUES]
     try:
         from kombu import Connection
 
         with Connection(broker, connect_timeout=2) as conn:
             client: Any = conn.default_channel.client  # type: ignore[attr-defined]
-            return [(name, str(client.llen(name))) for name in QUEUE_NAMES]
+            return [(name, str(client.llen(name))) for name in ALL_QUEUES]
     except Exception:  # the page must render even when the broker is down
-        return [(name, "unavailable") for name in QUEUE_NAMES]
+        return [(name, "unavailable") for name in ALL_QUEUES]
