@@ -87,7 +87,7 @@ def cap(text: str) -> str:
 # --------------------------------------------------------------------------- JSON
 
 
-def api_url(evidence: Evidence, schedule_id: str) -> str | None:
+def api_url(evidence: Evidence) -> str | None:
     """Where an API client reads a piece of evidence."""
     if evidence.kind == "execution":
         return f"/v1/executions/{evidence.id}"
@@ -96,7 +96,7 @@ def api_url(evidence: Evidence, schedule_id: str) -> str | None:
     return None
 
 
-def as_json(answer: Explanation, *, schedule_id: str) -> dict[str, Any]:
+def as_json(answer: Explanation) -> dict[str, Any]:
     def iso(value: datetime | None) -> str | None:
         if value is None:
             return None
@@ -105,7 +105,7 @@ def as_json(answer: Explanation, *, schedule_id: str) -> dict[str, Any]:
     return {
         "code": str(answer.code),
         "sentence": answer.sentence,
-        "evidence": [e.as_dict(api_url(e, schedule_id)) for e in answer.evidence],
+        "evidence": [e.as_dict(api_url(e)) for e in answer.evidence],
         "at": iso(answer.at),
         "occurrence": iso(answer.occurrence),
         "execution_id": answer.execution_id,

@@ -55,9 +55,7 @@ log = logging.getLogger("dispatch.beat")
 @dataclass
 class Counters:
     fired: int = 0
-    skipped: int = 0
     published: int = 0
-    republished: int = 0
     stale_writes_rejected: int = 0
 
 
@@ -282,7 +280,6 @@ class Beat:
                 Pending(0, str(r.id), r.attempt, r.queue or DEFAULT_QUEUE, 0, -1) for r in stale
             ]
             republished = len(self._publish(again))
-            self.counters.republished += republished
             log.info(
                 "beat %s re-published %d queued executions nobody claimed",
                 self.cfg.name,

@@ -286,7 +286,7 @@ def _run_claimed_attempt(claim: Claim, *, lease_s: float) -> str:
         heartbeat.finish()
     faults.crash_at("worker_before_complete", claim.execution_id)
     if heartbeat.lost:
-        return _lost(claim, ctx, outcome)
+        return _lost(claim, outcome)
     return _record(claim, ctx, outcome)
 
 
@@ -385,7 +385,7 @@ def _call(module: ModuleType, ctx: RunContext) -> Outcome:
         )
 
 
-def _lost(claim: Claim, ctx: RunContext, outcome: Outcome) -> str:
+def _lost(claim: Claim, outcome: Outcome) -> str:
     result = "succeeded" if outcome.ok else "failed"
     peek = leases.execution_peek(execution_id=claim.execution_id)
     if peek is not None and peek.state == ExecutionState.CANCELLED:
