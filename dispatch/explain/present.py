@@ -12,6 +12,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from dispatch.states import ExplainCode
+from dispatch.timing.durations import spell
 
 
 @dataclass(frozen=True)
@@ -72,12 +73,8 @@ def both(value: datetime, zone: ZoneInfo) -> str:
 
 
 def late(delta: timedelta) -> str:
-    seconds = int(delta.total_seconds())
-    if seconds >= 3600:
-        return f"{seconds // 3600} h {(seconds % 3600) // 60:02d} min"
-    if seconds >= 60:
-        return f"{seconds // 60} min {seconds % 60:02d} s"
-    return f"{seconds} s"
+    """How late, spaced for a sentence: "14 min 00 s"."""
+    return spell(delta, units=("h", "min", "s"), sep=" ")
 
 
 def cap(text: str) -> str:

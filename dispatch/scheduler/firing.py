@@ -25,6 +25,7 @@ from dispatch.scheduler import dependencies, store
 from dispatch.scheduler.partitions import Partitions
 from dispatch.states import EventKind, ExecutionState, Kind, Misfire, Overlap, ReasonCode, Trigger
 from dispatch.timing import cron
+from dispatch.timing.durations import spell
 
 # Occurrences of one paused upstream recorded per sweep at most; older ones of a
 # longer backlog (the beat was down too) get one summary event instead.
@@ -273,7 +274,7 @@ class _FirePlan:
                     state=ExecutionState.SKIPPED,
                     code=ReasonCode.MISFIRE,
                     reason=f"skipped by misfire policy (skip): the one-off job was found "
-                    f"{_ago(now - max(run_at, created_at))} late, beyond the {grace}s grace period",
+                    f"{spell(now - max(run_at, created_at))} late, beyond the {grace}s grace period",
                 )
                 self.advance_to.append(None)
                 return
@@ -307,7 +308,7 @@ class _FirePlan:
                 state=ExecutionState.SKIPPED,
                 code=ReasonCode.MISFIRE,
                 reason=f"skipped by misfire policy ({misfire}): the occurrence was found "
-                f"{_ago(now - occ)} late, beyond the {grace}s grace period",
+                f"{spell(now - occ)} late, beyond the {grace}s grace period",
             )
         if total > len(skipped):
             self.events.append(
@@ -346,12 +347,3 @@ class _FirePlan:
             "epochs": self.row_epochs,
             "fired_by": self.beat,
         }
-
-
-def _ago(delta: timedelta) -> str:
-    seconds = int(delta.total_seconds())
-    if seconds >= 3600:
-        return f"{seconds // 3600}h{(seconds % 3600) // 60:02d}m"
-    if seconds >= 60:
-        return f"{seconds // 60}m{seconds % 60:02d}s"
-    return f"{seconds}s"

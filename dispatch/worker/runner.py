@@ -35,6 +35,7 @@ from dispatch.targets.runtime import (
     SecretError,
     clip,
     describe_exception,
+    result_label,
 )
 from dispatch.timing import retry
 from dispatch.worker import alerts, leases, ratelimit, vault
@@ -435,13 +436,7 @@ def _record(claim: Claim, ctx: RunContext | None, outcome: Outcome) -> str:
         "latency_ms": outcome.latency_ms,
         "response": clip(excerpt, EVENT_EXCERPT_CHARS),
     } | outcome.data
-    shown = (
-        f"HTTP {outcome.status_code}"
-        if outcome.status_code is not None
-        else f"exit {outcome.exit_code}"
-        if outcome.exit_code is not None
-        else ""
-    )
+    shown = result_label(outcome.status_code, outcome.exit_code)
     common: dict[str, Any] = {
         "claim": claim,
         "status_code": outcome.status_code,
