@@ -42,6 +42,7 @@ from bench.common import (
     wait_until,
 )
 from dispatch import selectors
+from dispatch.queues import DEFAULT_QUEUE
 from tenants import services as tenant_services
 from tenants.models import Tenant, TenantQuota
 from tenants.roles import Role
@@ -247,12 +248,18 @@ def _history(tenant_id: int, rows: int) -> float:
             SELECT gen_random_uuid(), s.ids[1 + mod(g.i, cardinality(s.ids))], %(t)s,
                    s.parts[1 + mod(g.i, cardinality(s.ids))],
                    %(base)s - g.i * interval '1 second', %(base)s - g.i * interval '1 second',
-                   'cron', 1, 'succeeded', 'default.short', '', 1, '', 'ok', '', '',
+                   'cron', 1, 'succeeded', %(queue)s, '', 1, '', 'ok', '', '',
                    %(base)s - g.i * interval '1 second', %(base)s - g.i * interval '1 second',
                    %(base)s - g.i * interval '1 second' + interval '20 milliseconds', 200
             FROM s, generate_series(%(start)s, %(stop)s - 1) AS g(i)
             """,
-            {"t": tenant_id, "base": base, "start": start, "stop": min(rows, start + INSERT_CHUNK)},
+            {
+                "t": tenant_id,
+                "base": base,
+                "queue": DEFAULT_QUEUE,
+                "start": start,
+                "stop": min(rows, start + INSERT_CHUNK),
+            },
         )
     vacuum_analyze("dispatch_execution")
     return time.perf_counter() - t0

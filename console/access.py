@@ -30,15 +30,23 @@ SESSION_TZ = "tz"
 TZ_COOKIE = "console_tz"
 
 
+def known_zone(name: object) -> ZoneInfo | None:
+    """The time zone of that name, or None when `name` is not one (empty, unknown, not text)."""
+    if isinstance(name, str) and name:
+        try:
+            return cron.get_zone(name)
+        except cron.CronError:
+            return None
+    return None
+
+
 def viewer_zone(request: HttpRequest) -> ZoneInfo:
     """The zone times are shown in: the user's setting, else the browser's, else UTC."""
     cookie = unquote(request.COOKIES.get(TZ_COOKIE, ""))  # console.js URI-encodes the "/"
     for name in (request.session.get(SESSION_TZ), cookie):
-        if isinstance(name, str) and name:
-            try:
-                return cron.get_zone(name)
-            except cron.CronError:
-                continue
+        zone = known_zone(name)
+        if zone is not None:
+            return zone
     return ZoneInfo("UTC")
 
 

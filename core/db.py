@@ -15,6 +15,10 @@ Django's cursor wrapper, as every ORM query's is: driver errors come out as
 `django.db` errors (DatabaseError, OperationalError...), and the statements
 are seen by CaptureQueriesContext and DEBUG's query log (the e2e bench counts
 round trips with it).
+
+A few statements must run on a dedicated raw connection instead (the beat's
+LISTEN, on its own autocommit connection that Django's transactions never
+touch): `run_on` runs those.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import Any
 import psycopg
 from django.db import connection
 from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
+from psycopg import sql as pgsql
 from psycopg.pq import Format
 from psycopg.rows import namedtuple_row
 
@@ -98,6 +103,30 @@ class Statements:
             count: int = cur.rowcount
             return count
 
+    def run_on(
+        self,
+        conn: psycopg.Connection[Any],
+        name: str,
+        params: Params = None,
+        *,
+        identifiers: Mapping[str, str] | None = None,
+    ) -> list[Any]:
+        """Run a statement on `conn`, a dedicated psycopg connection (not Django's):
+        its rows as named tuples ([] when it returns none).
+
+        `identifiers` fill the statement's `{name}` fields, quoted as SQL identifiers:
+        for the statements PostgreSQL cannot bind a parameter into (LISTEN's channel).
+        Without them the text is run as it is, its `%(name)s` parameters bound.
+        """
+        text: str | pgsql.Composed = self.text[name]
+        if identifiers is not None:
+            text = pgsql.SQL(self.text[name]).format(
+                **{key: pgsql.Identifier(value) for key, value in identifiers.items()}
+            )
+        with conn.cursor(row_factory=namedtuple_row) as cur:
+            cur.execute(text, params)
+            return list(cur.fetchall()) if cur.description else []
+
 
 core_sql = Statements(Path(__file__).parent / "sql")
 
@@ -117,6 +146,11 @@ def db_clock() -> datetime:
 def notify(channel: str, payload: str) -> None:
     """NOTIFY `channel`; delivered when the surrounding transaction commits."""
     core_sql.one("notify", {"channel": channel, "payload": payload})
+
+
+def listen(conn: psycopg.Connection[Any], channel: str) -> None:
+    """LISTEN `channel` on `conn`, a dedicated autocommit connection (the beat's wake-up)."""
+    core_sql.run_on(conn, "listen", identifiers={"channel": channel})
 
 
 def ping() -> bool:

@@ -11,7 +11,7 @@ from django import template
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from dispatch.timing import cron
+from console.access import known_zone
 
 register = template.Library()
 
@@ -32,12 +32,7 @@ BADGES = {
 def _zone(value: Any) -> ZoneInfo:
     if isinstance(value, ZoneInfo):
         return value
-    if isinstance(value, str) and value:
-        try:
-            return cron.get_zone(value)
-        except cron.CronError:
-            pass
-    return ZoneInfo("UTC")
+    return known_zone(value) or ZoneInfo("UTC")
 
 
 def fmt(value: datetime, zone: ZoneInfo, *, seconds: bool = True) -> str:

@@ -12,6 +12,10 @@ SELECT clock_timestamp() AS now
 -- NOTIFY a channel; PostgreSQL delivers it only when the transaction commits.
 SELECT pg_notify(%(channel)s, %(payload)s)
 
+-- name: listen
+-- Subscribe a dedicated autocommit connection to a channel (run with Statements.run_on; the channel is an identifier, which LISTEN cannot take as a parameter).
+LISTEN {channel}
+
 -- name: ping
 -- Liveness probe of the database connection.
 SELECT 1 AS ok

@@ -417,4 +417,4 @@ class ScheduleExplainView(StrictQueryView):
             answer = explain.explain(schedule=schedule, at=at, now=services.db_now())
         except (ValueError, OverflowError) as exc:
             raise InvalidSchedule.field("at", str(exc)) from None
-        return Response(explain.as_json(answer, schedule_id=str(schedule.id)))
+        return Response(explain.as_json(answer))

@@ -12,6 +12,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from dispatch.states import ExplainCode
+from dispatch.timing.durations import spell
 
 
 @dataclass(frozen=True)
@@ -72,12 +73,8 @@ def both(value: datetime, zone: ZoneInfo) -> str:
 
 
 def late(delta: timedelta) -> str:
-    seconds = int(delta.total_seconds())
-    if seconds >= 3600:
-        return f"{seconds // 3600} h {(seconds % 3600) // 60:02d} min"
-    if seconds >= 60:
-        return f"{seconds // 60} min {seconds % 60:02d} s"
-    return f"{seconds} s"
+    """How late, spaced for a sentence: "14 min 00 s"."""
+    return spell(delta, units=("h", "min", "s"), sep=" ")
 
 
 def cap(text: str) -> str:
@@ -87,7 +84,7 @@ def cap(text: str) -> str:
 # --------------------------------------------------------------------------- JSON
 
 
-def api_url(evidence: Evidence, schedule_id: str) -> str | None:
+def api_url(evidence: Evidence) -> str | None:
     """Where an API client reads a piece of evidence."""
     if evidence.kind == "execution":
         return f"/v1/executions/{evidence.id}"
@@ -96,7 +93,7 @@ def api_url(evidence: Evidence, schedule_id: str) -> str | None:
     return None
 
 
-def as_json(answer: Explanation, *, schedule_id: str) -> dict[str, Any]:
+def as_json(answer: Explanation) -> dict[str, Any]:
     def iso(value: datetime | None) -> str | None:
         if value is None:
             return None
@@ -105,7 +102,7 @@ def as_json(answer: Explanation, *, schedule_id: str) -> dict[str, Any]:
     return {
         "code": str(answer.code),
         "sentence": answer.sentence,
-        "evidence": [e.as_dict(api_url(e, schedule_id)) for e in answer.evidence],
+        "evidence": [e.as_dict(api_url(e)) for e in answer.evidence],
         "at": iso(answer.at),
         "occurrence": iso(answer.occurrence),
         "execution_id": answer.execution_id,

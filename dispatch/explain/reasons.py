@@ -30,6 +30,7 @@ from dispatch.states import (
     ExplainCode,
     ReasonCode,
 )
+from dispatch.targets.runtime import result_label
 from dispatch.timing import cron
 
 # Every code an answer can carry, with its meaning (the API documents these as an enum).
@@ -295,13 +296,7 @@ def _about_occurrence(
 def _outcome(execution: Execution, zone: ZoneInfo) -> str:
     """What became of an execution that was started."""
     state = execution.state
-    shown = (
-        f"HTTP {execution.status_code}"
-        if execution.status_code is not None
-        else f"exit {execution.exit_code}"
-        if execution.exit_code is not None
-        else ""
-    )
+    shown = result_label(execution.status_code, execution.exit_code)
     detail = f" ({shown})" if shown else ""
     finished = clock(execution.finished_at, zone) if execution.finished_at else ""
     if state == ExecutionState.SUCCEEDED:

@@ -21,16 +21,22 @@ from django.conf import settings
 from django.db import transaction
 
 from core import faults
+from dispatch.queues import PRIORITIES, split_queue_name
 from dispatch.scheduler import dependencies, store
 from dispatch.scheduler.firing import Pending
 from dispatch.scheduler.partitions import Partitions
-from dispatch.states import ExecutionState, Trigger
+from dispatch.states import EventData, EventKind, ExecutionState, Overlap, ReasonCode, Trigger
 
 log = logging.getLogger("dispatch.beat")
 
 # Overlap policies decided at due time (`allow` lets every occurrence run).
-_DECIDED_OVERLAP = ("forbid", "replace")
-_PRIORITY_RANK = {"high": 0, "default": 1, "low": 2}
+_DECIDED_OVERLAP = (Overlap.FORBID, Overlap.REPLACE)
+# The timeline event of each reason an execution is held back at admission.
+_HELD_EVENT = {
+    ReasonCode.HELD_CONCURRENCY: EventKind.HELD_CONCURRENCY,
+    ReasonCode.HELD_CAPACITY: EventKind.HELD_CAPACITY,
+}
+_PRIORITY_RANK = {priority: rank for rank, priority in enumerate(PRIORITIES)}
 
 
 class _Config(Protocol):
@@ -75,13 +81,16 @@ class Admission:
             for reason, items in over_quota.items():
                 rows = store.mark_quota_exhausted(ids=[p.id for p in items], reason=reason)
                 store.record_events(
-                    (r.schedule_id, r.tenant_id, r.id, "quota_exhausted", reason) for r in rows
+                    store.Event(r.schedule_id, r.tenant_id, r.id, EventKind.QUOTA_EXHAUSTED, reason)
+                    for r in rows
                 )
                 dependencies.propagate(execution_ids=[r.id for r in rows])
-            for reason, items in held.items():
-                code = "held_concurrency" if "concurrency" in reason else "held_capacity"
-                rows = store.mark_held(ids=[p.id for p in items], code=code, reason=reason)
-                store.record_events((r.schedule_id, r.tenant_id, r.id, code, reason) for r in rows)
+            for (code, reason), items in held.items():
+                rows = store.mark_held(ids=[p.id for p in items], code=str(code), reason=reason)
+                store.record_events(
+                    store.Event(r.schedule_id, r.tenant_id, r.id, _HELD_EVENT[code], reason)
+                    for r in rows
+                )
         faults.crash_at("after_admit")
         return [p for p in to_send if p.id in admitted]
 
@@ -136,12 +145,13 @@ class Admission:
 
         dropped: set[str] = set()
         skips: list[tuple[str, str]] = []
-        cancel: list[str] = []
+        # Each run to cancel, with the occurrence that replaces it.
+        cancel: dict[str, str] = {}
         for items in firsts.values():
             items.sort(key=lambda p: (p.scheduled_for or datetime.min.replace(tzinfo=UTC), p.id))
-            if items[0].overlap == "replace":
+            if items[0].overlap == Overlap.REPLACE:
                 # Older occurrences due in this same batch are among the runs replaced.
-                cancel.extend(eid for eid, _state in prior(items[-1], set()))
+                cancel.update((eid, items[-1].id) for eid, _state in prior(items[-1], set()))
                 continue
             for p in items:  # forbid, oldest first: a skipped one blocks nobody
                 found = prior(p, dropped)
@@ -152,14 +162,15 @@ class Admission:
                     )
                     dropped.add(p.id)
         if cancel:
-            cancelled = store.cancel_for_replace(ids=cancel)
+            cancelled = store.cancel_for_replace(ids=list(cancel))
             store.record_events(
-                (
+                store.Event(
                     r.schedule_id,
                     r.tenant_id,
                     r.id,
-                    "cancelled",
+                    EventKind.CANCELLED,
                     "cancelled: replaced by a newer occurrence (overlap replace)",
+                    {EventData.RELATED_EXECUTION_ID: cancel[str(r.id)]},
                 )
                 for r in cancelled
             )
@@ -223,7 +234,9 @@ class Admission:
         dropped = {p.id for group in over.values() for p in group}
         return [p for p in items if p.id not in dropped], over
 
-    def _apply_limits(self, ready: list[Pending]) -> tuple[list[Pending], dict[str, list[Pending]]]:
+    def _apply_limits(
+        self, ready: list[Pending]
+    ) -> tuple[list[Pending], dict[tuple[ReasonCode, str], list[Pending]]]:
         """Per-tenant concurrency caps and weighted fair share across tenants.
 
         Within a tenant, higher priority goes first; across tenants, publishing is
@@ -237,9 +250,11 @@ class Admission:
         info = {r.id: r for r in store.tenant_limits(tenant_ids=tenant_ids)}
         self._tenant_info = info
         by_tenant: dict[int, list[Pending]] = defaultdict(list)
-        for p in sorted(ready, key=lambda p: (_PRIORITY_RANK.get(p.queue.split(".")[0], 1), p.due)):
+        for p in sorted(
+            ready, key=lambda p: (_PRIORITY_RANK.get(split_queue_name(p.queue)[0], 1), p.due)
+        ):
             by_tenant[p.tenant_id].append(p)
-        held: dict[str, list[Pending]] = defaultdict(list)
+        held: dict[tuple[ReasonCode, str], list[Pending]] = defaultdict(list)
         room: dict[int, int] = {}
         for tid, items in by_tenant.items():
             limits = info.get(tid) or store.TenantLimits(tid, str(tid), 0, 1, 0, 0)
@@ -247,7 +262,7 @@ class Admission:
             room[tid] = max(0, cap - limits.inflight) if cap else len(items)
             if room[tid] < len(items):
                 reason = f"waiting: tenant {limits.slug} at its concurrency limit {cap}"
-                held[reason].extend(items[room[tid] :])
+                held[ReasonCode.HELD_CONCURRENCY, reason].extend(items[room[tid] :])
                 by_tenant[tid] = items[: room[tid]]
         # Weighted round robin: each round a tenant sends `weight` items. Positions,
         # not re-sliced lists: slicing off the rest each round was quadratic (1.7 s
@@ -266,6 +281,8 @@ class Admission:
             # Every tenant's in-flight work counts, not only the tenants of this batch.
             budget = max(0, self.cfg.max_inflight - store.inflight_total())
             if budget < len(order):
-                held["waiting: platform at its dispatch capacity"].extend(order[budget:])
+                held[ReasonCode.HELD_CAPACITY, "waiting: platform at its dispatch capacity"].extend(
+                    order[budget:]
+                )
                 order = order[:budget]
         return order, held

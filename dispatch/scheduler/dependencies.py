@@ -6,7 +6,7 @@ the dependent gets an execution for that same `scheduled_for`; when any
 upstream ends otherwise (dead, skipped, cancelled), the dependent's occurrence
 is recorded as skipped, naming the upstream. A paused upstream's occurrences
 are recorded skipped (reason `paused`) by the beat as they fall due
-(Beat.record_paused), so its dependents are skipped too instead of waiting
+(firing.record_paused), so its dependents are skipped too instead of waiting
 forever. Call `propagate` inside the transaction that made the upstream
 execution final.
 

@@ -23,8 +23,9 @@ from core.db import db_clock
 from dispatch.queues import queue_name
 from dispatch.scheduler import dependencies, store
 from dispatch.scheduler.partitions import Partitions
-from dispatch.states import ExecutionState, Trigger
+from dispatch.states import EventKind, ExecutionState, Kind, Misfire, Overlap, ReasonCode, Trigger
 from dispatch.timing import cron
+from dispatch.timing.durations import spell
 
 # Occurrences of one paused upstream recorded per sweep at most; older ones of a
 # longer backlog (the beat was down too) get one summary event instead.
@@ -42,7 +43,7 @@ class Pending:
     tenant_id: int = field(compare=False)
     partition: int = field(compare=False)
     schedule_id: str = field(default="", compare=False)
-    overlap: str = field(default="allow", compare=False)
+    overlap: str = field(default=Overlap.ALLOW, compare=False)
     scheduled_for: datetime | None = field(default=None, compare=False)
     trigger: str = field(default="", compare=False)
     # Not yet counted against the daily quota: a first attempt still `scheduled`. An
@@ -164,16 +165,16 @@ def record_paused(partitions: Partitions, numbers: list[int], *, batch: int) -> 
                 due_at=occ,
                 trigger=Trigger.CRON,
                 state=ExecutionState.SKIPPED,
-                code="paused",
+                code=ReasonCode.PAUSED,
                 reason=why,
             )
         if missed.skipped_total > len(missed.skipped):
             plan.events.append(
-                (
+                store.Event(
                     sched.id,
                     sched.tenant_id,
                     None,
-                    "paused_skipped",
+                    EventKind.PAUSED_SKIPPED,
                     f"{missed.skipped_total - len(missed.skipped)} older occurrences missed "
                     "while paused were skipped without individual records",
                 )
@@ -260,20 +261,20 @@ class _FirePlan:
         seed = str(sid)
         self.advance_ids.append(sid)
         once_late = False
-        if kind == "once":
+        if kind == Kind.ONCE:
             # As on the fast path (fire_due_one_offs): due at run_at, or at creation
             # when run_at was already past; later than the grace is a misfire.
             once_late = now - max(run_at, created_at) > timedelta(seconds=grace)
-            if once_late and misfire == "skip":
+            if once_late and misfire == Misfire.SKIP:
                 self._row(
                     sched,
                     scheduled_for=run_at,
                     due_at=run_at,
                     trigger=Trigger.API,
                     state=ExecutionState.SKIPPED,
-                    code="misfire",
+                    code=ReasonCode.MISFIRE,
                     reason=f"skipped by misfire policy (skip): the one-off job was found "
-                    f"{_ago(now - max(run_at, created_at))} late, beyond the {grace}s grace period",
+                    f"{spell(now - max(run_at, created_at))} late, beyond the {grace}s grace period",
                 )
                 self.advance_to.append(None)
                 return
@@ -305,23 +306,23 @@ class _FirePlan:
                 due_at=occ,
                 trigger=Trigger.CRON,
                 state=ExecutionState.SKIPPED,
-                code="misfire",
+                code=ReasonCode.MISFIRE,
                 reason=f"skipped by misfire policy ({misfire}): the occurrence was found "
-                f"{_ago(now - occ)} late, beyond the {grace}s grace period",
+                f"{spell(now - occ)} late, beyond the {grace}s grace period",
             )
         if total > len(skipped):
             self.events.append(
-                (
+                store.Event(
                     sid,
                     sched.tenant_id,
                     None,
-                    "misfire_skipped",
+                    EventKind.MISFIRE_SKIPPED,
                     f"{total - len(skipped)} older missed occurrences were skipped "
                     f"by the misfire policy ({misfire}) without individual records",
                 )
             )
         for occ in fire:
-            if kind == "once":
+            if kind == Kind.ONCE:
                 due = occ
                 trigger = Trigger.CATCH_UP if once_late else Trigger.API
             else:
@@ -346,12 +347,3 @@ class _FirePlan:
             "epochs": self.row_epochs,
             "fired_by": self.beat,
         }
-
-
-def _ago(delta: timedelta) -> str:
-    seconds = int(delta.total_seconds())
-    if seconds >= 3600:
-        return f"{seconds // 3600}h{(seconds % 3600) // 60:02d}m"
-    if seconds >= 60:
-        return f"{seconds // 60}m{seconds % 60:02d}s"
-    return f"{seconds}s"

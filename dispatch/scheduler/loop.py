@@ -55,9 +55,7 @@ log = logging.getLogger("dispatch.beat")
 @dataclass
 class Counters:
     fired: int = 0
-    skipped: int = 0
     published: int = 0
-    republished: int = 0
     stale_writes_rejected: int = 0
 
 
@@ -273,17 +271,7 @@ class Beat:
             )
             resumed = store.auto_resume(numbers=numbers)
             if resumed:
-                store.record_events(
-                    (
-                        r.id,
-                        r.tenant_id,
-                        None,
-                        "resumed",
-                        "resumed automatically: the pause's end time passed",
-                    )
-                    for r in resumed
-                )
-                store.audit_auto_resumed(resumed)
+                store.record_auto_resumed(resumed)
             recorded = firing.record_paused(self.partitions, numbers, batch=self.cfg.batch)
             rescued = sweeper.sweep_expired_leases(partitions=numbers)
         republished = 0
@@ -292,7 +280,6 @@ class Beat:
                 Pending(0, str(r.id), r.attempt, r.queue or DEFAULT_QUEUE, 0, -1) for r in stale
             ]
             republished = len(self._publish(again))
-            self.counters.republished += republished
             log.info(
                 "beat %s re-published %d queued executions nobody claimed",
                 self.cfg.name,

@@ -19,11 +19,27 @@ from typing import Any, NamedTuple
 from dispatch.models import ExecutionEvent, Schedule
 from dispatch.services import schedule_snapshot
 from dispatch.sql import sql
-from dispatch.states import ACTIVE_STATES, IN_FLIGHT_STATES, state_values
+from dispatch.states import (
+    ACTIVE_STATES,
+    IN_FLIGHT_STATES,
+    AuditAction,
+    EventData,
+    EventKind,
+    state_values,
+)
 from tenants.models import AuditEvent
 
-# (schedule_id, tenant_id, execution_id or None, kind, message): one timeline event.
-Event = tuple[Any, Any, Any, str, str]
+
+class Event(NamedTuple):
+    """One timeline event the beat writes; `data` links it to other records by id
+    (dispatch.states.EventData)."""
+
+    schedule_id: Any
+    tenant_id: Any
+    execution_id: Any
+    kind: EventKind
+    message: str
+    data: dict[str, Any] | None = None
 
 
 class Grant(NamedTuple):
@@ -375,16 +391,19 @@ def record_events(items: Iterable[Event]) -> None:
                 execution_id=eid,
                 kind=kind,
                 message=msg[:1000],
+                data=dict(data or {}),
                 actor="beat",
             )
-            for sid, tid, eid, kind, msg in items
+            for sid, tid, eid, kind, msg, data in items
         ]
     )
 
 
-def audit_auto_resumed(rows: Sequence[Resumed]) -> None:
-    """One audit row per schedule that resumed by itself, as a user's resume writes one:
-    the audit log must show every pause ending, not only the ones a person ended."""
+def record_auto_resumed(rows: Sequence[Resumed]) -> None:
+    """The records of schedules that resumed by themselves (their pause's end passed):
+    one audit row each, as a user's resume writes one (the audit log must show every
+    pause ending, not only the ones a person ended), written first, then the
+    `resumed` event naming it in `data.audit_id`."""
     ends = {r.id: r.paused_until for r in rows}
     audits = []
     for schedule in Schedule.objects.filter(id__in=list(ends)):
@@ -400,11 +419,22 @@ def audit_auto_resumed(rows: Sequence[Resumed]) -> None:
                 tenant_id=schedule.tenant_id,
                 actor_kind="system",
                 actor_label="beat",
-                action="schedule.resume",
+                action=AuditAction.SCHEDULE_RESUME,
                 object_type="schedule",
                 object_id=str(schedule.id),
                 before=before,
                 after=after,
             )
         )
-    AuditEvent.objects.bulk_create(audits)
+    audit_ids = {a.object_id: a.pk for a in AuditEvent.objects.bulk_create(audits)}
+    record_events(
+        Event(
+            r.id,
+            r.tenant_id,
+            None,
+            EventKind.RESUMED,
+            "resumed automatically: the pause's end time passed",
+            {EventData.AUDIT_ID: audit_ids[str(r.id)]} if str(r.id) in audit_ids else None,
+        )
+        for r in rows
+    )

@@ -25,7 +25,7 @@ from django.db import transaction
 
 from dispatch.models import ExecutionEvent
 from dispatch.scheduler import dependencies, store
-from dispatch.states import ExecutionState
+from dispatch.states import EventKind, ExecutionState
 from dispatch.targets.runtime import clip
 from dispatch.timing import retry
 from dispatch.worker import alerts
@@ -105,7 +105,7 @@ def sweep_expired_leases(*, partitions: list[int] | None, limit: int = 500) -> i
             }
             events.append(
                 ExecutionEvent(
-                    kind="timed_out",
+                    kind=EventKind.TIMED_OUT,
                     message=clip(f"attempt {plan['attempt']} timed out: {plan['why']}"),
                     data={
                         "attempt": plan["attempt"],
@@ -119,7 +119,7 @@ def sweep_expired_leases(*, partitions: list[int] | None, limit: int = 500) -> i
             if plan["state"] == ExecutionState.DEAD:
                 events.append(
                     ExecutionEvent(
-                        kind="dead",
+                        kind=EventKind.DEAD,
                         message=clip(
                             f"dead after attempt {plan['attempt']} of {plan['max']}: "
                             f"{plan['why']} — attempts exhausted"
@@ -132,7 +132,7 @@ def sweep_expired_leases(*, partitions: list[int] | None, limit: int = 500) -> i
             else:
                 events.append(
                     ExecutionEvent(
-                        kind="retry_scheduled",
+                        kind=EventKind.RETRY_SCHEDULED,
                         message=f"attempt {attempt_now} of {plan['max']} in {plan['delay']:.1f} s",
                         data={"next_attempt": attempt_now, "delay_s": round(plan["delay"], 3)},
                         **base,

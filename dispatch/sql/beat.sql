@@ -90,8 +90,8 @@ FOR SHARE OF p
 -- name: fire_due_one_offs
 -- The set-based fast path for the common case, one-off jobs: claim, insert the one
 -- execution each and advance (to nothing) in a single statement, no row leaving
--- the server. Its overlap policy (an active manual run) is decided at due time, by
--- the publisher, as for every execution.
+-- the server. Its overlap policy (an active manual run) is decided at due time, at
+-- admission, as for every execution.
 -- Misfire: a one-off found more than misfire_grace_s after it fell due (run_at, or
 -- its creation when run_at was already past) is recorded skipped under policy
 -- `skip`, and runs as a late (catch_up) run under run_once / catch_up.

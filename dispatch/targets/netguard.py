@@ -75,7 +75,6 @@ _PRIVATE_NETS = [(ipaddress.ip_network(n), why) for n, why in PRIVATE]
 _SIIT = ipaddress.ip_network("::ffff:0:0:0/96")
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 _NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")
-_6TO4 = ipaddress.ip_network("2002::/16")
 _TEREDO = ipaddress.ip_network("2001::/32")
 
 

@@ -39,6 +39,16 @@ class Aborted(Exception):
     """The attempt was stopped from outside: lease lost (fenced out / cancelled) or deadline."""
 
 
+def result_label(status_code: int | None, exit_code: int | None) -> str:
+    """An attempt's result as the timeline and the explainer name it: "HTTP 503",
+    "exit 2", or "" when it has neither."""
+    if status_code is not None:
+        return f"HTTP {status_code}"
+    if exit_code is not None:
+        return f"exit {exit_code}"
+    return ""
+
+
 @dataclass
 class Outcome:
     """How one attempt ended. The runner turns it into a state change under the fencing token."""

@@ -21,13 +21,14 @@ from django.conf import settings
 from django.core.mail import send_mail
 
 from dispatch.models import Execution, ExecutionEvent
+from dispatch.queues import queue_name
 from dispatch.states import EventKind, ExecutionState
 from dispatch.targets import netguard
 
 log = logging.getLogger("dispatch.alerts")
 
 NOTICE_TASK = "dispatch.send_dead_notice"
-NOTICE_QUEUE = "low.short"
+NOTICE_QUEUE = queue_name("low", "short")
 
 
 def dead_notice_enqueue(execution_id: str) -> None:

@@ -35,6 +35,7 @@ from dispatch.targets.runtime import (
     SecretError,
     clip,
     describe_exception,
+    result_label,
 )
 from dispatch.timing import retry
 from dispatch.worker import alerts, leases, ratelimit, vault
@@ -286,7 +287,7 @@ def _run_claimed_attempt(claim: Claim, *, lease_s: float) -> str:
         heartbeat.finish()
     faults.crash_at("worker_before_complete", claim.execution_id)
     if heartbeat.lost:
-        return _lost(claim, ctx, outcome)
+        return _lost(claim, outcome)
     return _record(claim, ctx, outcome)
 
 
@@ -385,7 +386,7 @@ def _call(module: ModuleType, ctx: RunContext) -> Outcome:
         )
 
 
-def _lost(claim: Claim, ctx: RunContext, outcome: Outcome) -> str:
+def _lost(claim: Claim, outcome: Outcome) -> str:
     result = "succeeded" if outcome.ok else "failed"
     peek = leases.execution_peek(execution_id=claim.execution_id)
     if peek is not None and peek.state == ExecutionState.CANCELLED:
@@ -435,13 +436,7 @@ def _record(claim: Claim, ctx: RunContext | None, outcome: Outcome) -> str:
         "latency_ms": outcome.latency_ms,
         "response": clip(excerpt, EVENT_EXCERPT_CHARS),
     } | outcome.data
-    shown = (
-        f"HTTP {outcome.status_code}"
-        if outcome.status_code is not None
-        else f"exit {outcome.exit_code}"
-        if outcome.exit_code is not None
-        else ""
-    )
+    shown = result_label(outcome.status_code, outcome.exit_code)
     common: dict[str, Any] = {
         "claim": claim,
         "status_code": outcome.status_code,

@@ -13,7 +13,7 @@ from urllib.parse import quote, quote_plus
 import pytest
 
 from dispatch.targets import http
-from dispatch.targets.runtime import RunContext, describe_exception
+from dispatch.targets.runtime import RunContext, describe_exception, result_label
 from dispatch.tasks import parse_message
 from dispatch.worker import ratelimit, vault
 
@@ -177,3 +177,11 @@ def test_http_status_classification() -> None:
     assert http.classify(429) == (False, True)
     assert http.classify(404) == (False, False)
     assert http.classify(302) == (False, False)
+
+
+def test_an_attempts_result_label_prefers_the_http_status_then_the_exit_code() -> None:
+    assert result_label(503, None) == "HTTP 503"
+    assert result_label(200, 0) == "HTTP 200"
+    assert result_label(None, 0) == "exit 0"
+    assert result_label(None, 2) == "exit 2"
+    assert result_label(None, None) == ""

@@ -1,0 +1,120 @@
+"""Reads of the dispatch app, by concern. Every query starts from the tenant (fails closed).
+
+  paging.py      keyset pagination of the list reads, path ids
+  schedules.py   schedules: one, a page, search, upstreams and dependents, next runs, upcoming fires
+  executions.py  executions: one, a page, the timeline, running and troubled lists, usage
+  previews.py    what a schedule means and would do: cron in words, previews, resume plan, history
+  ops.py         the platform operators' cross-tenant reads
+
+Callers use `from dispatch import selectors; selectors.x`: every public name is here.
+"""
+
+from __future__ import annotations
+
+from dispatch.selectors.executions import (
+    TimelineItem,
+    Usage,
+    execution_events,
+    execution_get,
+    execution_list,
+    execution_timeline,
+    executions_running,
+    executions_troubled,
+    tenant_usage,
+)
+from dispatch.selectors.ops import (
+    LAG_EXCLUDED_TRIGGERS,
+    WorkerSeen,
+    ops_beats,
+    ops_dead,
+    ops_fire_lag,
+    ops_partitions,
+    ops_tenants,
+    ops_workers,
+    queue_depths,
+)
+from dispatch.selectors.paging import (
+    MAX_PAGE,
+    Page,
+    _encode_cursor,
+    as_uuid,
+)
+from dispatch.selectors.previews import (
+    HISTORY_LIMIT,
+    PREVIEW_COUNT,
+    CronText,
+    HistoryRow,
+    PreviewRow,
+    cron_text,
+    definition_preview,
+    resume_plan,
+    schedule_history_rows,
+)
+from dispatch.selectors.schedules import (
+    PICK_LIMIT,
+    UPCOMING_COUNT_CAP,
+    last_executions,
+    schedule_dependents,
+    schedule_fields,
+    schedule_get,
+    schedule_get_including_deleted,
+    schedule_history,
+    schedule_list,
+    schedule_next_runs,
+    schedule_preview,
+    schedule_resolve,
+    schedule_search,
+    schedule_upstreams,
+    upcoming_count,
+    upcoming_fires,
+)
+
+__all__ = [
+    "HISTORY_LIMIT",
+    "LAG_EXCLUDED_TRIGGERS",
+    "MAX_PAGE",
+    "PICK_LIMIT",
+    "PREVIEW_COUNT",
+    "UPCOMING_COUNT_CAP",
+    "CronText",
+    "HistoryRow",
+    "Page",
+    "PreviewRow",
+    "TimelineItem",
+    "Usage",
+    "WorkerSeen",
+    "_encode_cursor",
+    "as_uuid",
+    "cron_text",
+    "definition_preview",
+    "execution_events",
+    "execution_get",
+    "execution_list",
+    "execution_timeline",
+    "executions_running",
+    "executions_troubled",
+    "last_executions",
+    "ops_beats",
+    "ops_dead",
+    "ops_fire_lag",
+    "ops_partitions",
+    "ops_tenants",
+    "ops_workers",
+    "queue_depths",
+    "resume_plan",
+    "schedule_dependents",
+    "schedule_fields",
+    "schedule_get",
+    "schedule_get_including_deleted",
+    "schedule_history",
+    "schedule_history_rows",
+    "schedule_list",
+    "schedule_next_runs",
+    "schedule_preview",
+    "schedule_resolve",
+    "schedule_search",
+    "schedule_upstreams",
+    "tenant_usage",
+    "upcoming_count",
+    "upcoming_fires",
+]

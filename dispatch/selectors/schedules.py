@@ -1,0 +1,251 @@
+"""Reads of schedules: one, a page, the pickers' search, their upstreams and
+dependents, their next runs, and the dashboard's upcoming fires. Every query
+starts from the tenant (fails closed)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db.models import Case, Q, Value, When
+
+from dispatch.exceptions import InvalidSchedule, NotFound
+from dispatch.models import Execution, Kind, Schedule
+from dispatch.selectors.paging import Page, _keyset, as_uuid
+from dispatch.timing import cron
+from tenants.models import Tenant
+
+
+def schedule_fields(schedule: Schedule) -> dict[str, Any]:
+    """The definition fields shown alike by the API (`schedule_out`), the audit
+    snapshot (`services.schedule_snapshot`) and the console's edit form, under
+    their API names. Each adds the fields it renders its own way (cron, run_at,
+    target, retry)."""
+    return {
+        "name": schedule.name,
+        "kind": schedule.kind,
+        "timezone": schedule.timezone,
+        "priority": schedule.priority,
+        "duration": schedule.duration_class,
+        "concurrency": schedule.overlap,
+        "misfire": schedule.misfire,
+        "misfire_grace_s": schedule.misfire_grace_s,
+        "catch_up_limit": schedule.catch_up_limit,
+        "jitter_s": schedule.jitter_s,
+    }
+
+
+def schedule_get(*, tenant: Tenant, schedule_id: uuid.UUID | str) -> Schedule:
+    pk = as_uuid(schedule_id)
+    schedule = (
+        Schedule.objects.filter(tenant=tenant, deleted_at__isnull=True, pk=pk).first()
+        if pk
+        else None
+    )
+    if schedule is None:
+        raise NotFound("schedule not found")
+    return schedule
+
+
+def schedule_list(
+    *,
+    tenant: Tenant,
+    cursor: str | None = None,
+    limit: int = 50,
+    search: str = "",
+    kind: str = "",
+    paused: bool | None = None,
+) -> Page[Schedule]:
+    qs = Schedule.objects.filter(tenant=tenant, deleted_at__isnull=True)
+    if search:
+        qs = qs.filter(name__icontains=search)
+    if kind:
+        if kind not in Kind.values:
+            raise InvalidSchedule.field("kind", f"must be one of {', '.join(Kind.values)}")
+        qs = qs.filter(kind=kind)
+    if paused is not None:
+        qs = qs.filter(paused=paused)
+    # Each row's output names its tenant and upstreams: fetched with the page, not per row.
+    return _keyset(
+        qs.select_related("tenant").prefetch_related("depends_on"),
+        field="created_at",
+        cursor=cursor,
+        limit=limit,
+    )
+
+
+def schedule_preview(*, schedule: Schedule, after: datetime, count: int) -> list[cron.Occurrence]:
+    if schedule.kind == Kind.ONCE:
+        run_at = schedule.run_at
+        if run_at is None or run_at <= after:
+            return []
+        local = run_at.astimezone(cron.get_zone(schedule.timezone))
+        return [cron.Occurrence(scheduled_for=run_at, local=local, due_at=run_at, note=None)]
+    return cron.preview(
+        schedule.cron,
+        schedule.timezone,
+        seed=str(schedule.id),
+        after=after,
+        count=count,
+        jitter_s=schedule.jitter_s,
+    )
+
+
+def schedule_next_runs(*, schedule: Schedule, after: datetime, count: int) -> list[cron.Occurrence]:
+    """The runs a user will see happen: a schedule paused until T runs nothing before T
+    (the beat resumes it then), so the occurrences inside the pause are left out."""
+    until = schedule.paused_until if schedule.paused else None
+    if until is not None and until > after:
+        after = until - timedelta(microseconds=1)
+    return schedule_preview(schedule=schedule, after=after, count=count)
+
+
+def schedule_get_including_deleted(*, tenant: Tenant, schedule_id: uuid.UUID | str) -> Schedule:
+    """A schedule of the tenant even if soft-deleted (the explainer answers for those too)."""
+    pk = as_uuid(schedule_id)
+    schedule = Schedule.objects.filter(tenant=tenant, pk=pk).first() if pk else None
+    if schedule is None:
+        raise NotFound("schedule not found")
+    return schedule
+
+
+# --- the dashboard ----------------------------------------------------------------
+
+
+def upcoming_fires(
+    *, tenant: Tenant, now: datetime, horizon: timedelta, limit: int = 50
+) -> list[tuple[Schedule, cron.Occurrence]]:
+    """Occurrences due within `horizon` of live, unpaused schedules, soonest first."""
+    end = now + horizon
+    schedules = list(
+        Schedule.objects.filter(
+            tenant=tenant,
+            deleted_at__isnull=True,
+            paused=False,
+            next_run_at__isnull=False,
+            next_run_at__lte=end,
+        ).order_by("next_run_at", "id")[:limit]
+    )
+    out: list[tuple[Schedule, cron.Occurrence]] = []
+    per_schedule = min(limit, int(horizon.total_seconds() // 60) + 1, cron.PREVIEW_MAX)
+    for schedule in schedules:
+        next_run = schedule.next_run_at or now
+        after = min(now, next_run) - timedelta(microseconds=1)
+        for occ in schedule_preview(schedule=schedule, after=after, count=per_schedule):
+            if occ.scheduled_for > end:
+                break
+            out.append((schedule, occ))
+    out.sort(key=lambda pair: (pair[1].due_at, str(pair[0].id)))
+    return out[:limit]
+
+
+UPCOMING_COUNT_CAP = 2_000
+
+
+def upcoming_count(*, tenant: Tenant, now: datetime, horizon: timedelta) -> tuple[int, bool]:
+    """How many occurrences `upcoming_fires` would list without its limit, and whether
+    the count stopped at UPCOMING_COUNT_CAP (a dashboard must say "50 of 426", not stop
+    silently at 50, yet not expand every schedule of a huge tenant on each refresh)."""
+    end = now + horizon
+    due = Schedule.objects.filter(
+        tenant=tenant,
+        deleted_at__isnull=True,
+        paused=False,
+        next_run_at__isnull=False,
+        next_run_at__lte=end,
+    ).order_by("next_run_at", "id")
+    # A cron fires at most once a minute: no schedule has more occurrences than this.
+    per_schedule = min(int(horizon.total_seconds() // 60) + 1, cron.PREVIEW_MAX)
+    total = 0
+    for schedule in due.iterator(chunk_size=500):
+        next_run = schedule.next_run_at or now
+        after = min(now, next_run) - timedelta(microseconds=1)
+        room = UPCOMING_COUNT_CAP - total
+        for occ in schedule_preview(schedule=schedule, after=after, count=min(room, per_schedule)):
+            if occ.scheduled_for > end:
+                break
+            total += 1
+        if total >= UPCOMING_COUNT_CAP:
+            return UPCOMING_COUNT_CAP, True
+    return total, False
+
+
+def last_executions(*, tenant: Tenant, schedule_ids: list[uuid.UUID]) -> dict[uuid.UUID, Execution]:
+    """The latest execution of each schedule, in one query (DISTINCT ON)."""
+    if not schedule_ids:
+        return {}
+    rows = (
+        Execution.objects.filter(tenant=tenant, schedule_id__in=schedule_ids)
+        .order_by("schedule_id", "-scheduled_for")
+        .distinct("schedule_id")
+    )
+    return {e.schedule_id: e for e in rows}
+
+
+def schedule_history(*, tenant: Tenant, schedule: Schedule, limit: int = 50) -> list[Execution]:
+    return list(
+        Execution.objects.filter(tenant=tenant, schedule=schedule).order_by(
+            "-scheduled_for", "-id"
+        )[:limit]
+    )
+
+
+def schedule_upstreams(*, schedule: Schedule) -> list[Schedule]:
+    """The live schedules `schedule` depends on, by name."""
+    return list(schedule.depends_on.filter(deleted_at__isnull=True).order_by("name"))
+
+
+def schedule_dependents(*, tenant: Tenant, schedule: Schedule) -> list[Schedule]:
+    return list(
+        Schedule.objects.filter(
+            tenant=tenant, deleted_at__isnull=True, depends_on=schedule
+        ).order_by("name")
+    )
+
+
+PICK_LIMIT = 20
+
+
+def schedule_search(
+    *, tenant: Tenant, q: str, limit: int = PICK_LIMIT, exclude: uuid.UUID | None = None
+) -> tuple[list[Schedule], bool]:
+    """Live schedules whose name contains `q` (or whose id is `q`), names starting
+    with it first; at most `limit`, and whether there are more. The console's
+    pickers search with this instead of listing every schedule of the tenant."""
+    qs = Schedule.objects.filter(tenant=tenant, deleted_at__isnull=True)
+    if exclude is not None:
+        qs = qs.exclude(pk=exclude)
+    q = q.strip()
+    if q:
+        pk = as_uuid(q)
+        qs = qs.filter(Q(name__icontains=q) | Q(pk=pk)) if pk else qs.filter(name__icontains=q)
+        qs = qs.annotate(
+            prefix=Case(When(name__istartswith=q, then=Value(0)), default=Value(1))
+        ).order_by("prefix", "name", "id")
+    else:
+        qs = qs.order_by("name", "id")
+    rows = list(qs[: limit + 1])
+    return rows[:limit], len(rows) > limit
+
+
+def schedule_resolve(*, tenant: Tenant, ref: str, include_deleted: bool = False) -> Schedule | None:
+    """The tenant's schedule a user typed: its id, its exact name, or a name that
+    matches one live schedule ignoring case. None when nothing (or several) match."""
+    ref = ref.strip()
+    if not ref:
+        return None
+    pk = as_uuid(ref)
+    if pk is not None:
+        by_id = Schedule.objects.filter(tenant=tenant, pk=pk)
+        if not include_deleted:
+            by_id = by_id.filter(deleted_at__isnull=True)
+        found = by_id.first()
+        if found is not None:
+            return found
+    live = Schedule.objects.filter(tenant=tenant, deleted_at__isnull=True)
+    exact = live.filter(name=ref).first()
+    if exact is not None:
+        return exact
+    loose = list(live.filter(name__iexact=ref)[:2])
+    return loose[0] if len(loose) == 1 else None

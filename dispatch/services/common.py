@@ -1,0 +1,153 @@
+"""What the writes share: the beat wake-up, the audit snapshot and the timeline
+event with its audit row, the live-schedule lock, the quota check, and the
+unique-constraint mapping."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import IntegrityError, transaction
+
+from core.db import notify
+from core.errors import constraint_name
+from dispatch.exceptions import InvalidSchedule, NotFound, QuotaExceeded
+from dispatch.models import Execution, ExecutionEvent, Kind, Schedule
+from dispatch.schedule_fields import ScheduleSpec
+from dispatch.selectors import as_uuid, schedule_fields
+from dispatch.states import EventData, EventKind
+from dispatch.timing import cron
+from tenants.audit import audit_record
+from tenants.models import AuditEvent, TenantQuota
+from tenants.roles import Principal
+
+WAKE_CHANNEL = "scheduler_wakeup"
+# One-offs and triggers due sooner than this wake the beat at once instead of
+# waiting for its next cycle.
+WAKE_HORIZON = timedelta(seconds=60)
+
+
+def schedule_snapshot(schedule: Schedule) -> dict[str, Any]:
+    """A JSON-safe view of a definition for audit before/after (secret references only)."""
+    return schedule_fields(schedule) | {
+        "cron": schedule.cron or None,
+        "run_at": schedule.run_at.isoformat() if schedule.run_at else None,
+        "target": schedule.target,
+        "retry": schedule.retry,
+        "paused": schedule.paused,
+        "version": schedule.version,
+    }
+
+
+def _first_run(schedule: Schedule, *, now: datetime) -> datetime | None:
+    if schedule.kind == Kind.ONCE:
+        return schedule.run_at
+    return cron.next_after(schedule.cron, schedule.timezone, after=now, seed=str(schedule.id))
+
+
+def _wake_beat(schedule: Schedule, *, now: datetime) -> None:
+    if schedule.next_run_at is not None and schedule.next_run_at <= now + WAKE_HORIZON:
+        notify(WAKE_CHANNEL, str(schedule.partition))
+
+
+def _event(
+    schedule: Schedule,
+    kind: EventKind,
+    message: str,
+    *,
+    actor: Principal | None,
+    execution: Execution | None = None,
+    data: dict[str, Any] | None = None,
+    audit: AuditEvent | None = None,
+) -> None:
+    """A timeline event; `audit` is the audit row the same change wrote (written
+    first), named in `data.audit_id` so readers link the two by id."""
+    data = dict(data or {})
+    if audit is not None:
+        data[EventData.AUDIT_ID] = audit.pk
+    ExecutionEvent.objects.create(
+        tenant_id=schedule.tenant_id,
+        schedule=schedule,
+        execution=execution,
+        kind=kind,
+        message=message,
+        data=data,
+        actor=actor.label if actor else "system",
+    )
+
+
+def _audit(
+    actor: Principal,
+    action: str,
+    schedule: Schedule,
+    *,
+    before: dict[str, Any] | None = None,
+    after: dict[str, Any] | None = None,
+) -> AuditEvent:
+    return audit_record(
+        actor=actor,
+        action=action,
+        object_type="schedule",
+        object_id=str(schedule.id),
+        before=before,
+        after=after,
+    )
+
+
+def _live(actor: Principal, schedule_id: uuid.UUID | str, *, lock: bool = True) -> Schedule:
+    # Tenant first: another tenant's schedule is indistinguishable from a missing one.
+    pk = as_uuid(schedule_id)
+    if pk is None:
+        raise NotFound("schedule not found")
+    qs = Schedule.objects.filter(tenant=actor.tenant, deleted_at__isnull=True, pk=pk)
+    if lock:
+        qs = qs.select_for_update()
+    schedule = qs.first()
+    if schedule is None:
+        raise NotFound("schedule not found")
+    return schedule
+
+
+def _check_quota(actor: Principal) -> None:
+    # Lock the quota row so two concurrent creates cannot both take the last slot.
+    quota = TenantQuota.objects.select_for_update().filter(tenant=actor.tenant).first()
+    if quota is None:
+        return
+    live = Schedule.objects.filter(
+        tenant=actor.tenant, deleted_at__isnull=True, next_run_at__isnull=False
+    ).count()
+    if live >= quota.max_schedules:
+        raise QuotaExceeded(
+            f"tenant {actor.tenant.slug} has reached its limit of {quota.max_schedules} active schedules"
+        )
+
+
+def _store(schedule: Schedule, spec: ScheduleSpec) -> None:
+    for key, value in spec.values.items():
+        setattr(schedule, key, value)
+
+
+# A schedule's unique constraints, by the name PostgreSQL reports, as the field
+# error a user sees.
+_UNIQUE_VIOLATIONS = {
+    "schedule_name_unique_live": ("name", "a schedule with this name already exists"),
+    # A resubmitted form (or a forged id): never reveal whose id it was.
+    "dispatch_schedule_pkey": ("id", "this form was already submitted; reload it"),
+}
+
+
+def _raise_unique_violation(exc: IntegrityError) -> None:
+    """Raise the field error for a schedule unique constraint `exc` violated; return otherwise."""
+    violated = _UNIQUE_VIOLATIONS.get(constraint_name(exc) or "")
+    if violated is not None:
+        raise InvalidSchedule.field(*violated) from None
+
+
+def _save_unique(schedule: Schedule, **kwargs: Any) -> None:
+    try:
+        with transaction.atomic():
+            schedule.save(**kwargs)
+    except IntegrityError as exc:
+        _raise_unique_violation(exc)
+        raise

@@ -1,0 +1,282 @@
+"""Writes of schedules: create, update, delete, pause and resume. Each is one
+transaction with its audit row inside."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+
+from core.db import db_now
+from dispatch.exceptions import InvalidSchedule, VersionConflict
+from dispatch.models import Execution, ExecutionState, Kind, Schedule
+from dispatch.schedule_fields import clean_schedule, partition_for
+from dispatch.services.common import (
+    _audit,
+    _check_quota,
+    _event,
+    _first_run,
+    _live,
+    _save_unique,
+    _store,
+    _wake_beat,
+    schedule_snapshot,
+)
+from dispatch.states import AuditAction, EventKind, ReasonCode
+from tenants.roles import Principal
+
+
+@transaction.atomic
+def schedule_create(
+    *, actor: Principal, data: dict[str, Any], schedule_id: uuid.UUID | None = None
+) -> Schedule:
+    """Create a schedule. `schedule_id` lets a form that previewed the schedule keep the
+    id it previewed with, so the H values and jitter shown are the ones it will get."""
+    schedule_id = schedule_id or uuid.uuid4()
+    spec = clean_schedule(tenant=actor.tenant, data=data, schedule_id=schedule_id)
+    _check_quota(actor)
+    now = db_now()
+    schedule = Schedule(
+        id=schedule_id,
+        tenant=actor.tenant,
+        partition=partition_for(schedule_id),
+        created_by=actor.label,
+    )
+    _store(schedule, spec)
+    # A schedule with upstreams is fired by them (dispatch/scheduler/dependencies.py), not by its own timing.
+    schedule.next_run_at = None if spec.depends_on else _first_run(schedule, now=now)
+    _save_unique(schedule, force_insert=True)
+    if spec.depends_on:
+        schedule.depends_on.set(spec.depends_on)
+    audit = _audit(
+        actor,
+        AuditAction.SCHEDULE_CREATE,
+        schedule,
+        after=schedule_snapshot(schedule),
+    )
+    _event(
+        schedule, EventKind.CREATED, f"schedule created by {actor.label}", actor=actor, audit=audit
+    )
+    _wake_beat(schedule, now=now)
+    return schedule
+
+
+@transaction.atomic
+def schedule_update(
+    *,
+    actor: Principal,
+    schedule_id: uuid.UUID | str,
+    data: dict[str, Any],
+    expected_version: int | None,
+) -> Schedule:
+    """Apply a partial update. With `expected_version`, a concurrent edit makes this a 409."""
+    schedule = _live(actor, schedule_id)
+    if expected_version is not None and expected_version != schedule.version:
+        raise VersionConflict(
+            f"schedule was changed concurrently: you sent version {expected_version}, "
+            f"it is now {schedule.version}; reload and retry",
+            detail={"version": [f"current version is {schedule.version}"]},
+        )
+    before = schedule_snapshot(schedule)
+    spec = clean_schedule(
+        tenant=actor.tenant, data=data, schedule_id=schedule.id, existing=schedule
+    )
+    timing_changed = any(
+        spec.values.get(k) != getattr(schedule, k) for k in ("cron", "timezone", "run_at")
+    )
+    _store(schedule, spec)
+    now = db_now()
+    if timing_changed and (schedule.kind == Kind.CRON or schedule.next_run_at is not None):
+        schedule.next_run_at = _first_run(schedule, now=now)
+    schedule.version += 1
+    schedule.updated_at = now
+    _save_unique(schedule)
+    if spec.depends_on is not None:
+        schedule.depends_on.set(spec.depends_on)
+        if spec.depends_on:
+            schedule.next_run_at = None
+        elif schedule.next_run_at is None and schedule.kind == Kind.CRON:
+            schedule.next_run_at = _first_run(schedule, now=now)
+        schedule.save(update_fields=["next_run_at"])
+    audit = _audit(
+        actor,
+        AuditAction.SCHEDULE_UPDATE,
+        schedule,
+        before=before,
+        after=schedule_snapshot(schedule),
+    )
+    _event(
+        schedule,
+        EventKind.UPDATED,
+        f"definition changed by {actor.label} (version {schedule.version})",
+        actor=actor,
+        audit=audit,
+    )
+    _wake_beat(schedule, now=now)
+    return schedule
+
+
+@transaction.atomic
+def schedule_delete(*, actor: Principal, schedule_id: uuid.UUID | str) -> None:
+    """Soft delete: history stays; pending occurrences are cancelled with a reason."""
+    schedule = _live(actor, schedule_id)
+    before = schedule_snapshot(schedule)
+    now = db_now()
+    schedule.deleted_at = now
+    schedule.next_run_at = None
+    schedule.version += 1
+    schedule.save(update_fields=["deleted_at", "next_run_at", "version"])
+    Execution.objects.filter(
+        schedule=schedule, state__in=[ExecutionState.SCHEDULED, ExecutionState.RETRY_SCHEDULED]
+    ).update(
+        state=ExecutionState.CANCELLED,
+        finished_at=now,
+        reason_code=ReasonCode.SCHEDULE_DELETED,
+        reason=f"schedule deleted by {actor.label}",
+    )
+    audit = _audit(
+        actor,
+        AuditAction.SCHEDULE_DELETE,
+        schedule,
+        before=before,
+    )
+    _event(
+        schedule, EventKind.DELETED, f"schedule deleted by {actor.label}", actor=actor, audit=audit
+    )
+
+
+@transaction.atomic
+def schedule_pause(
+    *,
+    actor: Principal,
+    schedule_id: uuid.UUID | str,
+    reason: str = "",
+    until: datetime | None = None,
+) -> Schedule:
+    """Pause, with an optional reason and end (the beat resumes it at `until`).
+
+    Pausing a schedule that is already paused changes the pause: its reason and
+    end are replaced, and that is audited (`schedule.pause_update`, before and
+    after) instead of silently overwriting the first pause. The pause keeps its
+    start time and who started it: it is still the same interval.
+    """
+    schedule = _live(actor, schedule_id)
+    now = db_now()
+    if until is not None and until <= now:
+        raise InvalidSchedule.field("until", "must be in the future")
+    if schedule.paused:
+        return _pause_update(actor, schedule, reason=reason, until=until)
+    before = schedule_snapshot(schedule)
+    schedule.paused = True
+    schedule.paused_at = now
+    schedule.paused_until = until
+    schedule.paused_reason = reason[:500]
+    schedule.paused_by = actor.label
+    schedule.version += 1
+    schedule.save(
+        update_fields=[
+            "paused",
+            "paused_at",
+            "paused_until",
+            "paused_reason",
+            "paused_by",
+            "version",
+        ]
+    )
+    msg = f"paused by {actor.label}" + (f' ("{reason}")' if reason else "")
+    if until:
+        msg += f" until {until.isoformat()}"
+    audit = _audit(
+        actor,
+        AuditAction.SCHEDULE_PAUSE,
+        schedule,
+        before=before,
+        after=schedule_snapshot(schedule),
+    )
+    _event(
+        schedule,
+        EventKind.PAUSED,
+        msg,
+        actor=actor,
+        data={"reason": reason, "until": until.isoformat() if until else None},
+        audit=audit,
+    )
+    return schedule
+
+
+def _pause_state(schedule: Schedule) -> dict[str, Any]:
+    return schedule_snapshot(schedule) | {
+        "paused_at": schedule.paused_at.isoformat() if schedule.paused_at else None,
+        "paused_until": schedule.paused_until.isoformat() if schedule.paused_until else None,
+        "paused_reason": schedule.paused_reason,
+        "paused_by": schedule.paused_by,
+    }
+
+
+def _pause_update(
+    actor: Principal, schedule: Schedule, *, reason: str, until: datetime | None
+) -> Schedule:
+    before = _pause_state(schedule)
+    schedule.paused_until = until
+    schedule.paused_reason = reason[:500]
+    schedule.version += 1
+    schedule.save(update_fields=["paused_until", "paused_reason", "version"])
+    msg = f"pause changed by {actor.label}" + (f' ("{reason}")' if reason else "")
+    msg += f" until {until.isoformat()}" if until else "; no end time"
+    audit = _audit(
+        actor,
+        AuditAction.SCHEDULE_PAUSE_UPDATE,
+        schedule,
+        before=before,
+        after=_pause_state(schedule),
+    )
+    _event(
+        schedule,
+        EventKind.PAUSE_UPDATED,
+        msg,
+        actor=actor,
+        data={
+            "reason": reason,
+            "until": until.isoformat() if until else None,
+            "before": {"reason": before["paused_reason"], "until": before["paused_until"]},
+        },
+        audit=audit,
+    )
+    return schedule
+
+
+@transaction.atomic
+def schedule_resume(*, actor: Principal, schedule_id: uuid.UUID | str) -> Schedule:
+    """Resume; occurrences missed while paused are handled by the schedule's misfire policy.
+
+    Resuming a schedule that is not paused changes nothing (no version bump, no
+    event, no audit row): resume is idempotent, so a retried request is harmless.
+    """
+    schedule = _live(actor, schedule_id)
+    if not schedule.paused:
+        return schedule
+    before = schedule_snapshot(schedule)
+    now = db_now()
+    schedule.paused = False
+    schedule.paused_until = None
+    schedule.version += 1
+    schedule.save(update_fields=["paused", "paused_until", "version"])
+    audit = _audit(
+        actor,
+        AuditAction.SCHEDULE_RESUME,
+        schedule,
+        before=before,
+        after=schedule_snapshot(schedule),
+    )
+    _event(
+        schedule,
+        EventKind.RESUMED,
+        f"resumed by {actor.label}",
+        actor=actor,
+        data={"paused_at": schedule.paused_at.isoformat() if schedule.paused_at else None},
+        audit=audit,
+    )
+    _wake_beat(schedule, now=now)
+    return schedule
