@@ -1,5 +1,5 @@
 -- Platform figures for operators: /metrics (dispatch/ops/metrics.py) and the ops page
--- (dispatch/selectors.py). Read-only, across tenants. Windows arrive as seconds and
+-- (dispatch/selectors/ops.py). Read-only, across tenants. Windows arrive as seconds and
 -- the excluded triggers as an array, so nothing is formatted into the SQL text.
 
 -- name: metrics_lag
