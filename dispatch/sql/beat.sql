@@ -71,7 +71,8 @@ SELECT
           AND e.state IN ('scheduled', 'retry_scheduled')
           AND COALESCE(e.next_attempt_at, e.due_at)
               <= statement_timestamp() + make_interval(secs => %(lookahead)s)
-          AND e.id <> ALL(%(known)s::uuid[])
+          -- an anti-join, hashed: the heap can hold thousands of ids
+          AND NOT EXISTS (SELECT 1 FROM unnest(%(known)s::uuid[]) AS k(id) WHERE k.id = e.id)
     ) AS unloaded,
     %(sweep)s AND (
         EXISTS (
