@@ -13,8 +13,8 @@ connection of its own in a running beat, so that nothing the cycle does (a slow
 database, a burst, a silent broker) delays it. The relation between lease and
 cycle is then safe by construction: a renewal is due every TTL/3 whatever the
 cycle's length, with two thirds of the lease still left (a failed one is
-retried within a second, min(1, TTL/10)), and a lease the keeper could not renew in time is dropped by the cycle (`apply_lost`) before
-its next write.
+retried within a second, min(1, TTL/10)), and a lease the keeper could not
+renew in time is dropped by the cycle (`apply_lost`) before its next write.
 """
 
 from __future__ import annotations
