@@ -1,8 +1,14 @@
 """The beat: a scheduler shard.
 
-A beat leases a fair share of the due index's partitions, and each cycle
-  1. renews its leases and heartbeats, handing over or taking partitions to keep
-     its fair share (partitions.py);
+A beat leases a fair share of the due index's partitions. Its lease keeper
+renews them, with the heartbeat, once a third of the lease has passed — on a
+thread and connection of its own, whatever the cycle is doing (partitions.py).
+Each cycle
+  0. asks one read-only question (store.probe): is anything due to fire, is a
+     pending execution not yet loaded, has the sweep anything to do — and skips
+     the steps whose answer is no (an idle cycle is one round trip);
+  1. drops the partitions the keeper could not renew, and hands over or takes
+     partitions to keep its fair share (partitions.py);
   2. fires: claims due schedules of its partitions (FOR UPDATE SKIP LOCKED),
      creates their executions (INSERT … ON CONFLICT DO NOTHING) and advances
      next_run_at, in one transaction fenced by its partition epochs (firing.py);
@@ -22,7 +28,6 @@ Any number of beats run side by side; they coordinate only through PostgreSQL
 from __future__ import annotations
 
 import heapq
-import json
 import logging
 import os
 import select
@@ -45,7 +50,7 @@ from dispatch.queues import DEFAULT_QUEUE
 from dispatch.scheduler import firing, retention, store, sweeper
 from dispatch.scheduler.admission import Admission
 from dispatch.scheduler.firing import Pending
-from dispatch.scheduler.partitions import Partitions
+from dispatch.scheduler.partitions import LeaseKeeper, Partitions
 from dispatch.scheduler.publish import Publisher, publisher_for
 from dispatch.services import WAKE_CHANNEL
 
@@ -92,16 +97,17 @@ class Beat:
     def __init__(self, config: BeatConfig) -> None:
         self.cfg = config
         self.partitions = Partitions(config, on_drop=self._forget, on_fenced=self._fenced)
+        self.keeper = LeaseKeeper(
+            self.partitions, heartbeat=self._totals, session=self._configure_keeper_session
+        )
         self.admission = Admission(config)
         self.heap: list[Pending] = []
         self.in_heap: set[str] = set()
         self.counters = Counters()
-        self._reported = Counters()
         self.stopping = False
-        self.clock_offset = 0.0  # database clock minus local clock, seconds
         self._last_sweep = 0.0
         self._last_retention = 0.0
-        self._renewed_at = 0.0
+        self._fired_since_load = True
         self._listen: psycopg.Connection[Any] | None = None
         self._publishers: dict[str, Publisher] = {}
         # Admitted (queued in the database) but not yet on the broker: retried first.
@@ -118,6 +124,7 @@ class Beat:
         self._configure_session()
         store.ensure_partitions(count=self.cfg.partitions)
         store.register_beat(name=self.cfg.name, hostname=socket.gethostname(), pid=os.getpid())
+        self.keeper.tick()  # the database clock and the live beats before the first cycle
         self._open_listener()
         from config.celery_app import app
 
@@ -133,6 +140,7 @@ class Beat:
         signal.signal(signal.SIGTERM, self._stop)
         signal.signal(signal.SIGINT, self._stop)
         self.start()
+        self.keeper.start()
         try:
             while not self.stopping:
                 self.cycle()
@@ -145,6 +153,7 @@ class Beat:
 
     def shutdown(self) -> None:
         """Give partitions up so another beat takes them at once instead of after lease expiry."""
+        self.keeper.stop()
         try:
             released = self.partitions.release_all()
             if released:
@@ -159,18 +168,39 @@ class Beat:
     # --- one cycle -------------------------------------------------------------------
 
     def cycle(self) -> None:
-        """One pass: leases, firing, loading, publishing, sweeping. Safe to call repeatedly."""
+        """One pass: leases, firing, loading, publishing, sweeping. Safe to call repeatedly.
+
+        Publishing does not wait for housekeeping: lease renewal and the heartbeat are
+        the keeper's, what is due publishes before the cycle fires and loads (and
+        again after, for what came due meanwhile), and the other steps run only when
+        the probe says they have something to do.
+        """
         with telemetry.tracer.start_as_current_span("beat.cycle") as span:
             span.set_attribute("scheduler.beat", self.cfg.name)
             try:
-                self._sync_clock()
                 self.maintain_leases()
                 if self.owned:
-                    self.fire_all_due()
-                    self.load_pending()
+                    # What is due now goes out first: the probe, firing and loading
+                    # (seconds under database latency) wait for it, not it for them.
                     self.publish_due()
-                    self.sweep_when_due()
-                self.report_counters()
+                    sweep_due = time.monotonic() - self._last_sweep >= self.cfg.sweep_interval_s
+                    found = store.probe(
+                        numbers=sorted(self.owned),
+                        lookahead=self.cfg.lookahead_s,
+                        known=sorted(self.in_heap),
+                        sweep=sweep_due,
+                        republish_s=self.cfg.queued_republish_s,
+                        grace_s=settings.EXECUTION_BACKSTOP_GRACE_S,
+                    )
+                    if found.due and self.fire_all_due():
+                        self._fired_since_load = True
+                    if found.unloaded or self._fired_since_load:
+                        self._fired_since_load = False
+                        self.load_pending()
+                    self.publish_due()
+                    if sweep_due:
+                        # Nothing to sweep: the interval starts again without a transaction.
+                        self.sweep_when_due(work=found.sweep)
             except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
                 log.warning("beat %s: database unavailable (%s); retrying", self.cfg.name, exc)
                 self._reset_connection()
@@ -183,11 +213,12 @@ class Beat:
                     raise
 
     def maintain_leases(self) -> int:
-        """Renew, heartbeat, then hand over or take partitions: partitions lost or changed."""
-        lost = self.partitions.renew()
-        self._renewed_at = time.monotonic()
-        live = store.heartbeat(**self._heartbeat_params())
-        return lost + self.partitions.rebalance(live)
+        """Drop what the keeper could not renew (renewing inline when no keeper thread
+        runs and a renewal is due), then hand over or take partitions: partitions lost
+        or changed. No round trip unless the fair share changed or a renewal is due."""
+        self.keeper.keep()
+        lost = self.partitions.apply_lost()
+        return lost + self.partitions.rebalance(self.keeper.live)
 
     def fire_all_due(self) -> int:
         """Fire batch after batch until the due set is drained: schedules claimed."""
@@ -246,11 +277,12 @@ class Beat:
         self.counters.published += len(published)
         return len(published)
 
-    def sweep_when_due(self) -> int:
-        """Every sweep interval: the sweep, then retention when it is due."""
+    def sweep_when_due(self, *, work: bool = True) -> int:
+        """Every sweep interval: the sweep (when the probe found work for it), then
+        retention when it is due."""
         if time.monotonic() - self._last_sweep < self.cfg.sweep_interval_s:
             return 0
-        swept = self.sweep()
+        swept = self.sweep() if work else 0
         self._last_sweep = time.monotonic()
         return swept + self.maybe_retention()
 
@@ -300,14 +332,9 @@ class Beat:
         return retention.purge(now=db_clock(), archive_dir=archive).executions
 
     def report_counters(self) -> int:
-        """Heartbeat with the counters when they changed: 1 when a heartbeat was written."""
-        if (self.counters.fired, self.counters.published, self.counters.stale_writes_rejected) == (
-            self._reported.fired,
-            self._reported.published,
-            self._reported.stale_writes_rejected,
-        ):
-            return 0
-        store.heartbeat(**self._heartbeat_params())
+        """Heartbeat with the counters now (the keeper's round trip, renewals included):
+        1 when it was written. The keeper reports them every third of a lease anyway."""
+        self.keeper.tick()
         return 1
 
     # --- the pieces the steps share --------------------------------------------------
@@ -326,17 +353,14 @@ class Beat:
         return self._publishers[broker].publish(items)
 
     def _keep_leases(self) -> None:
-        """While publishing waits on the broker: renew once a third of the lease has
-        passed since the last renewal, so a slow or silent broker cannot cost the
-        partitions."""
-        if time.monotonic() - self._renewed_at < self.cfg.lease_ttl_s / 3:
-            return
+        """While publishing waits on the broker: the keeper's renewal when one is due
+        (a no-op when the keeper's thread runs: it renews by itself), so a slow or
+        silent broker cannot cost the partitions."""
         try:
-            self.partitions.renew()
+            self.keeper.keep()
         except Exception as exc:
-            # The cycle's own renewal reports and recovers the database; publishing goes on.
+            # The cycle's next steps report and recover the database; publishing goes on.
             log.warning("beat %s: lease renewal while publishing failed (%s)", self.cfg.name, exc)
-        self._renewed_at = time.monotonic()
 
     def _fair_share(self, live: list[str]) -> int:
         return self.partitions.fair_share(live)
@@ -354,24 +378,10 @@ class Beat:
             heapq.heapify(self.heap)
             self.in_heap = {p.id for p in self.heap}
 
-    def _heartbeat_params(self) -> dict[str, Any]:
-        delta = Counters(
-            fired=self.counters.fired - self._reported.fired,
-            published=self.counters.published - self._reported.published,
-            stale_writes_rejected=self.counters.stale_writes_rejected
-            - self._reported.stale_writes_rejected,
-        )
-        self._reported.fired = self.counters.fired
-        self._reported.published = self.counters.published
-        self._reported.stale_writes_rejected = self.counters.stale_writes_rejected
-        return {
-            "name": self.cfg.name,
-            "partitions": json.dumps(sorted(self.owned)),
-            "rejected": delta.stale_writes_rejected,
-            "fired": delta.fired,
-            "published": delta.published,
-            "ttl": self.cfg.lease_ttl_s,
-        }
+    def _totals(self) -> tuple[int, int, int]:
+        """The counters the heartbeat reports: (fired, published, stale writes rejected)."""
+        c = self.counters
+        return c.fired, c.published, c.stale_writes_rejected
 
     # --- the database session and clock ----------------------------------------------
 
@@ -381,6 +391,12 @@ class Beat:
         # ends such a session well before the lease could be taken over.
         idle_ms = max(1000, int(self.cfg.lease_ttl_s * 1000 / 2))
         store.set_session_limits(idle_ms=idle_ms, statement_timeout="30s")
+
+    def _configure_keeper_session(self) -> None:
+        # The keeper's connection: one autocommit statement at a time, each bounded
+        # well inside the third of a lease it has before the next renewal is due.
+        third_ms = max(500, int(self.cfg.lease_ttl_s * 1000 / 3))
+        store.set_session_limits(idle_ms=third_ms, statement_timeout=f"{third_ms}ms")
 
     def _reset_connection(self) -> None:
         connection.close()
@@ -392,13 +408,10 @@ class Beat:
         if self._listen is None or self._listen.closed:
             self._open_listener()
 
-    def _sync_clock(self) -> None:
-        # Due-ness is judged on the database clock (RELIABILITY.md C5); the local
-        # clock only measures intervals, so a skewed host neither fires early nor late.
-        before = time.time()
-        db_now = db_clock().timestamp()
-        after = time.time()
-        self.clock_offset = db_now - (before + after) / 2
+    @property
+    def clock_offset(self) -> float:
+        """Database clock minus local clock, seconds (measured by each keeper round trip)."""
+        return self.keeper.clock_offset
 
     def db_time(self) -> float:
         return time.time() + self.clock_offset

@@ -1,17 +1,31 @@
 """A beat's partition leases: acquire, renew, release, the fence and the fair share.
 
 Every takeover bumps a partition's epoch (the fencing token). Every write
-transaction of the beat first runs `fence()`, which share-locks the
+transaction of the beat first runs `fence()`, which key-share-locks the
 partitions it still holds at the epochs it was granted: a beat whose epoch
 moved on (it was paused past its lease) gets fewer rows back and drops
 those partitions before writing anything.
+
+Renewal is the lease keeper's (`LeaseKeeper`): one round trip renews every
+lease, writes the heartbeat and reads the live beats and the database clock,
+once a third of the lease has passed since the last renewal — on a thread and
+connection of its own in a running beat, so that nothing the cycle does (a slow
+database, a burst, a silent broker) delays it. The relation between lease and
+cycle is then safe by construction: a renewal is due every TTL/3 whatever the
+cycle's length, with two thirds of the lease still left (a failed one is
+retried within a second, min(1, TTL/10)), and a lease the keeper could not
+renew in time is dropped by the cycle (`apply_lost`) before its next write.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Callable
 from typing import Protocol
+
+from django.db import connection
 
 from dispatch.scheduler import store
 
@@ -30,6 +44,10 @@ class Partitions:
     `on_drop(number)` runs for each partition given up or lost, so the beat
     forgets the work it had loaded for it. `on_fenced()` runs once per
     refused renewal or fence (a stale write rejected).
+
+    `owned` changes only on the cycle's thread; the lease keeper reads it under
+    `lock` and reports what it could not renew through `_lost`, which the cycle
+    applies (`apply_lost`) before each fence and each rebalance.
     """
 
     def __init__(
@@ -42,28 +60,53 @@ class Partitions:
         self.cfg = config
         self.owned: dict[int, int] = {}
         self.live_beats = 1
+        self.lock = threading.Lock()
+        # partition -> the latest local (monotonic) time its lease surely still
+        # holds: when the renewal (or the acquisition) that set it was sent, plus TTL.
+        self._holds_until: dict[int, float] = {}
+        self._lost: dict[int, int] = {}  # partition -> epoch the keeper could not renew
         self._on_drop = on_drop
         self._on_fenced = on_fenced
 
     def arrays(self) -> tuple[list[int], list[int]]:
-        numbers = sorted(self.owned)
-        return numbers, [self.owned[n] for n in numbers]
+        with self.lock:
+            numbers = sorted(self.owned)
+            return numbers, [self.owned[n] for n in numbers]
 
-    def renew(self) -> int:
-        """Extend our leases; returns how many were lost (expired or taken over)."""
-        if not self.owned:
-            return 0
-        numbers, epochs = self.arrays()
-        renewed = store.renew_partitions(
-            numbers=numbers, epochs=epochs, owner=self.cfg.name, ttl=self.cfg.lease_ttl_s
-        )
-        lost = set(numbers) - renewed
-        if lost:
+    # --- what the lease keeper reports (any thread) -------------------------------------
+
+    def renewed(
+        self, numbers: list[int], epochs: list[int], renewed: set[int], sent: float
+    ) -> None:
+        """The outcome of a renewal sent at monotonic time `sent` for these leases."""
+        with self.lock:
+            for number, epoch in zip(numbers, epochs, strict=True):
+                if self.owned.get(number) != epoch:
+                    continue  # released or re-acquired meanwhile: not ours to judge
+                if number in renewed:
+                    self._holds_until[number] = sent + self.cfg.lease_ttl_s
+                else:
+                    self._lost[number] = epoch
+
+    # --- the cycle's thread ---------------------------------------------------------------
+
+    def apply_lost(self) -> int:
+        """Drop what the keeper could not renew, and any lease whose renewal is overdue
+        by the local clock (the keeper is stuck on a dead link): partitions dropped."""
+        now = time.monotonic()
+        with self.lock:
+            refused = {n for n, e in self._lost.items() if self.owned.get(n) == e}
+            self._lost.clear()
+            lapsed = {
+                n for n in self.owned if n not in refused and self._holds_until.get(n, now) < now
+            }
+        if refused or lapsed:
             # The renewal is the first write a beat makes after a pause; it being
             # refused is the fence working, and is counted as such.
             self._on_fenced()
-            self._lose(lost, why="lease could not be renewed (expired or taken over)")
-        return len(lost)
+            self._lose(refused, why="lease could not be renewed (expired or taken over)")
+            self._lose(lapsed, why="lease not renewed in time (the database did not answer)")
+        return len(refused) + len(lapsed)
 
     def rebalance(self, live: list[str]) -> int:
         """Hand over what exceeds our fair share, or take what is missing; returns the change."""
@@ -84,14 +127,17 @@ class Partitions:
             )
             return len(extra)
         if len(self.owned) < share:
+            sent = time.monotonic()
             got = store.acquire_partitions(
                 count=self.cfg.partitions,
                 want=share - len(self.owned),
                 owner=self.cfg.name,
                 ttl=self.cfg.lease_ttl_s,
             )
-            for number, epoch in got:
-                self.owned[number] = epoch
+            with self.lock:
+                for number, epoch in got:
+                    self.owned[number] = epoch
+                    self._holds_until[number] = sent + self.cfg.lease_ttl_s
             if got:
                 log.info(
                     "beat %s acquired partitions %s",
@@ -118,11 +164,14 @@ class Partitions:
         numbers, epochs = self.arrays()
         if numbers:
             store.release_partitions(numbers=numbers, epochs=epochs, owner=self.cfg.name)
-        self.owned.clear()
+        with self.lock:
+            self.owned.clear()
+            self._holds_until.clear()
         return numbers
 
     def fence(self) -> list[int]:
-        """Inside a transaction: share-lock our partitions at our epochs; drop any we lost."""
+        """Inside a transaction: key-share-lock our partitions at our epochs; drop any we lost."""
+        self.apply_lost()
         numbers, epochs = self.arrays()
         held = store.fence_partitions(numbers=numbers, epochs=epochs, owner=self.cfg.name)
         lost = set(numbers) - held
@@ -132,7 +181,9 @@ class Partitions:
         return sorted(held)
 
     def drop(self, number: int) -> None:
-        self.owned.pop(number, None)
+        with self.lock:
+            self.owned.pop(number, None)
+            self._holds_until.pop(number, None)
         self._on_drop(number)
 
     def _lose(self, numbers: set[int], *, why: str) -> None:
@@ -145,3 +196,128 @@ class Partitions:
                 why,
             )
             self.drop(number)
+
+
+class LeaseKeeper:
+    """Renews the leases, heartbeats, and learns the live beats and the database clock:
+    one statement (beat_keep) once a third of the lease has passed since the last one.
+
+    `start()` runs it on a daemon thread with its own database connection (Django's
+    connections are per thread); without it (a beat driven in-process by tests and
+    benches), `keep()` renews inline when a renewal is due — the cycle and the
+    publisher call it. Either way there is this one mechanism.
+
+    Locks: the renewal is an UPDATE of non-key columns (FOR NO KEY UPDATE), and the
+    fence takes FOR KEY SHARE: the two do not conflict, so a renewal never waits for
+    a firing, admission or sweep transaction of the same beat (with FOR SHARE it
+    did, and a long transaction under database latency cost the lease). Takeovers
+    take FOR UPDATE and still wait for, or skip, a fenced partition. The renewal
+    runs in autocommit and holds its row locks for itself alone.
+
+    `heartbeat()` returns the counters to report as (fired, published, rejected)
+    totals; the deltas since the last successful report go into the statement.
+    """
+
+    def __init__(
+        self,
+        partitions: Partitions,
+        *,
+        heartbeat: Callable[[], tuple[int, int, int]],
+        session: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.partitions = partitions
+        self.cfg = partitions.cfg
+        self.interval_s = self.cfg.lease_ttl_s / 3
+        self.live: list[str] = []
+        self.clock_offset = 0.0  # database clock minus local clock, seconds
+        self.renewed_at = float("-inf")  # monotonic, when the last successful one was sent
+        self._heartbeat = heartbeat
+        self._session = session
+        self._reported = (0, 0, 0)
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._tick_lock = threading.Lock()
+
+    @property
+    def threaded(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def due(self) -> bool:
+        return time.monotonic() - self.renewed_at >= self.interval_s
+
+    def keep(self) -> None:
+        """Renew now if a renewal is due and no keeper thread does it."""
+        if not self.threaded and self.due():
+            self.tick()
+
+    def tick(self) -> store.Kept:
+        """One renewal + heartbeat, on the calling thread's connection."""
+        with self._tick_lock:
+            numbers, epochs = self.partitions.arrays()
+            totals = self._heartbeat()
+            fired, published, rejected = (
+                t - r for t, r in zip(totals, self._reported, strict=True)
+            )
+            sent = time.monotonic()
+            before = time.time()
+            kept = store.keep_leases(
+                numbers=numbers,
+                epochs=epochs,
+                name=self.cfg.name,
+                partitions=f"[{', '.join(map(str, numbers))}]",
+                rejected=rejected,
+                fired=fired,
+                published=published,
+                ttl=self.cfg.lease_ttl_s,
+            )
+            after = time.time()
+            self._reported = totals
+            self.partitions.renewed(numbers, epochs, kept.renewed, sent)
+            self.live = kept.live
+            # Due-ness is judged on the database clock (RELIABILITY.md C5); the local
+            # clock only measures intervals, so a skewed host neither fires early nor late.
+            self.clock_offset = kept.now.timestamp() - (before + after) / 2
+            self.renewed_at = sent
+            return kept
+
+    # --- the thread ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(
+            target=self._run, name=f"lease-keeper-{self.cfg.name}", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        self._thread = None
+
+    def _run(self) -> None:
+        retry_s = max(0.1, min(1.0, self.cfg.lease_ttl_s / 10))
+        configured = False
+        try:
+            while True:
+                wait = max(0.0, self.renewed_at + self.interval_s - time.monotonic())
+                if self._stop.wait(wait):
+                    return
+                try:
+                    if not configured:
+                        self._session()
+                        configured = True
+                    self.tick()
+                except Exception as exc:
+                    # A lease not renewed in time is dropped by the cycle (apply_lost);
+                    # until then the keeper retries on a fresh connection.
+                    log.warning("beat %s: lease renewal failed (%s); retrying", self.cfg.name, exc)
+                    configured = False
+                    connection.close()
+                    if self._stop.wait(retry_s):
+                        return
+        finally:
+            connection.close()
+
+    def __repr__(self) -> str:  # pragma: no cover - debugging aid
+        return f"<LeaseKeeper {self.cfg.name} threaded={self.threaded}>"

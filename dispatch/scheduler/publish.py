@@ -13,10 +13,12 @@ A broker that goes silent (black-holed, not refusing) must not freeze the beat
 (issue 16): on RabbitMQ every call is bounded by `io_timeout_s` — the TCP
 connect and the AMQP handshake (connect_timeout), each write and read
 (socket read/write timeouts, which also bound the close handshake after a
-failure) and each wait for confirms — and while a confirm window is open the
-publisher calls `keepalive()`, with which the beat renews its leases: a beat
-that cannot publish keeps its partitions (its admitted rows stay queued and
-are retried, or re-published by the sweep), it does not lose them to a
+failure) and each wait for confirms. Leases do not depend on publishing: the
+beat's lease keeper renews them on its own thread (partitions.LeaseKeeper), and
+`keepalive()`, called between chunks and while a confirm window is open, is the
+same keeper's renewal for a beat driven without that thread (a no-op with it).
+A beat that cannot publish keeps its partitions (its admitted rows stay queued
+and are retried, or re-published by the sweep), it does not lose them to a
 takeover that would find the same broker silent.
 """
 
@@ -192,8 +194,8 @@ class AmqpPublisher(_ChunkedPublisher):
             while state["acked"] < tag[0] and not state["nacked"]:
                 if time.monotonic() > deadline:
                     raise TimeoutError("publisher confirms did not arrive within 30 s")
-                # Leases are renewed while the broker takes its time (never inside a
-                # transaction: publishing follows the admission's commit).
+                # The lease keeper's renewal, when due and not on its own thread
+                # (never inside a transaction: publishing follows the admission's commit).
                 self._keepalive()
                 conn.drain_events(timeout=self.io_timeout_s)
             if state["nacked"]:

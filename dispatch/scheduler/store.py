@@ -170,13 +170,33 @@ def register_beat(*, name: str, hostname: str, pid: int) -> None:
     sql.rows("beat_register", {"name": name, "hostname": hostname, "pid": pid})
 
 
-def heartbeat(
-    *, name: str, partitions: str, rejected: int, fired: int, published: int, ttl: float
-) -> list[str]:
-    """Record counters; the names of the live beats."""
-    live: list[str] = sql.scalar(
-        "beat_heartbeat",
+class Kept(NamedTuple):
+    """What the lease keeper's round trip returned."""
+
+    now: datetime  # the database clock
+    renewed: set[int]
+    live: list[str]
+
+
+def keep_leases(
+    *,
+    numbers: list[int],
+    epochs: list[int],
+    name: str,
+    partitions: str,
+    rejected: int,
+    fired: int,
+    published: int,
+    ttl: float,
+) -> Kept:
+    """Renew the leases held at their epochs, heartbeat with the counters; the database
+    clock, the partitions renewed and the names of the live beats. Run on the calling
+    thread's connection (Django's are per thread: the lease keeper's is its own)."""
+    (row,) = sql.rows(
+        "beat_keep",
         {
+            "numbers": numbers,
+            "epochs": epochs,
             "name": name,
             "partitions": partitions,
             "rejected": rejected,
@@ -185,7 +205,36 @@ def heartbeat(
             "ttl": ttl,
         },
     )
-    return list(live)
+    return Kept(row.now, set(row.renewed), list(row.live))
+
+
+class Probe(NamedTuple):
+    due: bool  # a schedule of our partitions is due within the lookahead
+    unloaded: bool  # a pending execution in the lookahead is not in the heap
+    sweep: bool  # the sweep has something to do (False when it was not asked)
+
+
+def probe(
+    *,
+    numbers: list[int],
+    lookahead: float,
+    known: list[str],
+    sweep: bool,
+    republish_s: float,
+    grace_s: float,
+) -> Probe:
+    (row,) = sql.rows(
+        "beat_probe",
+        {
+            "numbers": numbers,
+            "lookahead": lookahead,
+            "known": known,
+            "sweep": sweep,
+            "republish_s": republish_s,
+            "grace_s": grace_s,
+        },
+    )
+    return Probe(bool(row.due), bool(row.unloaded), bool(row.sweep))
 
 
 def beat_stopped(*, name: str) -> None:
@@ -204,13 +253,6 @@ def acquire_partitions(*, count: int, want: int, owner: str, ttl: float) -> list
         "partitions_acquire", {"count": count, "want": want, "owner": owner, "ttl": ttl}
     )
     return [Grant(r.number, r.epoch) for r in rows]
-
-
-def renew_partitions(*, numbers: list[int], epochs: list[int], owner: str, ttl: float) -> set[int]:
-    rows = sql.rows(
-        "partitions_renew", {"numbers": numbers, "epochs": epochs, "owner": owner, "ttl": ttl}
-    )
-    return {r.number for r in rows}
 
 
 def release_partitions(*, numbers: list[int], epochs: list[int], owner: str) -> set[int]:

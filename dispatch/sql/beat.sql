@@ -1,8 +1,10 @@
 -- Statements of the beat (scheduler shard). Every write a beat makes happens in
--- a transaction that first ran fence_partitions, which share-locks the
+-- a transaction that first ran fence_partitions, which key-share-locks the
 -- partition rows it still owns at the epoch it was granted; a takeover (which
--- bumps the epoch) cannot commit in between, and a beat whose epoch moved on
--- gets fewer rows back and drops those partitions before writing anything.
+-- bumps the epoch, under FOR UPDATE) cannot commit in between, and a beat whose
+-- epoch moved on gets fewer rows back and drops those partitions before writing
+-- anything. Lease renewal (beat_keep, on the lease keeper's own connection) does
+-- not wait for the fence: see fence_partitions.
 --
 -- Comparisons against an indexed column use statement_timestamp() (the clock
 -- when the statement started), not clock_timestamp(): a volatile function
@@ -22,9 +24,19 @@ ON CONFLICT (name) DO UPDATE
 SET hostname = EXCLUDED.hostname, pid = EXCLUDED.pid, started_at = EXCLUDED.started_at,
     heartbeat_at = EXCLUDED.heartbeat_at, stopped_at = NULL
 
--- name: beat_heartbeat
--- Heartbeat with counters; returns the names of the live beats (for the fair share).
-WITH me AS (
+-- name: beat_keep
+-- The lease keeper's one round trip: renew the leases still held at their epoch
+-- (an expired one is not renewed: it must be re-acquired, with a new epoch), write
+-- the heartbeat with its counters, and return the database clock, the partitions
+-- renewed and the live beats (fair share). Autocommit: it holds no lock past itself.
+WITH renewed AS (
+    UPDATE dispatch_schedulerpartition p
+    SET lease_expires_at = clock_timestamp() + make_interval(secs => %(ttl)s)
+    FROM unnest(%(numbers)s::int[], %(epochs)s::bigint[]) AS mine(number, epoch)
+    WHERE p.number = mine.number AND p.epoch = mine.epoch AND p.owner = %(name)s
+      AND p.lease_expires_at > clock_timestamp()
+    RETURNING p.number
+), me AS (
     UPDATE dispatch_beatnode
     SET heartbeat_at = clock_timestamp(), partitions = %(partitions)s::jsonb,
         stale_writes_rejected = stale_writes_rejected + %(rejected)s,
@@ -32,8 +44,66 @@ WITH me AS (
     WHERE name = %(name)s
     RETURNING name
 )
-SELECT COALESCE(array_agg(name ORDER BY name), '{}') FROM dispatch_beatnode
-WHERE stopped_at IS NULL AND heartbeat_at > clock_timestamp() - make_interval(secs => %(ttl)s)
+SELECT clock_timestamp() AS now,
+       (SELECT COALESCE(array_agg(number ORDER BY number), '{}') FROM renewed) AS renewed,
+       (SELECT COALESCE(array_agg(name ORDER BY name), '{}') FROM dispatch_beatnode
+         WHERE stopped_at IS NULL
+           AND heartbeat_at > clock_timestamp() - make_interval(secs => %(ttl)s)) AS live
+
+-- name: beat_probe
+-- The cycle's first round trip, read-only (no fence needed): is anything of our
+-- partitions due to fire (the firing statements' filters, both kinds), is a pending
+-- execution in the lookahead that the beat has not loaded (`known`: its heap), and,
+-- when the sweep is due, has the sweep anything to do (stale_queued, auto_resume,
+-- paused_upstreams_due, sweep_lock_expired's filters). Each answer is a superset of
+-- what the statement it stands for would find, so skipping on "no" loses nothing;
+-- the fenced transactions run only on "yes".
+SELECT
+    EXISTS (
+        SELECT 1 FROM dispatch_schedule s
+        WHERE s.partition = ANY(%(numbers)s::int[])
+          AND s.next_run_at <= statement_timestamp() + make_interval(secs => %(lookahead)s)
+          AND NOT s.paused AND s.deleted_at IS NULL
+    ) AS due,
+    EXISTS (
+        SELECT 1 FROM dispatch_execution e
+        WHERE e.partition = ANY(%(numbers)s::int[])
+          AND e.state IN ('scheduled', 'retry_scheduled')
+          AND COALESCE(e.next_attempt_at, e.due_at)
+              <= statement_timestamp() + make_interval(secs => %(lookahead)s)
+          -- an anti-join, hashed: the heap can hold thousands of ids
+          AND NOT EXISTS (SELECT 1 FROM unnest(%(known)s::uuid[]) AS k(id) WHERE k.id = e.id)
+    ) AS unloaded,
+    %(sweep)s AND (
+        EXISTS (
+            SELECT 1 FROM dispatch_execution x
+            WHERE x.partition = ANY(%(numbers)s::int[]) AND x.state = 'queued'
+              AND COALESCE(x.published_at, x.republished_at, x.enqueued_at)
+                  < statement_timestamp() - make_interval(secs => %(republish_s)s)
+        )
+        OR EXISTS (
+            SELECT 1 FROM dispatch_schedule s
+            WHERE s.partition = ANY(%(numbers)s::int[]) AND s.paused
+              AND s.paused_until <= statement_timestamp() AND s.deleted_at IS NULL
+        )
+        OR EXISTS (
+            SELECT 1 FROM dispatch_schedule s
+            WHERE s.id IN (
+                    SELECT link.to_schedule_id FROM dispatch_schedule_depends_on link
+                    JOIN dispatch_schedule d ON d.id = link.from_schedule_id
+                    WHERE d.deleted_at IS NULL AND NOT d.paused)
+              AND s.partition = ANY(%(numbers)s::int[])
+              AND s.paused AND s.deleted_at IS NULL AND s.kind = 'cron'
+              AND s.next_run_at < statement_timestamp() - make_interval(secs => s.misfire_grace_s)
+        )
+        OR EXISTS (
+            SELECT 1 FROM dispatch_execution e
+            JOIN dispatch_schedule s ON s.id = e.schedule_id
+            WHERE e.state = 'running' AND e.partition = ANY(%(numbers)s::int[])
+              AND (e.lease_expires_at < now()
+                   OR e.started_at + make_interval(secs => s.timeout_s + %(grace_s)s) < now())
+        )
+    ) AS sweep
 
 -- name: beat_stopped
 -- Graceful shutdown: no longer counted in anyone's fair share.
@@ -62,15 +132,6 @@ FROM candidates c
 WHERE p.number = c.number
 RETURNING p.number, p.epoch
 
--- name: partitions_renew
--- Extend leases still held at their epoch; a lease that already expired is not renewed (it must be re-acquired with a new epoch).
-UPDATE dispatch_schedulerpartition p
-SET lease_expires_at = clock_timestamp() + make_interval(secs => %(ttl)s)
-FROM unnest(%(numbers)s::int[], %(epochs)s::bigint[]) AS mine(number, epoch)
-WHERE p.number = mine.number AND p.epoch = mine.epoch AND p.owner = %(owner)s
-  AND p.lease_expires_at > clock_timestamp()
-RETURNING p.number
-
 -- name: partitions_release
 -- Give partitions up (graceful shutdown or rebalancing) so another beat takes them at once.
 UPDATE dispatch_schedulerpartition p
@@ -80,12 +141,21 @@ WHERE p.number = mine.number AND p.epoch = mine.epoch AND p.owner = %(owner)s
 RETURNING p.number
 
 -- name: fence_partitions
--- The fence: share-lock the partitions still ours at our epoch, with an unexpired lease.
+-- The fence: key-share-lock the partitions still ours at our epoch, with an unexpired lease.
+-- FOR KEY SHARE, not FOR SHARE: it conflicts with FOR UPDATE, which every takeover
+-- takes (partitions_acquire's candidates: a fenced partition is skipped, so no
+-- takeover can commit between the fence and the commit), but not with the
+-- FOR NO KEY UPDATE lock of a plain UPDATE of non-key columns — the renewal in
+-- beat_keep, run by the lease keeper on its own connection, so it never queues
+-- behind a long firing transaction and lets the lease lapse meanwhile. Nothing
+-- else can slip through that gap: the only other UPDATE is partitions_release,
+-- which matches our own epoch, is issued by the same beat between its
+-- transactions, and leaves the row to be taken only by an acquire (FOR UPDATE).
 SELECT p.number FROM dispatch_schedulerpartition p
 JOIN unnest(%(numbers)s::int[], %(epochs)s::bigint[]) AS mine(number, epoch)
   ON p.number = mine.number AND p.epoch = mine.epoch
 WHERE p.owner = %(owner)s AND p.lease_expires_at > clock_timestamp()
-FOR SHARE OF p
+FOR KEY SHARE OF p
 
 -- name: fire_due_one_offs
 -- The set-based fast path for the common case, one-off jobs: claim, insert the one
