@@ -45,7 +45,7 @@ from django.db import connection, transaction
 
 from config import telemetry
 from core import faults
-from core.db import db_clock
+from core.db import db_clock, listen
 from dispatch.queues import DEFAULT_QUEUE
 from dispatch.scheduler import firing, retention, store, sweeper
 from dispatch.scheduler.admission import Admission
@@ -424,7 +424,7 @@ class Beat:
         params.pop("context", None)
         try:
             self._listen = psycopg.connect(**params, autocommit=True)
-            self._listen.execute(f"LISTEN {WAKE_CHANNEL}")
+            listen(self._listen, WAKE_CHANNEL)
         except psycopg.Error:
             log.warning("beat %s: LISTEN unavailable; polling every cycle", self.cfg.name)
             self._listen = None
