@@ -67,6 +67,7 @@ BROKER_BLACKHOLE_S = 4.0
 # A beat's broker link black-holed mid-publish for longer than a lease: it must keep
 # renewing (or release its partitions), never freeze until a takeover fences it.
 BEAT_BROKER_BLACKHOLE_S = TTL + 2
+RENEWAL_GAP_BOUND_S = TTL * 2 / 3  # a third of the lease still left at every renewal
 PUBLISH_PATTERN = b"dispatch.run_execution"  # in every message the beat publishes
 PARTITIONED_EXIT_S = 5.0  # SIGTERM to a partitioned beat at the end: exited or hung
 NETWORK_WIDE = ("pg_latency", "pg_reset")  # faults on every process's database link
@@ -609,40 +610,47 @@ class Cluster:
                 )
             )
             fault.notes["armed_mid_publish"] = armed
-            # Sample what the beat manages while the broker is silent (database clock).
-            beats_seen: set[datetime] = set()
-            lapsed: set[int] = set()
+
+            def renewed_until() -> datetime | None:
+                """Its leases' end at the epochs granted (set to renewal + TTL by the database)."""
+                ends = [
+                    p.lease_expires_at
+                    for p in SchedulerPartition.objects.filter(number__in=fault.partitions)
+                    if p.owner == victim and p.epoch == granted[p.number] and p.lease_expires_at
+                ]
+                return max(ends) if ends else None
+
+            # Sample its renewals while the broker is silent: each one moves its leases' end.
+            # The first is its last renewal before the fault (read right after it fell).
+            renewals: list[datetime] = [first] if (first := renewed_until()) else []
             t0 = time.monotonic()
             while time.monotonic() - t0 < BEAT_BROKER_BLACKHOLE_S:
-                now = db_now()
-                node = BeatNode.objects.get(name=victim)
-                beats_seen.add(node.heartbeat_at)
-                for part in SchedulerPartition.objects.filter(number__in=fault.partitions):
-                    mine = part.owner == victim and part.epoch == granted[part.number]
-                    if mine and (part.lease_expires_at is None or part.lease_expires_at <= now):
-                        lapsed.add(part.number)  # still ours on paper, but expired: frozen
-                time.sleep(0.25)
+                if (until := renewed_until()) is not None and (
+                    not renewals or until > renewals[-1]
+                ):
+                    renewals.append(until)
+                time.sleep(0.1)
             end = db_now()
-            after = SchedulerPartition.objects.filter(number__in=fault.partitions)
-            kept = [
-                p.number
-                for p in after
-                if p.owner == victim
-                and p.epoch == granted[p.number]
-                and p.lease_expires_at is not None
-                and p.lease_expires_at > end
-            ]
+            after = list(SchedulerPartition.objects.filter(number__in=fault.partitions))
             node = BeatNode.objects.get(name=victim)
             proxy.pass_()
             healed = db_now()
+            gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(renewals)]
+            if renewals:  # from its last renewal to the end of the window
+                gaps.append((end - (renewals[-1] - timedelta(seconds=TTL))).total_seconds())
             fault.notes["outage_s"] = BEAT_BROKER_BLACKHOLE_S
-            fault.notes["heartbeats_during"] = len(beats_seen - {before.heartbeat_at})
-            # Still heartbeating a lease after the fault began: the beat was not frozen.
-            fault.notes["renewed_during"] = node.heartbeat_at > fault.at + timedelta(seconds=TTL)
-            fault.notes["leases_kept"] = len(kept)
-            fault.notes["leases_lapsed"] = len(lapsed)
+            fault.notes["renewals_during"] = max(0, len(renewals) - 1)
+            fault.notes["max_renewal_gap_s"] = round(max(gaps), 2) if gaps else None
+            fault.notes["leases_kept"] = sum(
+                1
+                for p in after
+                if p.owner == victim
+                and p.epoch == granted[p.number]
+                and p.lease_expires_at
+                and p.lease_expires_at > end
+            )
             fault.notes["partitions_taken_over"] = sum(
-                1 for p in after if p.epoch != granted[p.number] and p.owner != victim
+                1 for p in after if p.epoch != granted[p.number]
             )
             fault.notes["published_before_heal"] = node.published_total - before.published_total
             try:
@@ -668,11 +676,13 @@ class Cluster:
                 BeatNode.objects.get(name=victim).stale_writes_rejected
                 - before.stale_writes_rejected
             )
-            # Kept its leases (renewing while publishing waited) or handed them over: never
-            # frozen until a takeover fenced it.
+            # Kept renewing while publishing waited — within two thirds of the lease, as
+            # the beat promises (renew once a third has passed, whatever the cycle does),
+            # so no lease of it ever runs out — and nothing of it was fenced.
+            gap = fault.notes["max_renewal_gap_s"]
             fault.notes["clean"] = bool(
-                fault.notes["renewed_during"]
-                and not lapsed
+                gap is not None
+                and gap <= RENEWAL_GAP_BOUND_S
                 and fault.notes["stale_writes_rejected"] == 0
             )
         finally:
@@ -1493,9 +1503,10 @@ def _summary(f: dict[str, Any]) -> str:
     if f["kind"] == "beat_broker_blackhole":
         return (
             f"{'armed mid-publish' if f.get('armed_mid_publish') else 'not armed (idle link)'}, "
-            f"heartbeats during {f.get('heartbeats_during')}, leases kept "
-            f"{f.get('leases_kept')}/{len(f['partitions'])} lapsed {f.get('leases_lapsed')} "
-            f"taken over {f.get('partitions_taken_over')}, fenced after heal "
+            f"renewals during {f.get('renewals_during')}, max renewal gap "
+            f"{f.get('max_renewal_gap_s')} s (bound {RENEWAL_GAP_BOUND_S:.1f}), leases kept "
+            f"{f.get('leases_kept')}/{len(f['partitions'])}, taken over "
+            f"{f.get('partitions_taken_over')}, fenced after heal "
             f"{f.get('stale_writes_rejected')}, clean {f.get('clean')}, stuck "
             f"{f.get('stuck_after_heal')}"
         )
@@ -1504,7 +1515,7 @@ def _summary(f: dict[str, Any]) -> str:
             f"takeover {f.get('takeover_observed_s')} s, writes accepted after lease expiry "
             f"{f.get('writes_accepted_after_expiry')}, epochs superseded "
             f"{f.get('epochs_superseded')}, isolated {f.get('isolated_for_s')} s, at end: "
-            f"{f.get('at_end')}" + (f" (in {f['hung_in'][0]})" if f.get("hung_in") else "")
+            f"{f.get('at_end')}" + (f" (in {_where(f['hung_in'])})" if f.get("hung_in") else "")
         )
     if "stuck_after_heal" in f:
         return f"stuck after heal {f['stuck_after_heal']}"

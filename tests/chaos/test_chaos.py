@@ -227,27 +227,36 @@ def test_chaos_run(
     assert fo["max_s"] <= fo["bound_s"] + fo["slack_s"], fo
 
 
-@pytest.mark.xfail(
-    BROKER != "rabbitmq",
-    strict=True,
-    reason=(
+# Why the beat does not keep its leases through a broker black-hole, per broker.
+BROKER_BLACKHOLE_BUG = {
+    "redis": (
         "platform bug (issue 16 defect 1, Redis broker): RedisPublisher's pipeline has no "
         "socket timeout (CELERY_BROKER_TRANSPORT_OPTIONS sets none; kombu's Redis default is "
-        "None) and keepalive() runs only before each chunk, so a beat whose Redis broker link "
-        "goes silent mid-publish blocks in the pipeline's read: no renewal or heartbeat until "
-        "the link heals, its leases lapse, its partitions are taken over and its next renewal "
-        "is fenced"
+        "None) and keepalive() runs only before each chunk, so a beat whose Redis link goes "
+        "silent mid-publish blocks in the pipeline's read until the heal: no renewal, its "
+        "leases lapse, its partitions are taken over and its next renewal is fenced"
     ),
-)
+    "rabbitmq": (
+        "platform bug (issue 16 defect 1, RabbitMQ): after a confirm wait times out "
+        "(io_timeout_s, floored at 1 s), AmqpPublisher._reset() -> Connection.release() "
+        "waits out the read timeout again for the channel and connection close handshakes, "
+        "with no keepalive(): ~3 s without renewal, which is the chaos lease (3 s), so its "
+        "leases lapse and are taken over and its next renewal is fenced"
+    ),
+}
+
+
+@pytest.mark.xfail(strict=True, reason=BROKER_BLACKHOLE_BUG.get(BROKER, ""))
 def test_beat_broker_blackhole_keeps_or_hands_over_its_leases() -> None:
     """A beat whose broker link goes silent mid-publish must keep renewing its leases
-    (or release them): never frozen until a takeover fences it (issue 16, defect 1).
-    Judged on the chaos run's own beat_broker_blackhole (PostgreSQL's view)."""
+    (within two thirds of the lease) or release them: never frozen until a takeover
+    fences it (issue 16, defect 1). Judged on the chaos run's own beat_broker_blackhole
+    (PostgreSQL's view)."""
     faults = [f for f in RUN.get("faults", []) if f["kind"] == "beat_broker_blackhole"]
     if not faults:
         pytest.skip("the chaos run did not run beat_broker_blackhole")
     for f in faults:
-        assert f["renewed_during"], f  # still heartbeating a lease after the fault began
-        assert f["leases_lapsed"] == 0, f  # no lease of its ran out while it held it
+        gap = f["max_renewal_gap_s"]
+        assert gap is not None and gap <= harness.RENEWAL_GAP_BOUND_S, f
         assert f["stale_writes_rejected"] == 0, f  # nothing of it fenced after the heal
         assert f["stuck_after_heal"] == 0, f
