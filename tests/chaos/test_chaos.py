@@ -6,7 +6,7 @@ PostgreSQL, skew clocks, and black-hole, slow down, reset or partition their
 network links (tests/support/faultproxy.py); afterwards the checker reads
 PostgreSQL and the ledger.
 
-Short profile (default, ~4 min): every nemesis once, 8 s apart.
+Short profile (default, ~3.5 min): every nemesis once, 8 s apart.
 Soak: DURATION=<s> (e.g. 1800): jobs over that long, a random nemesis every 1-3
 minutes (NEMESIS_EVERY=lo-hi to change), each kind in turn from a shuffled bag.
 CHAOS_BROKER=rabbitmq runs it on a RabbitMQ node of the run's own (never the
