@@ -10,8 +10,11 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import os
 import shutil
+import signal
 import statistics
+import subprocess
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
@@ -61,7 +64,15 @@ PG_LATENCY_MS = 300  # added to every PostgreSQL round trip (150 ms each way)
 PG_LATENCY_S = 10.0
 HEAL_S = 20.0  # a healed process must get through what it held within this
 BROKER_BLACKHOLE_S = 4.0
+# A beat's broker link black-holed mid-publish for longer than a lease: it must keep
+# renewing (or release its partitions), never freeze until a takeover fences it.
+BEAT_BROKER_BLACKHOLE_S = TTL + 2
+RENEWAL_GAP_BOUND_S = TTL * 2 / 3  # a third of the lease still left at every renewal
+PUBLISH_PATTERN = b"dispatch.run_execution"  # in every message the beat publishes
+PARTITIONED_EXIT_S = 5.0  # SIGTERM to a partitioned beat at the end: exited or hung
 NETWORK_WIDE = ("pg_latency", "pg_reset")  # faults on every process's database link
+# Beat faults in which the victim keeps (or hands back) its partitions: no failover.
+NOT_FAILOVER = ("beat_broker_blackhole",)
 RESULTS = ROOT / "chaos-results.json"
 
 
@@ -145,6 +156,9 @@ class Cluster:
         self.workers: dict[str, Proc] = {}
         self.faults: list[Fault] = []
         self.skipped: dict[str, str] = {}
+        # Beats cut off for the rest of the run (beat_partitioned): not in `beats`, so no
+        # nemesis or liveness check picks them; finish() judges and kills them.
+        self.isolated: dict[str, tuple[Proc, list[FaultProxy], Fault]] = {}
         self._skews = 0
         self._seq = itertools.count(1)
 
@@ -529,15 +543,7 @@ class Cluster:
     def broker_link_worker(self) -> Fault:
         """A worker's broker link black-holed mid-call, then reset (RST): the worker must
         reconnect by itself and take new work within HEAL_S, else it is stuck."""
-        url = urlsplit(self.env["CELERY_BROKER_URL"])
-        if url.hostname is None or url.port is None:
-            self.skipped["broker_link_worker"] = f"the broker is not on TCP ({url.scheme})"
-            raise _Skip
-        proxy = FaultProxy((url.hostname, url.port))
-        creds = url.netloc.rpartition("@")[0]
-        broker = urlunsplit(
-            url._replace(netloc=f"{creds}@{proxy.address}" if creds else proxy.address)
-        )
+        proxy, broker = self._broker_proxy("broker_link_worker")
         victim = self.add_worker("wbrk", CELERY_BROKER_URL=broker)
         try:
             wait_for(lambda: running_on(victim), timeout=30, what=f"{victim} mid-call")
@@ -563,6 +569,240 @@ class Cluster:
             self.workers.pop(victim).stop()
             proxy.close()
         return fault
+
+    def _broker_proxy(self, kind: str) -> tuple[FaultProxy, str]:
+        """A fault proxy of its own in front of the run's broker, and the URL through it."""
+        url = urlsplit(self.env["CELERY_BROKER_URL"])
+        if url.hostname is None or url.port is None:
+            self.skipped[kind] = f"the broker is not on TCP ({url.scheme})"
+            raise _Skip
+        proxy = FaultProxy((url.hostname, url.port))
+        creds = url.netloc.rpartition("@")[0]
+        broker = urlunsplit(
+            url._replace(netloc=f"{creds}@{proxy.address}" if creds else proxy.address)
+        )
+        return proxy, broker
+
+    def beat_broker_blackhole(self) -> Fault:
+        """A beat's broker link black-holed while it publishes, for longer than its lease,
+        then healed.
+
+        The fault is armed on the message text, so it falls mid-publish: the first
+        message reaches the broker, its reply (and everything after) is held. The
+        beat must not freeze: while it cannot publish it keeps renewing its leases
+        and heartbeating (or releases its partitions — a clean hand-over), and once
+        healed it publishes again within HEAL_S, else it is stuck. Its admitted rows
+        are published again (by it, or by the sweep): nothing is lost.
+        """
+        proxy, broker = self._broker_proxy("beat_broker_blackhole")
+        victim = self.add_beat("bbrk", CELERY_BROKER_URL=broker)
+        try:
+            wait_for(lambda: owned_by(victim), timeout=30, what=f"{victim} to own partitions")
+            before = BeatNode.objects.get(name=victim)
+            proxy.arm(PUBLISH_PATTERN, "blackhole")
+            armed = proxy.armed.wait(20)
+            if not armed:
+                proxy.blackhole()
+            fault = Fault("beat_broker_blackhole", victim, db_now(), owned_by(victim))
+            granted = dict(
+                SchedulerPartition.objects.filter(number__in=fault.partitions).values_list(
+                    "number", "epoch"
+                )
+            )
+            fault.notes["armed_mid_publish"] = armed
+
+            def renewed_until() -> datetime | None:
+                """Its leases' end at the epochs granted (set to renewal + TTL by the database)."""
+                ends = [
+                    p.lease_expires_at
+                    for p in SchedulerPartition.objects.filter(number__in=fault.partitions)
+                    if p.owner == victim and p.epoch == granted[p.number] and p.lease_expires_at
+                ]
+                return max(ends) if ends else None
+
+            # Sample its renewals while the broker is silent: each one moves its leases' end.
+            # The first is its last renewal before the fault (read right after it fell).
+            renewals: list[datetime] = [first] if (first := renewed_until()) else []
+            t0 = time.monotonic()
+            while time.monotonic() - t0 < BEAT_BROKER_BLACKHOLE_S:
+                if (until := renewed_until()) is not None and (
+                    not renewals or until > renewals[-1]
+                ):
+                    renewals.append(until)
+                time.sleep(0.1)
+            end = db_now()
+            after = list(SchedulerPartition.objects.filter(number__in=fault.partitions))
+            node = BeatNode.objects.get(name=victim)
+            proxy.pass_()
+            healed = db_now()
+            gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(renewals)]
+            if renewals:  # from its last renewal to the end of the window
+                gaps.append((end - (renewals[-1] - timedelta(seconds=TTL))).total_seconds())
+            fault.notes["outage_s"] = BEAT_BROKER_BLACKHOLE_S
+            fault.notes["renewals_during"] = max(0, len(renewals) - 1)
+            fault.notes["max_renewal_gap_s"] = round(max(gaps), 2) if gaps else None
+            fault.notes["leases_kept"] = sum(
+                1
+                for p in after
+                if p.owner == victim
+                and p.epoch == granted[p.number]
+                and p.lease_expires_at
+                and p.lease_expires_at > end
+            )
+            fault.notes["partitions_taken_over"] = sum(
+                1 for p in after if p.epoch != granted[p.number]
+            )
+            fault.notes["published_before_heal"] = node.published_total - before.published_total
+            try:
+                wait_for(
+                    lambda: (
+                        BeatNode.objects.filter(
+                            name=victim,
+                            heartbeat_at__gt=healed,
+                            published_total__gt=node.published_total,
+                        ).exists()
+                        or (
+                            BeatNode.objects.filter(name=victim, heartbeat_at__gt=healed).exists()
+                            and not owned_by(victim)
+                        )
+                    ),
+                    timeout=HEAL_S,
+                    what=f"{victim} to publish (or heartbeat, owning nothing) after the heal",
+                )
+                fault.notes["stuck_after_heal"] = 0
+            except AssertionError:
+                fault.notes["stuck_after_heal"] = 1
+            fault.notes["stale_writes_rejected"] = (
+                BeatNode.objects.get(name=victim).stale_writes_rejected
+                - before.stale_writes_rejected
+            )
+            # Kept renewing while publishing waited — within two thirds of the lease, as
+            # the beat promises (renew once a third has passed, whatever the cycle does),
+            # so no lease of it ever runs out — and nothing of it was fenced.
+            gap = fault.notes["max_renewal_gap_s"]
+            fault.notes["clean"] = bool(
+                gap is not None
+                and gap <= RENEWAL_GAP_BOUND_S
+                and fault.notes["stale_writes_rejected"] == 0
+            )
+        finally:
+            fault_rc = self.beats.pop(victim).stop()
+            proxy.close()
+        fault.notes["returncode_at_retire"] = fault_rc
+        return fault
+
+    def beat_partitioned(self) -> Fault:
+        """A partition that never heals: one beat black-holed from PostgreSQL and from the
+        broker for the rest of the run.
+
+        The rest of the fleet must take its partitions over (epochs bumped) and carry
+        on; nothing the isolated beat attempts may be accepted after its lease expiry
+        (judged by finish(), which then kills it and says whether it exited on SIGTERM
+        or hung). It is excused from "stuck after heal": there is no heal.
+        """
+        pg = FaultProxy(database_target(connection.settings_dict))
+        try:
+            broker_proxy, broker = self._broker_proxy("beat_partitioned")
+        except _Skip:
+            pg.close()
+            raise
+        victim = self.add_beat(
+            "bpart",
+            DATABASE_URL=pg.database_url(connection.settings_dict),
+            CELERY_BROKER_URL=broker,
+            PYTHONFAULTHANDLER="1",  # SIGABRT dumps its stacks if it hangs at the end
+        )
+        proc = self.beats.pop(victim)  # no other nemesis or liveness check may pick it
+        try:
+            wait_for(lambda: owned_by(victim), timeout=30, what=f"{victim} to own partitions")
+            with contextlib.suppress(AssertionError):  # best effort: it has epochs in use
+                wait_for(
+                    lambda: Execution.objects.filter(fired_by=victim).exists(),
+                    timeout=10,
+                    what=f"{victim} to fire",
+                )
+        except BaseException:
+            proc.stop()
+            pg.close()
+            broker_proxy.close()
+            raise
+        pg.blackhole()
+        broker_proxy.blackhole()
+        fault = Fault("beat_partitioned", victim, db_now())
+        time.sleep(0.3)  # a write already past the proxy lands (or not) before we read
+        rows = list(SchedulerPartition.objects.filter(owner=victim))
+        fault.partitions = sorted(p.number for p in rows)
+        granted = {p.number: p.epoch for p in rows}
+        expiry = max((p.lease_expires_at for p in rows if p.lease_expires_at), default=fault.at)
+        fault.notes["granted_epochs"] = granted
+        fault.notes["lease_expiry"] = expiry.isoformat()
+        fault.notes["fired_before_cut"] = Execution.objects.filter(fired_by=victim).count()
+        self.isolated[victim] = (proc, [pg, broker_proxy], fault)
+        t0 = time.monotonic()
+        try:
+            wait_for(
+                lambda: all(
+                    p.owner not in ("", victim) and p.epoch > granted[p.number]
+                    for p in SchedulerPartition.objects.filter(number__in=granted)
+                ),
+                timeout=TTL * 5,
+                what=f"{victim}'s partitions taken over by the rest of the fleet",
+            )
+            fault.notes["takeover_observed_s"] = round(time.monotonic() - t0, 2)
+        except AssertionError:
+            fault.notes["takeover_observed_s"] = None
+        fault.notes["outage_s"] = round(time.monotonic() - t0, 2)  # lateness window: to takeover
+        fault.notes["stuck_after_heal"] = 0  # excused: it never heals
+        return fault
+
+    def finish(self) -> None:
+        """End of the run: judge each partitioned beat by PostgreSQL, then kill it.
+
+        Accepted after its lease expiry would be: a row it fired, a heartbeat, a
+        partition still in its name, or an epoch of its not superseded.
+        """
+        for victim, (proc, proxies, fault) in list(self.isolated.items()):
+            expiry = datetime.fromisoformat(fault.notes["lease_expiry"])
+            granted: dict[int, int] = fault.notes["granted_epochs"]
+            node = BeatNode.objects.get(name=victim)
+            fired_after = Execution.objects.filter(fired_by=victim, created_at__gt=expiry).count()
+            superseded = SchedulerPartition.objects.filter(number__in=granted, epoch__gt=0).exclude(
+                owner=victim
+            )
+            epochs_superseded = sum(1 for p in superseded if p.epoch > granted[p.number])
+            fault.notes["writes_accepted_after_expiry"] = (
+                fired_after + int(node.heartbeat_at > expiry) + len(owned_by(victim))
+            )
+            fault.notes["fired_after_expiry"] = fired_after
+            fault.notes["heartbeat_after_expiry"] = node.heartbeat_at > expiry
+            fault.notes["epochs_superseded"] = f"{epochs_superseded}/{len(granted)}"
+            fault.notes["all_epochs_superseded"] = epochs_superseded == len(granted)
+            fault.notes["isolated_for_s"] = round((db_now() - fault.at).total_seconds(), 1)
+            # Connections it kept open into the partition (each one held, never answered).
+            fault.notes["connections_held"] = {
+                "pg": proxies[0].connections,
+                "broker": proxies[1].connections,
+            }
+            t0 = time.monotonic()
+            proc.signal(signal.SIGTERM)
+            try:
+                proc.proc.wait(PARTITIONED_EXIT_S)
+                fault.notes["at_end"] = (
+                    f"exited on SIGTERM in {time.monotonic() - t0:.1f} s "
+                    f"(rc {proc.proc.returncode})"
+                )
+            except subprocess.TimeoutExpired:
+                fault.notes["at_end"] = f"hung: no exit {PARTITIONED_EXIT_S:.0f} s after SIGTERM"
+                # Where it hangs: faulthandler's dump of the main thread's stack.
+                os.kill(proc.pid, signal.SIGABRT)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.proc.wait(5)
+                fault.notes["hung_in"] = _main_stack(proc.output())
+            proc.stop()  # SIGKILL if it still hangs
+            fault.notes["exit_returncode"] = proc.proc.returncode
+            for proxy in proxies:
+                proxy.close()
+            del self.isolated[victim]
 
     def pg_latency(self) -> Fault:
         """+300 ms on every PostgreSQL round trip of every beat and worker, for a while."""
@@ -625,6 +865,8 @@ class Cluster:
         "pg_latency",
         "pg_reset",
         "broker_link_worker",
+        "beat_broker_blackhole",
+        "beat_partitioned",
     )
 
     def inject(self, kind: str) -> Fault | None:
@@ -927,7 +1169,9 @@ def check(
         ).values_list("execution_id", flat=True)
     )
     double_success = sorted(eid for eid, n in success_events.items() if n > 1)
-    stale_accepted = len(shared_epochs) + len(double_success)
+    # A partitioned beat's writes after its lease expiry (Cluster.finish) count as accepted.
+    partitioned_accepted = sum(int(f.notes.get("writes_accepted_after_expiry", 0)) for f in faults)
+    stale_accepted = len(shared_epochs) + len(double_success) + partitioned_accepted
 
     # Calls under a revoked token: a request the target saw after the execution's
     # token had moved past the one it carries (a newer claim or a sweep, by the
@@ -1030,7 +1274,7 @@ def check(
     # in the window after a beat fault.
     failovers = []
     for f in faults:
-        if not f.kind.startswith("beat_"):
+        if not f.kind.startswith("beat_") or f.kind in NOT_FAILOVER:
             continue
         window_end = f.at + timedelta(seconds=TTL * 2 + LOOKAHEAD + 2)
         hit = [
@@ -1122,6 +1366,7 @@ def check(
             "accepted": stale_accepted,
             "attempted": beat_rejected + worker_rejected + stale_accepted,
             "epochs_shared_by_two_beats": shared_epochs,
+            "accepted_from_partitioned_beats": partitioned_accepted,
             "executions_succeeded_twice": double_success,
         },
         "failover": {
@@ -1196,7 +1441,11 @@ def table(r: dict[str, Any]) -> str:
             f"({f['executions_in_window']} executions in window, victim {f['victim']})"
         )
     for kind, worst in r["lateness_per_nemesis_s"].items():
-        out.append(f"{('  lateness ' + kind).ljust(width)} | max {worst} s")
+        notes = "; ".join(_summary(f) for f in r["faults"] if f["kind"] == kind and _summary(f))
+        out.append(
+            f"{('  lateness ' + kind).ljust(width)} | max {worst} s"
+            + (f"; {notes}" if notes else "")
+        )
     for w in r["worker_faults"]:
         out.append(
             f"{('  ' + w['kind']).ljust(width)} | in flight {w['in_flight']}, final "
@@ -1228,6 +1477,49 @@ def table(r: dict[str, Any]) -> str:
     for kind, why in r.get("skipped_nemeses", {}).items():
         out.append(f"{('  skipped ' + kind).ljust(width)} | {why}")
     return "\n".join(out)
+
+
+def _main_stack(log: str, frames: int = 20) -> list[str]:
+    """The innermost `frames` of the main thread in a faulthandler dump, innermost first."""
+    dump = log[log.rfind("Fatal Python error: Aborted") :]
+    main = dump[dump.find("Current thread") :] if "Current thread" in dump else dump
+    lines = [ln.strip() for ln in main.splitlines()[1:] if ln.strip().startswith("File ")]
+    return lines[:frames]
+
+
+def _where(stack: list[str]) -> str:
+    """Innermost frame, and the innermost of the project's own code: `file:line in fn`."""
+
+    def short(frame: str) -> str:
+        path, _, rest = frame.removeprefix("File ").partition(", line ")
+        return f"{Path(path.strip(chr(34))).name}:{rest}"
+
+    own = next((fr for fr in stack if "/dispatch/" in fr and "/site-packages/" not in fr), "")
+    return short(stack[0]) + (f" under {short(own)}" if own else "")
+
+
+def _summary(f: dict[str, Any]) -> str:
+    """What a network nemesis' line says besides its lateness."""
+    if f["kind"] == "beat_broker_blackhole":
+        return (
+            f"{'armed mid-publish' if f.get('armed_mid_publish') else 'not armed (idle link)'}, "
+            f"renewals during {f.get('renewals_during')}, max renewal gap "
+            f"{f.get('max_renewal_gap_s')} s (bound {RENEWAL_GAP_BOUND_S:.1f}), leases kept "
+            f"{f.get('leases_kept')}/{len(f['partitions'])}, taken over "
+            f"{f.get('partitions_taken_over')}, fenced after heal "
+            f"{f.get('stale_writes_rejected')}, clean {f.get('clean')}, stuck "
+            f"{f.get('stuck_after_heal')}"
+        )
+    if f["kind"] == "beat_partitioned":
+        return (
+            f"takeover {f.get('takeover_observed_s')} s, writes accepted after lease expiry "
+            f"{f.get('writes_accepted_after_expiry')}, epochs superseded "
+            f"{f.get('epochs_superseded')}, isolated {f.get('isolated_for_s')} s, at end: "
+            f"{f.get('at_end')}" + (f" (in {_where(f['hung_in'])})" if f.get("hung_in") else "")
+        )
+    if "stuck_after_heal" in f:
+        return f"stuck after heal {f['stuck_after_heal']}"
+    return ""
 
 
 def write(results: dict[str, Any], path: Path = RESULTS) -> None:

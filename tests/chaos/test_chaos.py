@@ -2,9 +2,11 @@
 
 Two beats and two workers run a workload of one-off jobs (the oracle) and a few
 hostile jobs while nemeses kill, pause and crash processes, restart Redis and
-PostgreSQL, and skew clocks; afterwards the checker reads PostgreSQL and the ledger.
+PostgreSQL, skew clocks, and black-hole, slow down, reset or partition their
+network links (tests/support/faultproxy.py); afterwards the checker reads
+PostgreSQL and the ledger.
 
-Short profile (default, ~2.5 min): every nemesis once, 8 s apart.
+Short profile (default, ~3.5 min): every nemesis once, 8 s apart.
 Soak: DURATION=<s> (e.g. 1800): jobs over that long, a random nemesis every 1-3
 minutes (NEMESIS_EVERY=lo-hi to change), each kind in turn from a shuffled bag.
 CHAOS_BROKER=rabbitmq runs it on a RabbitMQ node of the run's own (never the
@@ -19,6 +21,7 @@ import random
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.conf import settings
@@ -45,6 +48,9 @@ EVERY = os.environ.get("NEMESIS_EVERY", "" if SHORT else "60-180")
 SEED = int(os.environ.get("CHAOS_SEED", str(time.time_ns() % 2**31)))
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+# The last run's results, for the checks of nemeses that expose a known platform bug
+# (kept apart, as strict xfails, so that the run itself stays green and honest).
+RUN: dict[str, Any] = {}
 
 
 def plan() -> list[tuple[float, str]]:
@@ -160,6 +166,7 @@ def test_chaos_run(
         except AssertionError as exc:
             print(f"[chaos] not settled: {exc}")
         time.sleep(2)  # late deliveries of fenced-out workers reach the ledger
+        cluster.finish()  # partitioned beats: judged by PostgreSQL, then killed
         results = harness.check(
             job_ids, ledger, cluster.faults, runtime_s=time.monotonic() - started
         )
@@ -177,6 +184,7 @@ def test_chaos_run(
     purge(broker)
     results["profile"]["runtime_s"] = round(time.monotonic() - started, 1)
     harness.write(results)
+    RUN.update(results)
     print("\n" + harness.table(results) + f"\n(JSON: {harness.RESULTS}; logs: {tmp_path})")
 
     occ, stale, fo = results["occurrences"], results["stale_writes"], results["failover"]
@@ -185,6 +193,13 @@ def test_chaos_run(
     assert results["duplicate_effects"] == 0
     assert results["calls_under_revoked_token"] == 0, results["calls_under_revoked_token_ids"]
     assert results["processes_stuck_after_heal"] == 0, results["faults"]
+    for f in results["faults"]:
+        if f["kind"] == "beat_broker_blackhole":
+            assert f["armed_mid_publish"], f  # the fault fell mid-publish, not on an idle link
+        if f["kind"] == "beat_partitioned":
+            assert f["takeover_observed_s"] is not None, f  # the fleet took its partitions
+            assert f["writes_accepted_after_expiry"] == 0, f
+            assert f["all_epochs_superseded"], f
     assert results["deliveries"]["unknown_execution"] == 0
     assert stale["accepted"] == 0, stale
     assert stale["epochs_shared_by_two_beats"] == []
@@ -210,3 +225,38 @@ def test_chaos_run(
             assert after["api"]["status"] == 200, after
     assert fo["max_s"] is not None
     assert fo["max_s"] <= fo["bound_s"] + fo["slack_s"], fo
+
+
+# Why the beat does not keep its leases through a broker black-hole, per broker.
+BROKER_BLACKHOLE_BUG = {
+    "redis": (
+        "platform bug (issue 16 defect 1, Redis broker): RedisPublisher's pipeline has no "
+        "socket timeout (CELERY_BROKER_TRANSPORT_OPTIONS sets none; kombu's Redis default is "
+        "None) and keepalive() runs only before each chunk, so a beat whose Redis link goes "
+        "silent mid-publish blocks in the pipeline's read until the heal: no renewal, its "
+        "leases lapse, its partitions are taken over and its next renewal is fenced"
+    ),
+    "rabbitmq": (
+        "platform bug (issue 16 defect 1, RabbitMQ): after a confirm wait times out "
+        "(io_timeout_s, floored at 1 s), AmqpPublisher._reset() -> Connection.release() "
+        "waits out the read timeout again for the channel and connection close handshakes, "
+        "with no keepalive(): ~3 s without renewal, which is the chaos lease (3 s), so its "
+        "leases lapse and are taken over and its next renewal is fenced"
+    ),
+}
+
+
+@pytest.mark.xfail(strict=True, reason=BROKER_BLACKHOLE_BUG.get(BROKER, ""))
+def test_beat_broker_blackhole_keeps_or_hands_over_its_leases() -> None:
+    """A beat whose broker link goes silent mid-publish must keep renewing its leases
+    (within two thirds of the lease) or release them: never frozen until a takeover
+    fences it (issue 16, defect 1). Judged on the chaos run's own beat_broker_blackhole
+    (PostgreSQL's view)."""
+    faults = [f for f in RUN.get("faults", []) if f["kind"] == "beat_broker_blackhole"]
+    if not faults:
+        pytest.skip("the chaos run did not run beat_broker_blackhole")
+    for f in faults:
+        gap = f["max_renewal_gap_s"]
+        assert gap is not None and gap <= harness.RENEWAL_GAP_BOUND_S, f
+        assert f["stale_writes_rejected"] == 0, f  # nothing of it fenced after the heal
+        assert f["stuck_after_heal"] == 0, f
