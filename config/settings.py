@@ -238,6 +238,10 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     # Redis: a worker drains high.* before default.* before low.* (round robin otherwise);
     # RabbitMQ uses a priority queue instead (config/celery_app.py).
     "queue_order_strategy": "config.celery_app:PriorityOrder",
+    # Redis: no call on a silent (black-holed) broker link waits forever — kombu's
+    # default is no socket timeout. Above the 1 s BRPOP poll a worker idles in.
+    "socket_timeout": float(get("BROKER_SOCKET_TIMEOUT_S", "5") or 5),
+    "socket_connect_timeout": float(get("BROKER_SOCKET_TIMEOUT_S", "5") or 5),
 }
 CELERY_TASK_DEFAULT_QUEUE = DEFAULT_QUEUE
 
@@ -249,6 +253,9 @@ PREVIEW_MAX_COUNT = get_int("PREVIEW_MAX_COUNT", 1000)
 
 # --- Beat (scheduler shards) ---
 BEAT_LEASE_TTL_S = float(get("BEAT_LEASE_TTL_S", "10") or 10)
+# A beat whose main loop has not come round for this long (a database or broker
+# call that never returns) exits with 70 so its supervisor restarts it; 0 disables.
+BEAT_STALL_EXIT_S = float(get("BEAT_STALL_EXIT_S", "60") or 0)
 BEAT_CYCLE_S = float(get("BEAT_CYCLE_S", "1") or 1)
 BEAT_LOOKAHEAD_S = float(get("BEAT_LOOKAHEAD_S", "10") or 10)
 BEAT_BATCH = get_int("BEAT_BATCH", 1000)

@@ -52,6 +52,7 @@ from dispatch.scheduler.admission import Admission
 from dispatch.scheduler.firing import Pending
 from dispatch.scheduler.partitions import LeaseKeeper, Partitions
 from dispatch.scheduler.publish import Publisher, publisher_for
+from dispatch.scheduler.watchdog import Watchdog
 from dispatch.services import WAKE_CHANNEL
 
 log = logging.getLogger("dispatch.beat")
@@ -75,6 +76,7 @@ class BeatConfig:
     queued_republish_s: float = 60.0
     sweep_interval_s: float = 2.0
     max_inflight: int = 0  # 0: no global cap
+    stall_exit_s: float = 60.0  # 0: no watchdog (watchdog.py)
 
     @classmethod
     def from_settings(cls, **overrides: Any) -> BeatConfig:
@@ -88,6 +90,7 @@ class BeatConfig:
             "queued_republish_s": settings.QUEUED_REPUBLISH_S,
             "sweep_interval_s": settings.SWEEP_INTERVAL_S,
             "max_inflight": settings.DISPATCH_MAX_INFLIGHT,
+            "stall_exit_s": settings.BEAT_STALL_EXIT_S,
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
@@ -101,6 +104,10 @@ class Beat:
             self.partitions, heartbeat=self._totals, session=self._configure_keeper_session
         )
         self.admission = Admission(config)
+        # Only `run()` (the process) starts it; in-process beats (tests, benches) don't.
+        self.watchdog = Watchdog(
+            name=config.name, stall_s=config.stall_exit_s, grace_s=config.lease_ttl_s
+        )
         self.heap: list[Pending] = []
         self.in_heap: set[str] = set()
         self.counters = Counters()
@@ -141,14 +148,19 @@ class Beat:
         signal.signal(signal.SIGINT, self._stop)
         self.start()
         self.keeper.start()
+        self.watchdog.start()
         try:
             while not self.stopping:
+                self.watchdog.alive()
                 self.cycle()
                 self._wait()
         finally:
             self.shutdown()
+            self.watchdog.stop()
 
     def _stop(self, *_: Any) -> None:
+        if not self.stopping:
+            self.watchdog.terminating()
         self.stopping = True
 
     def shutdown(self) -> None:
