@@ -30,16 +30,18 @@ from django.test.utils import CaptureQueriesContext
 
 from bench.common import (
     BenchError,
-    Children,
     cleanup_tenant,
     execute,
     fetchall,
-    free_port,
     percentile,
     ratio,
     table,
     vacuum_analyze,
     wait_until,
+)
+from bench.procs import (
+    Children,
+    free_port,
 )
 from dispatch import selectors
 from dispatch.queues import DEFAULT_QUEUE

@@ -14,17 +14,19 @@ from django.db import connection, transaction
 from bench.common import (
     BENCH_QUEUE,
     IDLE_TARGET,
-    Children,
-    beat_argv,
     bench_tenant,
     cleanup_tenant,
     db_now,
     dispatch_ceiling,
     fire_stats,
-    forget_beats,
     purge_queues,
     ratio,
     table,
+)
+from bench.procs import (
+    Children,
+    beat_argv,
+    forget_beats,
     wait_for_beats,
 )
 from dispatch.models import Execution, Schedule

@@ -15,8 +15,10 @@ from django.conf import settings
 
 from bench.common import (
     BenchError,
-    Children,
     purge_queues,
+)
+from bench.procs import (
+    Children,
     worker_argv,
 )
 from bench.tasks import NOOP_QUEUE, NOOP_TASK

@@ -31,24 +31,26 @@ from django.test.utils import CaptureQueriesContext, override_settings
 from bench.common import (
     SHORT_QUEUES,
     BenchError,
-    Children,
-    beat_argv,
     bench_tenant,
     cleanup_tenant,
     execute,
     fetchall,
-    forget_beats,
     insert_schedules,
     percentile,
     purge_queues,
     quiet_logs,
     ratio,
     table,
+)
+from bench.consume import noop_consume_rate
+from bench.procs import (
+    Children,
+    beat_argv,
+    forget_beats,
     wait_for_beats,
     wait_worker_ready,
     worker_argv,
 )
-from bench.consume import noop_consume_rate
 from bench.receiver import Receiver
 
 KEY = "e2e"

@@ -23,15 +23,17 @@ from bench.common import (
     BenchError,
     bench_tenant,
     cleanup_tenant,
-    end_beat_session,
-    forget_beats,
-    lease_all_partitions,
     purge_queues,
     quiet_logs,
     ratio,
     table,
 )
 from bench.consume import noop_consume_rate
+from bench.procs import (
+    end_beat_session,
+    forget_beats,
+    lease_all_partitions,
+)
 
 KEY = "limits"
 

@@ -25,23 +25,25 @@ from django.test.utils import override_settings
 from bench.common import (
     BENCH_QUEUE,
     BenchError,
-    Children,
-    beat_argv,
     bench_tenant,
     cleanup_tenant,
-    end_beat_session,
     execute,
     fetchall,
-    forget_beats,
     insert_schedules,
-    lease_all_partitions,
     percentile,
     purge_queues,
     quiet_logs,
-    rss_mb,
     table,
     timed,
     vacuum_analyze,
+)
+from bench.procs import (
+    Children,
+    beat_argv,
+    end_beat_session,
+    forget_beats,
+    lease_all_partitions,
+    rss_mb,
     wait_for_beats,
 )
 

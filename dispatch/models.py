@@ -297,7 +297,7 @@ class ManagedCommand(models.Model):
 
     `argv` is a list of strings; typed placeholders (`{day:date}`, `{n:int}`,
     `{file:path-under:/srv/exports}`, `{name}` = `{name:str}`; see
-    dispatch/targets/command.py) are filled from the schedule's args, each value
+    dispatch/targets/command_spec.py) are filled from the schedule's args, each value
     checked against its type, inside one argv element — there is no shell. The
     command runs in a bwrap sandbox that sees only the system directories (read-only)
     and the paths declared here, with these limits.
@@ -344,7 +344,7 @@ class ManagedCommand(models.Model):
     def clean(self) -> None:
         from django.core.exceptions import ValidationError
 
-        from dispatch.targets.command import check_registration
+        from dispatch.targets.command_spec import check_registration
 
         errors = check_registration(self.argv, self.env, self.readable_paths, self.writable_paths)
         for field, low in (("cpu_s", 1), ("memory_mb", 16), ("max_procs", 2)):
@@ -354,7 +354,7 @@ class ManagedCommand(models.Model):
             raise ValidationError(errors)
 
     def parameters(self) -> list[str]:
-        from dispatch.targets.command import parse_template
+        from dispatch.targets.command_spec import parse_template
 
         return list(parse_template(self.argv))
 

@@ -40,6 +40,7 @@ from dispatch.targets.runtime import (
 from dispatch.timing import retry
 from dispatch.worker import alerts, leases, ratelimit, vault
 from dispatch.worker.leases import Claim, Event, Peek
+from dispatch.worker.precall import _lease_held, _rate_limit
 
 log = logging.getLogger("dispatch.worker")
 
@@ -48,10 +49,6 @@ log = logging.getLogger("dispatch.worker")
 EARLY_WAIT_S = 2.0
 # Events carry a short response excerpt; the row keeps the full (bounded) one.
 EVENT_EXCERPT_CHARS = 512
-
-# A rate-limit slot at most this far off is waited for in place (capped at a third
-# of the lease); a later one hands the attempt back until then.
-RATE_LIMIT_INLINE_S = 1.0
 
 
 def run_execution(*, execution_id: str, attempt: int) -> str:
@@ -289,57 +286,6 @@ def _run_claimed_attempt(claim: Claim, *, lease_s: float) -> str:
     if heartbeat.lost:
         return _lost(claim, outcome)
     return _record(claim, ctx, outcome)
-
-
-def _lease_held(claim: Claim, *, lease_s: float) -> bool:
-    """The last check before the call: is the claim's lease still ours (RELIABILITY.md C2, C5)?
-
-    A claim whose reply came late may already be revoked — swept and run by
-    another worker — and the call would then be a duplicate under a stale token.
-    A lost lease makes no call; it is recorded as a rejected `call`.
-    """
-    if leases.lease_check(claim=claim, lease_s=lease_s):
-        return True
-    leases.fencing_rejected(claim=claim, what="call", data={"not_run": True})
-    log.warning(
-        "execution %s: lease lost before the call (token %s no longer current); not run",
-        claim.execution_id,
-        claim.fencing_token,
-    )
-    return False
-
-
-def _rate_limit(claim: Claim, module: ModuleType, *, lease_s: float) -> tuple[bool, float]:
-    """Take the attempt's slot on its target host: (handed back, seconds waited in place).
-
-    A slot close enough is waited for here, holding the claim (well within the
-    lease, before any heartbeat is needed). A later one hands the attempt back
-    until then, once: the slot stays reserved for it, so on re-delivery it goes
-    at once instead of queueing again.
-    """
-    key = module.rate_key(claim.target)
-    if not key:
-        return False, 0.0
-    inline = min(RATE_LIMIT_INLINE_S, lease_s / 3)
-    slot = ratelimit.reserve(key, ticket=f"{claim.execution_id}:{claim.attempt}", inline_s=inline)
-    if not slot.hold:
-        if slot.wait_s > 0:
-            time.sleep(slot.wait_s)
-        return False, slot.wait_s
-    host = key.split(":", 1)[1]
-    message = (
-        f"waiting: host {host} at its rate limit ({settings.TARGET_RATE_PER_HOST}); "
-        f"attempt {claim.attempt} held {slot.wait_s:.2f} s for its turn, not consumed"
-    )
-    applied = leases.rate_limit_hold(
-        claim=claim,
-        delay_s=slot.wait_s,
-        message=message,
-        data={"host": host, "delay_s": round(slot.wait_s, 3), "attempt": claim.attempt},
-    )
-    if not applied:
-        leases.fencing_rejected(claim=claim, what="rate-limit hold")
-    return True, slot.wait_s
 
 
 def _call(module: ModuleType, ctx: RunContext) -> Outcome:

@@ -163,7 +163,7 @@ def beat_cmd(*args: str) -> list[str]:
 def worker_cmd(
     queues: str = "high.short,default.short,low.short", concurrency: int = 2, name: str = "w1"
 ) -> list[str]:
-    from bench.common import worker_argv
+    from bench.procs import worker_argv
 
     return worker_argv(queues, concurrency, name)
 
@@ -172,7 +172,7 @@ class WebServer:
     """gunicorn serving the project on a free loopback port (threads, so requests really overlap)."""
 
     def __init__(self, start: Callable[..., Proc], name: str = "web", **env: str) -> None:
-        from bench.common import free_port
+        from bench.procs import free_port
 
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
