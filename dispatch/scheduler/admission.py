@@ -13,6 +13,7 @@ dies (see admit_executions in beat.sql).
 from __future__ import annotations
 
 import logging
+import time
 from collections import defaultdict
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -42,6 +43,12 @@ _PRIORITY_RANK = {priority: rank for rank, priority in enumerate(PRIORITIES)}
 class _Config(Protocol):
     name: str
     max_inflight: int  # 0: no global cap
+    lease_ttl_s: float
+
+
+# After the quota's Redis timed out, the batches of the next seconds skip it without
+# trying: each try would cost its socket timeout inside the admission transaction.
+QUOTA_REDIS_BACKOFF_S = 5.0
 
 
 class Admission:
@@ -50,6 +57,12 @@ class Admission:
     def __init__(self, config: _Config) -> None:
         self.cfg = config
         self._redis: Any = None
+        self._redis_down_until = 0.0
+        # The quota's Redis calls run inside the admission transaction, which holds the
+        # tenants' quota rows and whose session is ended by PostgreSQL when idle for
+        # half a lease (the beat's session limits): a silent Redis must time out well
+        # before that, or every batch would be rolled back and none ever published.
+        self._redis_timeout_s = min(2.0, max(0.2, config.lease_ttl_s / 6))
         self._tenant_info: dict[int, store.TenantLimits] = {}
 
     def admit(self, ready: list[Pending], partitions: Partitions, *, now: float) -> list[Pending]:
@@ -193,7 +206,8 @@ class Admission:
         attempt the rate limiter handed back: counted again, it was dropped at every
         re-fire once the day's quota was reached and stayed due forever). A counter, not
         a COUNT(*) over today's rows, keeps this O(batch) at 100k executions a
-        day. If Redis is unreachable the quota is not enforced for that batch:
+        day. If Redis is unreachable the quota is not enforced for that batch
+        (and, without a retry, for the batches of the next QUOTA_REDIS_BACKOFF_S):
         the firing path's availability comes before the quota's precision.
         """
         first: dict[int, list[Pending]] = defaultdict(list)
@@ -210,9 +224,19 @@ class Admission:
         }
         day = datetime.fromtimestamp(now, UTC).strftime("%Y%m%d")
         over: dict[str, list[Pending]] = defaultdict(list)
+        if time.monotonic() < self._redis_down_until:
+            log.warning(
+                "beat %s: daily quota not enforced this batch (Redis failed moments ago)",
+                self.cfg.name,
+            )
+            return items, {}
         try:
             if self._redis is None:
-                self._redis = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2)
+                self._redis = redis.Redis.from_url(
+                    settings.REDIS_URL,
+                    socket_timeout=self._redis_timeout_s,
+                    socket_connect_timeout=self._redis_timeout_s,
+                )
             client = self._redis
             for tid, group in first.items():
                 slug, cap = caps.get(tid, (str(tid), 0))
@@ -227,6 +251,8 @@ class Admission:
                     reason = f"skipped: tenant {slug} used its daily quota of {cap} executions"
                     over[reason].extend(group[len(group) - excess :])
         except redis.RedisError as exc:
+            if isinstance(exc, redis.TimeoutError):  # a refused connection costs nothing
+                self._redis_down_until = time.monotonic() + QUOTA_REDIS_BACKOFF_S
             log.warning(
                 "beat %s: daily quota not enforced this batch (Redis: %s)", self.cfg.name, exc
             )

@@ -8,6 +8,10 @@ allowed `QUOTA` executions a day and a target host limited to `RATE`:
 
 * A — cache up: the quota skips the excess (`quota_exhausted`), the rate limit
   spreads the calls over ≥ (QUOTA - 1) / rate seconds;
+* H — cache black-holed (a TCP proxy that keeps the connections and answers
+  nothing): every cache call waits out its 2 s socket timeout, then both fail
+  open as below — the day's count (already at QUOTA) is not enforced, every job
+  runs, nothing hangs;
 * B — cache down (SIGKILL): both fail open — every job runs, the calls go as
   fast as the workers can make them, the API answers 200 without throttling;
 * C — cache back, empty (no persistence): both are enforced again, from zero —
@@ -36,6 +40,7 @@ from tenants.models import Tenant
 from tenants.roles import Principal, Role
 from tests.chaos import harness
 from tests.chaos.servers import OwnRedis, Postgres
+from tests.support.faultproxy import FaultProxy
 from tests.support.ledger import Ledger
 from tests.support.procs import processes, wait_for
 from tests.support.worker_support import purge
@@ -46,6 +51,23 @@ BATCH = 12
 QUOTA = 8  # executions per day
 RATE = "1/s"  # per target host: burst 1, one slot a second
 API_RATE = "3/min"
+
+
+class ProxiedRedis:
+    """The cache as the processes see it: through a fault proxy (kill/start still
+    act on the server itself)."""
+
+    def __init__(self, server: OwnRedis, proxy: FaultProxy) -> None:
+        self.server, self.proxy = server, proxy
+
+    def url(self, db: int) -> str:
+        return f"redis://127.0.0.1:{self.proxy.port}/{db}"
+
+    def kill(self) -> None:
+        self.server.kill()
+
+    def start(self) -> None:
+        self.server.start()
 
 
 @pytest.fixture
@@ -127,12 +149,13 @@ def test_cache_outage_degrades_open_and_loses_nothing(
     tenant.quota.save()
     purge(broker.url(0))
     ledger = Ledger(harness.respond)
-    with processes(tmp_path) as start:
+    with FaultProxy(("127.0.0.1", cache.port)) as proxy, processes(tmp_path) as start:
+        seen = ProxiedRedis(cache, proxy)
         cluster = harness.Cluster(
             start,
             ledger,
             log_dir=tmp_path,
-            redis=cache,
+            redis=seen,  # type: ignore[arg-type]
             broker_url=broker.url(0),
             pg=Postgres(),
             api_token="",
@@ -147,6 +170,13 @@ def test_cache_outage_degrades_open_and_loses_nothing(
         a = _batch(admin_principal, url, "a")
         wait_for(lambda: _final(a), timeout=60, interval=0.3, what="batch A to end")
         results["A_cache_up"] = _outcome(a, ledger)
+
+        proxy.blackhole()
+        h = _batch(admin_principal, url, "h")
+        wait_for(lambda: _final(h), timeout=120, interval=0.3, what="batch H to end")
+        results["H_cache_black_holed"] = _outcome(h, ledger)
+        results["H_cache_black_holed"]["api_statuses"] = _api_statuses(token, seen.url(1), 3)
+        proxy.pass_()
 
         cache.kill()
         b = _batch(admin_principal, url, "b")
@@ -167,23 +197,27 @@ def test_cache_outage_degrades_open_and_loses_nothing(
     purge(broker.url(0))
     print(f"\n[cache outage] {results}\nprocesses alive: {alive} (logs: {tmp_path})")
 
-    a_out, b_out, c_out = (
+    a_out, h_out, b_out, c_out = (
         results["A_cache_up"],
+        results["H_cache_black_holed"],
         results["B_cache_down"],
         results["C_cache_back_empty"],
     )
     # Nothing lost or stuck: every occurrence ended, once, and the fleet is alive.
-    unfinished = Execution.objects.filter(schedule_id__in=a + b + c).exclude(
+    unfinished = Execution.objects.filter(schedule_id__in=a + h + b + c).exclude(
         state__in=("succeeded", "skipped")
     )
     assert not unfinished.exists(), list(unfinished.values("id", "state"))
-    for out in (a_out, b_out, c_out):
+    for out in (a_out, h_out, b_out, c_out):
         assert out["records"] == BATCH, out
         assert out["calls"] == out["succeeded"], out  # one call per execution, no duplicate
     assert all(alive.values()), alive
     # Cache up: the quota and the rate limit hold.
     assert a_out["succeeded"] == QUOTA and a_out["skipped_by_quota"] == BATCH - QUOTA, a_out
     assert a_out["calls_spread_s"] >= QUOTA - 2, a_out
+    # Cache black-holed: every call times out (2 s), then fails open: nothing hangs.
+    assert h_out["succeeded"] == BATCH and h_out["skipped_by_quota"] == 0, h_out
+    assert h_out["api_statuses"] == [200] * 3, h_out
     # Cache down: both fail open (the firing path's availability comes first), and say so.
     assert b_out["succeeded"] == BATCH and b_out["skipped_by_quota"] == 0, b_out
     assert b_out["calls_spread_s"] < QUOTA - 2, b_out
