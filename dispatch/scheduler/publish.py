@@ -24,6 +24,7 @@ takeover that would find the same broker silent.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import logging
 import time
@@ -48,7 +49,7 @@ class Publisher(Protocol):
         ...
 
 
-class _ChunkedPublisher:
+class _ChunkedPublisher(abc.ABC):
     """What both transports share: the envelope, the span and the failure handling."""
 
     def __init__(
@@ -82,11 +83,12 @@ class _ChunkedPublisher:
             self._reset()
         return sent
 
+    @abc.abstractmethod
     def _send(self, app: Any, items: list[Pending], sent: list[Pending]) -> None:
-        """Publish chunk by chunk, extending `sent` with each chunk the broker took."""
-        raise NotImplementedError
+        """Publish chunk by chunk, extending `sent` with each chunk the broker took
+        (each broker's own way: a Redis pipeline, or AMQP confirm windows)."""
 
-    def _reset(self) -> None:
+    def _reset(self) -> None:  # noqa: B027 - a hook: only AMQP holds connection state
         """After a failure: forget connection state that may be broken."""
 
     def _route(self, app: Any, p: Pending) -> tuple[Any, dict[str, Any]]:
