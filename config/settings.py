@@ -262,6 +262,9 @@ BEAT_BATCH = get_int("BEAT_BATCH", 1000)
 # Queued but unclaimed this long: the broker lost the message; publish it again.
 QUEUED_REPUBLISH_S = float(get("QUEUED_REPUBLISH_S", "60") or 60)
 SWEEP_INTERVAL_S = float(get("SWEEP_INTERVAL_S", "2") or 2)
+# How often an idle control pump (each beat's thread that carries backfills and
+# bulk operations forward) looks for work; while it finds some it goes on at once.
+CONTROL_INTERVAL_S = float(get("CONTROL_INTERVAL_S", "1") or 1)
 # Global cap on queued+running executions (0 = none); beyond it, fair share decides who waits.
 DISPATCH_MAX_INFLIGHT = get_int("DISPATCH_MAX_INFLIGHT", 0)
 # Hosts and networks that may never be a target, besides the built-in deny list

@@ -25,6 +25,10 @@ class VersionConflict(DispatchError, code="conflict", status=409):
     """The definition changed since the version the edit was made on."""
 
 
+class StateConflict(DispatchError, code="state_conflict", status=409):
+    """The object's current state does not allow the action (the message names the state)."""
+
+
 class PreconditionRequired(DispatchError, code="precondition_required", status=428):
     """An edit that does not say which version it was made on."""
 

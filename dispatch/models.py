@@ -9,6 +9,7 @@ from django.db.models import Q
 from django.db.models.functions import Now
 
 # The vocabulary lives in dispatch.states; re-exported for the model's callers.
+from dispatch.states import BackfillOrder, ControlState, ItemStatus, Reprocess
 from dispatch.states import DurationClass as DurationClass
 from dispatch.states import ExecutionState as ExecutionState
 from dispatch.states import Kind as Kind
@@ -174,6 +175,24 @@ class Execution(models.Model):
     # a fenced-out beat wrote nothing after losing its lease.
     fired_by = models.CharField(max_length=200, blank=True, db_default="")
     fired_epoch = models.BigIntegerField(null=True, blank=True)
+    # Run control. A re-run continues the same row (the occurrence keeps its one
+    # execution): `attempt` goes on counting, `attempt_base` is the attempt the
+    # current chain started after, so retries count `attempt - attempt_base`.
+    reruns = models.PositiveIntegerField(db_default=0)
+    attempt_base = models.PositiveIntegerField(db_default=0)
+    # The target of this run only (a re-run with an edited payload/headers);
+    # NULL = the schedule's. Cleared by the next re-run.
+    target_override = models.JSONField(null=True, blank=True)
+    # The backfill that created or re-ran it (NULL for nearly every row: the
+    # partial index below holds only backfill rows).
+    backfill = models.ForeignKey(
+        "Backfill",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="executions",
+        db_index=False,
+    )
 
     class Meta:
         ordering = ["-scheduled_for", "-id"]
@@ -226,6 +245,11 @@ class Execution(models.Model):
                 fields=["lease_expires_at"],
                 condition=Q(state=ExecutionState.RUNNING),
                 name="execution_running_lease",
+            ),
+            models.Index(
+                fields=["backfill", "state"],
+                condition=Q(backfill__isnull=False),
+                name="execution_backfill",
             ),
         ]
 
@@ -381,3 +405,109 @@ class BeatNode(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class Backfill(models.Model):
+    """The occurrences a schedule would have had over [range_from, range_to), run now.
+
+    `plan` is fixed when it is created — the dry run's answer, as
+    [[scheduled_for ISO, action], ...] in the requested order — and `position`
+    is how far the pump has gone; any beat's control pump may carry it on.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+", db_index=False)
+    schedule = models.ForeignKey(
+        Schedule, on_delete=models.PROTECT, related_name="backfills", db_index=False
+    )
+    range_from = models.DateTimeField()
+    range_to = models.DateTimeField()
+    reprocess = models.CharField(max_length=8, choices=Reprocess.choices, default=Reprocess.NONE)
+    skip_paused = models.BooleanField(default=False)
+    max_concurrent = models.PositiveIntegerField(default=1)
+    order = models.CharField(
+        max_length=8, choices=BackfillOrder.choices, default=BackfillOrder.OLDEST
+    )
+    state = models.CharField(
+        max_length=12, choices=ControlState.choices, default=ControlState.RUNNING
+    )
+    plan = models.JSONField(default=list)
+    position = models.PositiveIntegerField(default=0)
+    created = models.PositiveIntegerField(default=0)  # executions created
+    rerun = models.PositiveIntegerField(default=0)  # existing executions re-run
+    skipped = models.PositiveIntegerField(default=0)  # left alone (existing, paused time)
+    created_by = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(db_default=Now())
+    finished_at = models.DateTimeField(null=True, blank=True)
+    cancelled_by = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            models.Index(fields=["schedule", "-created_at"], name="backfill_schedule"),
+            models.Index(
+                fields=["created_at"],
+                condition=Q(state=ControlState.RUNNING),
+                name="backfill_running",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"backfill {self.id} {self.state}"
+
+
+class Operation(models.Model):
+    """A bulk action over schedules or executions, by filter (resolved to ids
+    when it is created) or by ids; each item has its own result row."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+", db_index=False)
+    object_type = models.CharField(max_length=12)  # "schedule" | "execution"
+    action = models.CharField(max_length=16)
+    params = models.JSONField(default=dict, blank=True)
+    state = models.CharField(
+        max_length=12, choices=ControlState.choices, default=ControlState.RUNNING
+    )
+    total = models.PositiveIntegerField(default=0)
+    processed = models.PositiveIntegerField(default=0)
+    succeeded = models.PositiveIntegerField(default=0)
+    failed = models.PositiveIntegerField(default=0)
+    created_by = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(db_default=Now())
+    finished_at = models.DateTimeField(null=True, blank=True)
+    cancelled_by = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            models.Index(fields=["tenant", "-created_at"], name="operation_tenant"),
+            models.Index(
+                fields=["created_at"],
+                condition=Q(state=ControlState.RUNNING),
+                name="operation_running",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.object_type}:{self.action} {self.id} {self.state}"
+
+
+class OperationItem(models.Model):
+    """One object of a bulk operation and what happened to it."""
+
+    operation = models.ForeignKey(
+        Operation, on_delete=models.CASCADE, related_name="items", db_index=False
+    )
+    position = models.PositiveIntegerField()
+    object_id = models.CharField(max_length=64)
+    status = models.CharField(max_length=12, choices=ItemStatus.choices, default=ItemStatus.PENDING)
+    detail = models.CharField(max_length=500, blank=True)
+
+    class Meta:
+        ordering = ["operation", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["operation", "position"], name="operation_item_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.object_id} {self.status}"

@@ -56,6 +56,8 @@ class Trigger(models.TextChoices):
     CATCH_UP = "catch_up"
     DEPENDENCY = "dependency"
     API = "api"
+    # Created by a backfill over a past range (`Execution.backfill` names it).
+    BACKFILL = "backfill"
 
 
 # A schedule's definition: what it is and how it runs.
@@ -124,6 +126,10 @@ class EventKind(models.TextChoices):
     FENCING_REJECTED = "fencing_rejected"
     ALERT_SENT = "alert_sent"
     ALERT_FAILED = "alert_failed"
+    # Run control (dispatch/services/runs.py, backfills.py, bulk.py): a user's
+    # re-run of a final execution starts a new attempt chain of the same row.
+    RERUN = "rerun"
+    BACKFILLED = "backfilled"
 
 
 # Held back by a limit at admission or at claim time; not started.
@@ -159,6 +165,8 @@ class ReasonCode(models.TextChoices):
     HELD_CONCURRENCY = "held_concurrency"
     HELD_CAPACITY = "held_capacity"
     HELD_RATE_LIMIT = "held_rate_limit"
+    # Cancelled by a user or a bulk operation (who and why: the `cancelled` event).
+    CANCELLED_BY_USER = "cancelled_by_user"
 
 
 class ExplainCode(models.TextChoices):
@@ -223,6 +231,13 @@ class AuditAction(models.TextChoices):
     SCHEDULE_RESUME = "schedule.resume"
     SCHEDULE_TRIGGER = "schedule.trigger"
     JOB_CREATE = "job.create"
+    # Run control (object_type "execution", "backfill", "operation").
+    EXECUTION_CANCEL = "execution.cancel"
+    EXECUTION_RERUN = "execution.rerun"
+    BACKFILL_CREATE = "backfill.create"
+    BACKFILL_CANCEL = "backfill.cancel"
+    OPERATION_CREATE = "operation.create"
+    OPERATION_CANCEL = "operation.cancel"
 
 
 class EventData:
@@ -239,3 +254,53 @@ class EventData:
     RELATED_EXECUTION_ID = "related_execution_id"
     # On a manual trigger under overlap `replace`: the active runs it cancelled.
     REPLACED_EXECUTION_IDS = "replaced_execution_ids"
+    # Run control: the backfill or bulk operation an item's write belongs to.
+    BACKFILL_ID = "backfill_id"
+    OPERATION_ID = "operation_id"
+
+
+# --- Run control: backfills and bulk operations ------------------------------------
+
+
+class ControlState(models.TextChoices):
+    """A backfill's or a bulk operation's life: running until every item is done,
+    or cancelled (items not reached yet are left alone)."""
+
+    RUNNING = "running"
+    DONE = "done"
+    CANCELLED = "cancelled"
+
+
+class Reprocess(models.TextChoices):
+    """What a backfill does with an occurrence that already has an execution."""
+
+    NONE = "none"  # leave it (skip-existing)
+    FAILED = "failed"  # re-run it if it ended dead / skipped / cancelled
+    ALL = "all"  # re-run it whatever its final state
+
+
+class BackfillOrder(models.TextChoices):
+    OLDEST = "oldest"
+    NEWEST = "newest"
+
+
+class BackfillAction(models.TextChoices):
+    """What a backfill (or its dry run) does with each occurrence of the range."""
+
+    CREATE = "create", "no execution exists: one is created (trigger backfill)"
+    SKIP_EXISTING = "skip-existing", "an execution exists and is left as it is"
+    RERUN = "rerun", "an execution exists and is re-run"
+    SKIP_PAUSED_TIME = "skip-paused-time", "the schedule was paused then; not run"
+    SKIP_ACTIVE = "skip-active", "an execution exists and is still active"
+
+
+class ItemStatus(models.TextChoices):
+    """One item of a bulk operation."""
+
+    PENDING = "pending"
+    OK = "ok"
+    NOT_FOUND = "not_found"  # not this tenant's (or no such id): nothing touched
+    CONFLICT = "conflict"  # the object's state does not allow the action
+    INVALID = "invalid"
+    ERROR = "error"
+    CANCELLED = "cancelled"  # the operation was cancelled before this item

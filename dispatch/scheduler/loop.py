@@ -49,6 +49,7 @@ from core.db import db_clock, listen
 from dispatch.queues import DEFAULT_QUEUE
 from dispatch.scheduler import firing, retention, store, sweeper
 from dispatch.scheduler.admission import Admission
+from dispatch.scheduler.control import ControlPump
 from dispatch.scheduler.firing import Pending
 from dispatch.scheduler.partitions import LeaseKeeper, Partitions
 from dispatch.scheduler.publish import Publisher, publisher_for
@@ -108,6 +109,8 @@ class Beat:
         self.watchdog = Watchdog(
             name=config.name, stall_s=config.stall_exit_s, grace_s=config.lease_ttl_s
         )
+        # Backfills and bulk operations, on a thread of their own; only `run()` starts it.
+        self.control = ControlPump(name=config.name)
         self.heap: list[Pending] = []
         self.in_heap: set[str] = set()
         self.counters = Counters()
@@ -148,6 +151,7 @@ class Beat:
         signal.signal(signal.SIGINT, self._stop)
         self.start()
         self.keeper.start()
+        self.control.start()
         self.watchdog.start()
         try:
             while not self.stopping:
@@ -165,6 +169,7 @@ class Beat:
 
     def shutdown(self) -> None:
         """Give partitions up so another beat takes them at once instead of after lease expiry."""
+        self.control.stop()
         self.keeper.stop()
         try:
             released = self.partitions.release_all()

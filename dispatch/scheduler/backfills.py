@@ -1,0 +1,7 @@
+"""Control pump step for backfills (filled in by the run-control work)."""
+
+from __future__ import annotations
+
+
+def pump_once() -> int:
+    return 0
