@@ -30,12 +30,17 @@ WHERE e.schedule_id = %(schedule_id)s AND e.state = ANY(%(active)s::text[])
   AND NOT (e.state = %(scheduled)s AND e.due_at > statement_timestamp())
 
 -- name: backfill_items
--- The plan's entries after `position` (1-based numbers), at most `limit` of them.
-SELECT p.n::int AS n, (p.item->>0)::timestamptz AS scheduled_for, p.item->>1 AS action
-FROM dispatch_backfill b, jsonb_array_elements(b.plan) WITH ORDINALITY AS p(item, n)
-WHERE b.id = %(id)s AND p.n > %(position)s
+-- The plan's entries after `position` (numbered from 1), at most `limit` of them: a JSON path
+-- slice, so a chunk near the end of a 10,000-entry plan does not expand the entries before it.
+SELECT %(position)s + p.n::int AS n, (p.item->>0)::timestamptz AS scheduled_for,
+       p.item->>1 AS action
+FROM dispatch_backfill b,
+     jsonb_array_elements(jsonb_path_query_array(
+         b.plan, '$[$lo to $hi]',
+         jsonb_build_object('lo', %(position)s::int, 'hi', %(position)s::int + %(limit)s::int - 1)
+     )) WITH ORDINALITY AS p(item, n)
+WHERE b.id = %(id)s
 ORDER BY p.n
-LIMIT %(limit)s
 
 -- name: backfill_insert_executions
 -- The occurrences to create, due now (database clock); one that appeared meanwhile (the beat,
