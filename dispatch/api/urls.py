@@ -1,6 +1,6 @@
 from django.urls import path, re_path
 
-from dispatch.api import backfills, views
+from dispatch.api import backfills, runs, views
 
 urlpatterns = [
     path("schedules", views.ScheduleListView.as_view(), name="api-schedules"),
@@ -50,6 +50,17 @@ urlpatterns = [
         r"^backfills/(?P<pk>[^/:]+)$", backfills.BackfillDetailView.as_view(), name="api-backfill"
     ),
     path("executions", views.ExecutionListView.as_view(), name="api-executions"),
+    # Before the detail route (the colon actions are not ids).
+    re_path(
+        r"^executions/(?P<pk>[^/:]+):cancel$",
+        runs.ExecutionCancelView.as_view(),
+        name="api-execution-cancel",
+    ),
+    re_path(
+        r"^executions/(?P<pk>[^/:]+):rerun$",
+        runs.ExecutionRerunView.as_view(),
+        name="api-execution-rerun",
+    ),
     re_path(
         r"^executions/(?P<pk>[^/]+)$", views.ExecutionDetailView.as_view(), name="api-execution"
     ),

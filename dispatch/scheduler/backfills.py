@@ -18,6 +18,7 @@ Released runs are `scheduled` and due now: the beat admits them like any other
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -27,12 +28,14 @@ from django.db import transaction
 
 from core.db import notify
 from dispatch.exceptions import NotFound, StateConflict
-from dispatch.services.common import WAKE_CHANNEL
+from dispatch.services import WAKE_CHANNEL, execution_rerun
 from dispatch.sql import sql
 from dispatch.states import (
     ACTIVE_STATES,
     BackfillAction,
     ControlState,
+    EventData,
+    EventKind,
     ExecutionState,
     Overlap,
     Trigger,
@@ -153,6 +156,10 @@ def _create(b: Any, scheduled_fors: list[datetime]) -> int:
             "state": str(ExecutionState.SCHEDULED),
             "backfill_id": b.id,
             "scheduled_fors": scheduled_fors,
+            "kind": str(EventKind.BACKFILLED),
+            "message": f"created by backfill {b.id} (started by {b.created_by or 'unknown'})",
+            "data": json.dumps({EventData.BACKFILL_ID: str(b.id)}),
+            "actor": b.created_by,
         },
     )
     return len(rows)
@@ -163,8 +170,6 @@ def _rerun(b: Any, scheduled_fors: list[datetime]) -> int:
     own checks, audit and event); one no longer final is left alone (skipped)."""
     if not scheduled_fors:
         return 0
-    from dispatch import services  # the services import the scheduler's modules
-
     found = sql.rows(
         "backfill_existing", {"schedule_id": b.schedule_id, "scheduled_fors": scheduled_fors}
     )
@@ -179,10 +184,7 @@ def _rerun(b: Any, scheduled_fors: list[datetime]) -> int:
     for row in found:
         try:
             with transaction.atomic():
-                # execution_rerun is the runs work's (wip/runs), picked up from main.
-                services.execution_rerun(  # type: ignore[attr-defined]
-                    actor=actor, execution_id=row.id, backfill_id=str(b.id)
-                )
+                execution_rerun(actor=actor, execution_id=row.id, backfill_id=str(b.id))
         except (StateConflict, NotFound):
             continue  # re-run or cancelled by someone else meanwhile: counted as skipped
         done += 1

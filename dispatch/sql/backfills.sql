@@ -43,16 +43,27 @@ WHERE b.id = %(id)s
 ORDER BY p.n
 
 -- name: backfill_insert_executions
--- The occurrences to create, due now (database clock); one that appeared meanwhile (the beat,
+-- The occurrences to create, due now (database clock), each with a `backfilled` event naming
+-- the backfill (its timeline says where it came from); one that appeared meanwhile (the beat,
 -- another backfill) keeps its row: the unique key drops ours and it is counted as skipped.
-INSERT INTO dispatch_execution
-    (id, schedule_id, tenant_id, partition, scheduled_for, due_at, trigger, attempt, state,
-     fencing_token, reason_code, reason, created_at, backfill_id)
-SELECT gen_random_uuid(), %(schedule_id)s, %(tenant_id)s, %(partition)s, v.scheduled_for,
-       statement_timestamp(), %(trigger)s, 1, %(state)s, 0, '', '', clock_timestamp(), %(backfill_id)s
-FROM unnest(%(scheduled_fors)s::timestamptz[]) AS v(scheduled_for)
-ON CONFLICT (schedule_id, scheduled_for) DO NOTHING
-RETURNING id
+WITH inserted AS (
+    INSERT INTO dispatch_execution
+        (id, schedule_id, tenant_id, partition, scheduled_for, due_at, trigger, attempt, state,
+         fencing_token, reason_code, reason, created_at, backfill_id)
+    SELECT gen_random_uuid(), %(schedule_id)s, %(tenant_id)s, %(partition)s, v.scheduled_for,
+           statement_timestamp(), %(trigger)s, 1, %(state)s, 0, '', '', clock_timestamp(),
+           %(backfill_id)s
+    FROM unnest(%(scheduled_fors)s::timestamptz[]) AS v(scheduled_for)
+    ON CONFLICT (schedule_id, scheduled_for) DO NOTHING
+    RETURNING id
+), noted AS (
+    -- (A data-modifying WITH runs whether or not the outer query reads it.)
+    INSERT INTO dispatch_executionevent (tenant_id, schedule_id, execution_id, kind, message, data, actor)
+    SELECT %(tenant_id)s, %(schedule_id)s, i.id, %(kind)s, %(message)s, %(data)s::jsonb, %(actor)s
+    FROM inserted i
+    RETURNING 1
+)
+SELECT i.id FROM inserted i
 
 -- name: backfill_existing
 -- The executions of re-run entries, by occurrence.

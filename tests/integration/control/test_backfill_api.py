@@ -325,6 +325,11 @@ def test_the_pump_releases_up_to_max_concurrent_and_writes_the_records(
         1,
     )
     pump_to_end(bid)
+    # Each created run's timeline names the backfill that made it.
+    noted = ExecutionEvent.objects.filter(
+        schedule_id=sid, kind="backfilled", execution__isnull=False
+    )
+    assert noted.count() == 10 and {e.data["backfill_id"] for e in noted} == {bid}
     final = api.get(f"/v1/backfills/{bid}").json()
     assert final["state"] == "done"
     assert (
@@ -446,3 +451,42 @@ def test_list_pages_a_schedules_backfills_newest_first(api: APIClient, tenant: T
     listed = [b["id"] for b in first["results"] + second["results"]]
     assert sorted(listed) == sorted(ids) and len(set(listed)) == 3
     assert second["next_cursor"] is None
+
+
+def test_reprocess_failed_reruns_only_what_did_not_succeed(api: APIClient, tenant: Tenant) -> None:
+    sid = make(api, "0 0 * * *", tz="UTC")
+    schedule = Schedule.objects.get(pk=sid)
+    day = datetime(2026, 11, 20, tzinfo=UTC)
+    rows = {
+        state: execution_row(schedule, day + timedelta(days=i), state=state)
+        for i, state in enumerate(["succeeded", "dead", "skipped", "cancelled"])
+    }
+    created = backfill(
+        api,
+        sid,
+        **{"from": "2026-11-20T00:00:00Z", "to": "2026-11-25T00:00:00Z", "reprocess": "failed"},
+    )
+    bid = created.json()["id"]
+    assert created.json()["counts"] == {
+        "create": 1,
+        "skip-existing": 1,
+        "rerun": 3,
+        "skip-paused-time": 0,
+        "skip-active": 0,
+    }
+    pump_to_end(bid)
+    b = Backfill.objects.get(pk=bid)
+    assert (b.created, b.rerun, b.skipped, b.state) == (1, 3, 1, ControlState.DONE)
+    for state, row in rows.items():
+        row.refresh_from_db()
+        if state == "succeeded":
+            assert (row.reruns, row.attempt, row.backfill_id) == (0, 1, None)
+        else:
+            # The same row, a new attempt chain, linked to the backfill.
+            assert (row.reruns, row.attempt, row.attempt_base) == (1, 2, 1), state
+            assert str(row.backfill_id) == bid and row.trigger == "cron"
+    audits = AuditEvent.objects.filter(action="execution.rerun")
+    assert audits.count() == 3
+    # Re-run as the user who created the backfill.
+    assert {a.actor_label for a in audits} == {b.created_by}
+    assert Execution.objects.filter(schedule_id=sid).count() == 5

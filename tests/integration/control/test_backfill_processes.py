@@ -9,7 +9,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from dispatch.states import ACTIVE_STATES, ControlState
 from tenants.roles import Principal
 from tests.support.ledger import Ledger
 from tests.support.procs import beat_cmd, processes, wait_for, worker_cmd
+from tests.support.rows import execution_row
 from tests.support.worker_support import ONE_SHOT, purge
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -201,3 +202,38 @@ def test_cancel_stops_further_releases(
     assert (
         backfill.state == ControlState.CANCELLED and backfill.cancelled_by == admin_principal.label
     )
+
+
+def test_reprocess_failed_reruns_only_the_dead_runs(
+    platform: Callable[[], None], ledger: Ledger, admin_principal: Principal
+) -> None:
+    schedule = hourly(admin_principal, ledger)
+    start = FALL_BACK_DAY[0]
+    hours = [start + timedelta(hours=h) for h in range(6)]
+    dead = {hours[1], hours[4]}
+    rows = {
+        at: execution_row(schedule, at, state="dead" if at in dead else "succeeded") for at in hours
+    }
+    created = services.backfill_create(
+        actor=admin_principal,
+        schedule_id=schedule.id,
+        range_from=start,
+        range_to=start + timedelta(hours=6),
+        reprocess="failed",
+        max_concurrent=2,
+    ).backfill
+    assert created is not None
+    wait_for(ended(created.id, platform), timeout=120, what="backfill done")
+
+    # The target saw the dead occurrences again, as a new attempt, and nothing else.
+    calls = sorted(
+        (r["headers"]["X-Scheduled-For"], r["headers"]["X-Attempt"]) for r in ledger.requests
+    )
+    assert calls == sorted((z(at), "2") for at in dead), ledger.dump()
+    for at, row in rows.items():
+        row.refresh_from_db()
+        assert row.state == "succeeded", (at, row.state)
+        assert row.reruns == (1 if at in dead else 0), at
+    backfill = Backfill.objects.get(pk=created.id)
+    assert (backfill.rerun, backfill.skipped, backfill.created) == (2, 4, 0)
+    assert Execution.objects.filter(schedule=schedule).count() == 6
