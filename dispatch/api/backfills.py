@@ -101,7 +101,7 @@ class ProgressDoc(serializers.Serializer[Any]):
     )
 
 
-class BackfillOutDoc(serializers.Serializer[Any]):
+class BackfillSummaryDoc(serializers.Serializer[Any]):
     id = serializers.UUIDField()
     schedule_id = serializers.UUIDField()
     state = serializers.ChoiceField(choices=ControlState.values)
@@ -115,12 +115,17 @@ class BackfillOutDoc(serializers.Serializer[Any]):
     created_at = serializers.DateTimeField()
     finished_at = serializers.DateTimeField(allow_null=True)
     cancelled_by = serializers.CharField(allow_null=True)
-    counts = _counts_doc()
     progress = ProgressDoc()
 
 
+class BackfillOutDoc(BackfillSummaryDoc):
+    counts = _counts_doc()
+
+
 class BackfillPageDoc(serializers.Serializer[Any]):
-    results = BackfillOutDoc(many=True)
+    results = BackfillSummaryDoc(
+        many=True, help_text="without the plan's counts (GET one for those)"
+    )
     next_cursor = _next_cursor_doc()
 
 
@@ -142,9 +147,11 @@ def plan_out(plan: selectors.BackfillPlan) -> dict[str, Any]:
     }
 
 
-def backfill_out(b: Backfill) -> dict[str, Any]:
-    progress = selectors.backfill_progress(b)
-    return {
+def backfill_out(b: Backfill, progress: selectors.BackfillProgress | None = None) -> dict[str, Any]:
+    """A backfill with its progress; with the plan's counts unless `progress` (of a
+    list page) came without them."""
+    progress = progress or selectors.backfill_progress(b)
+    out: dict[str, Any] = {
         "id": str(b.id),
         "schedule_id": str(b.schedule_id),
         "state": b.state,
@@ -158,7 +165,6 @@ def backfill_out(b: Backfill) -> dict[str, Any]:
         "created_at": iso_z(b.created_at),
         "finished_at": iso_z(b.finished_at),
         "cancelled_by": b.cancelled_by or None,
-        "counts": progress.counts,
         "progress": {
             "total": progress.total,
             "position": progress.position,
@@ -170,6 +176,9 @@ def backfill_out(b: Backfill) -> dict[str, Any]:
             "failed": progress.failed,
         },
     }
+    if progress.counts is not None:
+        out["counts"] = progress.counts
+    return out
 
 
 # --- views ------------------------------------------------------------------------------
@@ -233,8 +242,12 @@ class ScheduleBackfillListView(StrictQueryView):
             cursor=request.query_params.get("cursor"),
             limit=_int_param(request, "limit", 50, 1, selectors.MAX_PAGE),
         )
+        progress = selectors.backfill_list_progress(page.items)
         return Response(
-            {"results": [backfill_out(b) for b in page.items], "next_cursor": page.next_cursor}
+            {
+                "results": [backfill_out(b, progress[b.id]) for b in page.items],
+                "next_cursor": page.next_cursor,
+            }
         )
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from dispatch import services
@@ -451,6 +452,33 @@ def test_list_pages_a_schedules_backfills_newest_first(api: APIClient, tenant: T
     listed = [b["id"] for b in first["results"] + second["results"]]
     assert sorted(listed) == sorted(ids) and len(set(listed)) == 3
     assert second["next_cursor"] is None
+    assert first["results"][0]["progress"]["total"] == 1 and "counts" not in first["results"][0]
+
+
+def test_the_list_costs_the_same_queries_for_2_backfills_as_for_12(api: APIClient) -> None:
+    sid = make(api, "0 * * * *", tz="UTC")
+
+    made: list[str] = []
+
+    def add(count: int) -> None:
+        for _ in range(count):
+            day = datetime(2026, 11, 1, tzinfo=UTC) + timedelta(days=len(made))
+            res = backfill(api, sid, **{"from": z(day), "to": z(day + timedelta(hours=1))})
+            made.append(res.json()["id"])
+            pump_to_end(made[-1])  # each with an execution to count
+            assert Execution.objects.filter(backfill_id=made[-1]).update(state="dead") == 1
+
+    def queries(rows: int) -> int:
+        api.get(f"/v1/schedules/{sid}/backfills")  # warm: the token's first use is not per row
+        with CaptureQueriesContext(connection) as captured:
+            res = api.get(f"/v1/schedules/{sid}/backfills")
+        assert len(res.json()["results"]) == rows
+        return len(captured.captured_queries)
+
+    add(2)
+    few = queries(2)
+    add(10)
+    assert queries(12) == few
 
 
 def test_reprocess_failed_reruns_only_what_did_not_succeed(api: APIClient, tenant: Tenant) -> None:
