@@ -114,6 +114,8 @@ def _room(b: Any) -> int:
     forbid / replace one at most, only while no run of the schedule is active."""
     room = max(0, int(b.max_concurrent) - int(b.active))
     if room and b.overlap != Overlap.ALLOW:
+        # Held to commit: the count below then sees what another pump released before.
+        sql.one("backfill_schedule_lock", {"schedule_id": str(b.schedule_id)})
         active = sql.scalar(
             "backfill_schedule_active",
             {

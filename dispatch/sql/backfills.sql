@@ -22,6 +22,12 @@ JOIN dispatch_schedule s ON s.id = b.schedule_id
 WHERE b.id = %(id)s AND b.state = %(running)s
 FOR UPDATE OF b SKIP LOCKED
 
+-- name: backfill_schedule_lock
+-- Under overlap forbid / replace, the pumps deciding releases for one schedule take turns
+-- (two beats carrying two backfills of it must not both see it idle). An advisory lock of
+-- its own key space (two int4 keys), not the schedule row: the beat's claim never waits on it.
+SELECT pg_advisory_xact_lock(4243, hashtext(%(schedule_id)s::text))
+
 -- name: backfill_schedule_active
 -- Active runs of the schedule, whatever made them (overlap forbid / replace: one at a time),
 -- except an occurrence the beat planned ahead that is not due yet (not a run in progress).

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from django.conf import settings
+from rest_framework.test import APIClient
 
 from dispatch import services
 from dispatch.models import Backfill, Execution, Schedule
@@ -28,10 +29,14 @@ from tests.support.worker_support import ONE_SHOT, purge
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 AMS = "Europe/Amsterdam"
-# The fall-back day: 02:00-03:00 happens twice, so an hourly schedule has 25 runs.
+# Clocks go back on Sunday 25 October 2026, 03:00 CEST -> 02:00 CET.
 FALL_BACK_DAY = (
     datetime.fromisoformat("2026-10-25T00:00:00+02:00"),
     datetime.fromisoformat("2026-10-26T00:00:00+01:00"),
+)
+FALL_BACK_WEEK = (
+    datetime.fromisoformat("2026-10-22T00:00:00+02:00"),
+    datetime.fromisoformat("2026-10-29T00:00:00+01:00"),
 )
 
 
@@ -58,14 +63,16 @@ class Concurrency:
         return 200, {}, b"ok"
 
 
-def hourly(principal: Principal, ledger: Ledger, *, concurrency: str = "allow") -> Schedule:
-    """An hourly Amsterdam schedule calling the ledger (saved with a placeholder target:
+def hourly(
+    principal: Principal, ledger: Ledger, *, concurrency: str = "allow", cron: str = "0 * * * *"
+) -> Schedule:
+    """An (hourly) Amsterdam schedule calling the ledger (saved with a placeholder target:
     a loopback receiver cannot pass the save-time SSRF check, as in worker_support)."""
     schedule = services.schedule_create(
         actor=principal,
         data={
             "name": f"bf-{uuid.uuid4().hex[:8]}",
-            "cron": "0 * * * *",
+            "cron": cron,
             "timezone": AMS,
             "target": {"type": "http", "url": "https://billing.internal/hook"},
             "retry": ONE_SHOT,
@@ -112,13 +119,28 @@ def z(value: datetime) -> str:
     return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
-def test_the_fall_back_day_runs_to_done_within_its_concurrency_cap(
-    platform: Callable[[], None], ledger: Ledger, admin_principal: Principal
+@pytest.mark.parametrize(
+    "cron,week,expected",
+    [
+        # The fall-back day: 02:00-03:00 happens twice, so an hourly schedule has 25 runs.
+        ("0 * * * *", FALL_BACK_DAY, 25),
+        # The last week of October: a fixed 02:30 runs once a day, the 25th included.
+        ("30 2 * * *", FALL_BACK_WEEK, 7),
+    ],
+)
+def test_a_dst_range_runs_to_done_within_its_concurrency_cap(
+    platform: Callable[[], None],
+    ledger: Ledger,
+    admin_principal: Principal,
+    api: APIClient,
+    cron: str,
+    week: tuple[datetime, datetime],
+    expected: int,
 ) -> None:
-    schedule = hourly(admin_principal, ledger)
+    schedule = hourly(admin_principal, ledger, cron=cron)
     counter = Concurrency(hold_s=0.4)
     ledger.respond = counter
-    start, end = FALL_BACK_DAY
+    start, end = week
     args = {
         "actor": admin_principal,
         "schedule_id": schedule.id,
@@ -127,7 +149,12 @@ def test_the_fall_back_day_runs_to_done_within_its_concurrency_cap(
     }
     dry = services.backfill_create(**args, max_concurrent=3, dry_run=True)
     planned = [z(item.scheduled_for) for item in dry.plan.items]
-    assert len(planned) == 25 and dry.backfill is None
+    assert len(planned) == expected and dry.backfill is None
+    # The dry run lists what the schedule's preview lists over the range.
+    shown = api.get(
+        f"/v1/schedules/{schedule.id}/preview?from={z(start - timedelta(seconds=1))}&count=200"
+    ).json()["occurrences"]
+    assert planned == [o["scheduled_for"] for o in shown if o["scheduled_for"] < z(end)]
     created = services.backfill_create(**args, max_concurrent=3).backfill
     assert created is not None
 
@@ -143,7 +170,7 @@ def test_the_fall_back_day_runs_to_done_within_its_concurrency_cap(
     # Every occurrence reached the target once, never more than three at a time.
     assert sorted(r["headers"]["X-Scheduled-For"] for r in ledger.requests) == planned
     assert counter.peak <= 3, counter.peak
-    assert (backfill.created, backfill.skipped, backfill.position) == (25, 0, 25)
+    assert (backfill.created, backfill.skipped, backfill.position) == (expected, 0, expected)
 
 
 def test_overlap_forbid_runs_one_at_a_time(
