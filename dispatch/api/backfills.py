@@ -197,9 +197,11 @@ class ScheduleBackfillView(StrictQueryView):
         "DST and H rules as its preview — now, with trigger `backfill`. Each occurrence's "
         f"action: {ACTIONS_HELP}. Created runs are released while fewer than max_concurrent "
         "of them are active and the schedule's overlap policy allows (forbid / replace: one "
-        "run of the schedule at a time). 400 naming the field: `to` not after `from`, in the "
+        "run of the schedule at a time); while the schedule is paused, nothing is released. "
+        "400 naming the field: `to` not after `from`, in the "
         "future, or a range of more than BACKFILL_MAX_OCCURRENCES occurrences; `schedule` "
-        "for a one-off job.",
+        "for a one-off job. The target sees each run's own occurrence as X-Scheduled-For "
+        "(in the past) and attempt 1; a re-run, the execution's next attempt.",
     )
     def post(self, request: Request, pk: str) -> Response:
         data = _validated(BackfillInSerializer, request)

@@ -13,7 +13,10 @@ that lands on an occurrence that got a row meanwhile is dropped by the unique
 key (counted as skipped), never duplicated.
 
 Released runs are `scheduled` and due now: the beat admits them like any other
-(tenant caps, daily quota, overlap at due time) and publishes them.
+(tenant caps, daily quota, overlap at due time) and publishes them. Nothing is
+released while the schedule is paused (the backfill waits for the resume); a
+deleted schedule's backfill ends cancelled. A backfill is done once its plan is
+walked and none of its runs is active.
 """
 
 from __future__ import annotations
