@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import api, burst, e2e, flatten, limits, scale, steady
+from bench import api, backfill, burst, e2e, flatten, limits, scale, steady
 from bench.common import (
     dispatch_ceiling,
     load_results,
@@ -79,8 +79,14 @@ BENCHES: dict[str, Bench] = {
         report=flatten.report,
         summary=lambda d, o: flatten.summary(d),
     ),
+    "backfill": Bench(
+        key=lambda o: backfill.KEY,
+        run=lambda o: backfill.run(o["n"], o["max_concurrent"]),
+        report=backfill.report,
+        summary=lambda d, o: backfill.summary(d),
+    ),
 }
-ORDER = ("limits", "burst", "steady", "e2e", "scale", "api", "flatten")
+ORDER = ("limits", "burst", "steady", "e2e", "scale", "api", "flatten", "backfill")
 SUMMARY_KEYS = ["name", "figure", "value", "ceiling", "ratio"]
 
 

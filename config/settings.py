@@ -250,6 +250,9 @@ SCHEDULER_PARTITIONS = get_int("SCHEDULER_PARTITIONS", 16)
 DEFAULT_MISFIRE_GRACE_S = get_int("DEFAULT_MISFIRE_GRACE_S", 60)
 MAX_CATCH_UP = get_int("MAX_CATCH_UP", 100)
 PREVIEW_MAX_COUNT = get_int("PREVIEW_MAX_COUNT", 1000)
+# Occurrences one backfill request may cover: the plan is stored with the backfill
+# (one JSON array) and the dry run lists every one, so both stay a bounded size.
+BACKFILL_MAX_OCCURRENCES = get_int("BACKFILL_MAX_OCCURRENCES", 10_000)
 
 # --- Beat (scheduler shards) ---
 BEAT_LEASE_TTL_S = float(get("BEAT_LEASE_TTL_S", "10") or 10)

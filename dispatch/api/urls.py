@@ -1,6 +1,6 @@
 from django.urls import path, re_path
 
-from dispatch.api import runs, views
+from dispatch.api import backfills, runs, views
 
 urlpatterns = [
     path("schedules", views.ScheduleListView.as_view(), name="api-schedules"),
@@ -20,6 +20,16 @@ urlpatterns = [
         name="api-schedule-trigger",
     ),
     re_path(
+        r"^schedules/(?P<pk>[^/:]+):backfill$",
+        backfills.ScheduleBackfillView.as_view(),
+        name="api-schedule-backfill",
+    ),
+    re_path(
+        r"^schedules/(?P<pk>[^/:]+)/backfills$",
+        backfills.ScheduleBackfillListView.as_view(),
+        name="api-schedule-backfills",
+    ),
+    re_path(
         r"^schedules/(?P<pk>[^/:]+)/preview$",
         views.SchedulePreviewView.as_view(),
         name="api-schedule-preview",
@@ -31,6 +41,14 @@ urlpatterns = [
     ),
     re_path(r"^schedules/(?P<pk>[^/:]+)$", views.ScheduleDetailView.as_view(), name="api-schedule"),
     path("jobs", views.JobCreateView.as_view(), name="api-jobs"),
+    re_path(
+        r"^backfills/(?P<pk>[^/:]+):cancel$",
+        backfills.BackfillCancelView.as_view(),
+        name="api-backfill-cancel",
+    ),
+    re_path(
+        r"^backfills/(?P<pk>[^/:]+)$", backfills.BackfillDetailView.as_view(), name="api-backfill"
+    ),
     path("executions", views.ExecutionListView.as_view(), name="api-executions"),
     # Before the detail route (the colon actions are not ids).
     re_path(

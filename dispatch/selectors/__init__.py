@@ -5,12 +5,26 @@
   executions.py  executions: one, a page, the timeline, running and troubled lists, usage
   previews.py    what a schedule means and would do: cron in words, previews, resume plan, history
   ops.py         the platform operators' cross-tenant reads
+  backfills.py   backfills: the plan of a range (dry run), one with its progress, a schedule's
 
 Callers use `from dispatch import selectors; selectors.x`: every public name is here.
 """
 
 from __future__ import annotations
 
+from dispatch.selectors.backfills import (
+    BACKFILL_MAX_CONCURRENT,
+    BackfillPlan,
+    BackfillProgress,
+    PlanItem,
+    backfill_get,
+    backfill_list,
+    backfill_list_progress,
+    backfill_occurrences,
+    backfill_plan,
+    backfill_progress,
+    check_backfill_request,
+)
 from dispatch.selectors.executions import (
     TimelineItem,
     Usage,
@@ -70,21 +84,32 @@ from dispatch.selectors.schedules import (
 )
 
 __all__ = [
+    "BACKFILL_MAX_CONCURRENT",
     "HISTORY_LIMIT",
     "LAG_EXCLUDED_TRIGGERS",
     "MAX_PAGE",
     "PICK_LIMIT",
     "PREVIEW_COUNT",
     "UPCOMING_COUNT_CAP",
+    "BackfillPlan",
+    "BackfillProgress",
     "CronText",
     "HistoryRow",
     "Page",
+    "PlanItem",
     "PreviewRow",
     "TimelineItem",
     "Usage",
     "WorkerSeen",
     "_encode_cursor",
     "as_uuid",
+    "backfill_get",
+    "backfill_list",
+    "backfill_list_progress",
+    "backfill_occurrences",
+    "backfill_plan",
+    "backfill_progress",
+    "check_backfill_request",
     "cron_text",
     "definition_preview",
     "execution_events",

@@ -8,6 +8,7 @@ with NOTIFY, which PostgreSQL delivers only when the transaction commits.
   triggers.py   run now
   jobs.py       one-off jobs with an idempotency key
   runs.py       cancel and re-run of one execution
+  backfills.py  backfill a past range (with a dry run), cancel a backfill
 
 Callers use `from dispatch import services; services.x`: every public name is here.
 """
@@ -15,6 +16,11 @@ Callers use `from dispatch import services; services.x`: every public name is he
 from __future__ import annotations
 
 from core.db import db_now  # the clock callers of services use
+from dispatch.services.backfills import (
+    BackfillResult,
+    backfill_cancel,
+    backfill_create,
+)
 from dispatch.services.common import (
     WAKE_CHANNEL,
     WAKE_HORIZON,
@@ -46,8 +52,11 @@ __all__ = [
     "TRIGGER_RETRY_AFTER_S",
     "WAKE_CHANNEL",
     "WAKE_HORIZON",
+    "BackfillResult",
     "CancelResult",
     "_save_unique",
+    "backfill_cancel",
+    "backfill_create",
     "db_now",
     "execution_cancel",
     "execution_rerun",

@@ -13,6 +13,7 @@ and printed next to its raw ceiling from `limits` (run that first).
     bench scale   --small 10000 --large 1000000
     bench api     --schedules 2000 --rows 10000000
     bench flatten --n 10000 --jitter 30
+    bench backfill --n 10000 --max-concurrent 100
     bench all     (all of them at moderate sizes, then one combined table)
 """
 
@@ -87,6 +88,10 @@ OPTIONS: dict[str, list[tuple[str, Any, Any, Any, str]]] = {
         ("jitter", int, 30, 30, "jitter_s of the spread variant"),
         ("beats", int, 2, 2, "beat processes"),
     ],
+    "backfill": [
+        ("n", int, 10_000, 10_000, "occurrences backfilled (BACKFILL_MAX_OCCURRENCES at most)"),
+        ("max-concurrent", int, 100, 100, "the backfill's max_concurrent (1..100)"),
+    ],
 }
 HELP = {
     "limits": "raw ceilings: claim+insert+advance, pipelined publish, Celery no-op consume",
@@ -96,6 +101,7 @@ HELP = {
     "scale": "beat cycle cost with a small vs a large idle schedule table; beat RSS",
     "api": "schedule creation rate and execution-list latency through a real web server",
     "flatten": "top-of-the-minute burst without and with jitter spreading",
+    "backfill": "a backfill's plan time and its create rate through the control pump (in-process)",
 }
 
 
