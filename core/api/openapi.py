@@ -53,6 +53,7 @@ SPECIFIC = {
     "PATCH /v1/schedules/{id}": ["409", "428"],
     "POST /v1/jobs": ["409", "422"],
     "GET /v1/executions": ["404"],
+    "POST /v1/operations/{id}:cancel": ["409"],
 }
 
 

@@ -1,9 +1,10 @@
 from django.urls import path, re_path
 
-from dispatch.api import views
+from dispatch.api import bulk, views
 
 urlpatterns = [
     path("schedules", views.ScheduleListView.as_view(), name="api-schedules"),
+    path("schedules:bulk", bulk.ScheduleBulkView.as_view(), name="api-schedules-bulk"),
     re_path(
         r"^schedules/(?P<pk>[^/:]+):pause$",
         views.SchedulePauseView.as_view(),
@@ -34,5 +35,14 @@ urlpatterns = [
     path("executions", views.ExecutionListView.as_view(), name="api-executions"),
     re_path(
         r"^executions/(?P<pk>[^/]+)$", views.ExecutionDetailView.as_view(), name="api-execution"
+    ),
+    # Bulk operations: the colon route first (the id pattern excludes ":" too).
+    re_path(
+        r"^operations/(?P<pk>[^/:]+):cancel$",
+        bulk.OperationCancelView.as_view(),
+        name="api-operation-cancel",
+    ),
+    re_path(
+        r"^operations/(?P<pk>[^/:]+)$", bulk.OperationDetailView.as_view(), name="api-operation"
     ),
 ]

@@ -5,6 +5,7 @@
   executions.py  executions: one, a page, the timeline, running and troubled lists, usage
   previews.py    what a schedule means and would do: cron in words, previews, resume plan, history
   ops.py         the platform operators' cross-tenant reads
+  operations.py  bulk operations: one, a page of its items
 
 Callers use `from dispatch import selectors; selectors.x`: every public name is here.
 """
@@ -22,6 +23,7 @@ from dispatch.selectors.executions import (
     executions_troubled,
     tenant_usage,
 )
+from dispatch.selectors.operations import ItemPage, operation_get, operation_items
 from dispatch.selectors.ops import (
     LAG_EXCLUDED_TRIGGERS,
     WorkerSeen,
@@ -45,9 +47,11 @@ from dispatch.selectors.previews import (
     CronText,
     HistoryRow,
     PreviewRow,
+    ResumePreview,
     cron_text,
     definition_preview,
     resume_plan,
+    resume_preview,
     schedule_history_rows,
 )
 from dispatch.selectors.schedules import (
@@ -78,8 +82,10 @@ __all__ = [
     "UPCOMING_COUNT_CAP",
     "CronText",
     "HistoryRow",
+    "ItemPage",
     "Page",
     "PreviewRow",
+    "ResumePreview",
     "TimelineItem",
     "Usage",
     "WorkerSeen",
@@ -94,6 +100,8 @@ __all__ = [
     "executions_running",
     "executions_troubled",
     "last_executions",
+    "operation_get",
+    "operation_items",
     "ops_beats",
     "ops_dead",
     "ops_fire_lag",
@@ -102,6 +110,7 @@ __all__ = [
     "ops_workers",
     "queue_depths",
     "resume_plan",
+    "resume_preview",
     "schedule_dependents",
     "schedule_fields",
     "schedule_get",

@@ -7,6 +7,7 @@ with NOTIFY, which PostgreSQL delivers only when the transaction commits.
   schedules.py  create, update, delete, pause, resume
   triggers.py   run now
   jobs.py       one-off jobs with an idempotency key
+  bulk.py       bulk actions by ids or filter, as operations (worked here or by the control pump)
 
 Callers use `from dispatch import services; services.x`: every public name is here.
 """
@@ -14,6 +15,11 @@ Callers use `from dispatch import services; services.x`: every public name is he
 from __future__ import annotations
 
 from core.db import db_now  # the clock callers of services use
+from dispatch.services.bulk import (
+    BulkOutcome,
+    bulk_schedules,
+    operation_cancel,
+)
 from dispatch.services.common import (
     WAKE_CHANNEL,
     WAKE_HORIZON,
@@ -40,9 +46,12 @@ __all__ = [
     "TRIGGER_RETRY_AFTER_S",
     "WAKE_CHANNEL",
     "WAKE_HORIZON",
+    "BulkOutcome",
     "_save_unique",
+    "bulk_schedules",
     "db_now",
     "job_create",
+    "operation_cancel",
     "request_digest",
     "schedule_create",
     "schedule_delete",
