@@ -7,6 +7,7 @@ with NOTIFY, which PostgreSQL delivers only when the transaction commits.
   schedules.py  create, update, delete, pause, resume
   triggers.py   run now
   jobs.py       one-off jobs with an idempotency key
+  runs.py       cancel and re-run of one execution
   bulk.py       bulk actions by ids or filter, as operations (worked here or by the control pump)
 
 Callers use `from dispatch import services; services.x`: every public name is here.
@@ -30,6 +31,11 @@ from dispatch.services.jobs import (
     job_create,
     request_digest,
 )
+from dispatch.services.runs import (
+    CancelResult,
+    execution_cancel,
+    execution_rerun,
+)
 from dispatch.services.schedules import (
     schedule_create,
     schedule_delete,
@@ -47,9 +53,12 @@ __all__ = [
     "WAKE_CHANNEL",
     "WAKE_HORIZON",
     "BulkOutcome",
+    "CancelResult",
     "_save_unique",
     "bulk_schedules",
     "db_now",
+    "execution_cancel",
+    "execution_rerun",
     "job_create",
     "operation_cancel",
     "request_digest",
