@@ -54,6 +54,7 @@ SPECIFIC = {
     "POST /v1/jobs": ["409", "422"],
     "GET /v1/executions": ["404"],
     "POST /v1/operations/{id}:cancel": ["409"],
+    "DELETE /v1/jobs/{id}": ["409"],
 }
 
 

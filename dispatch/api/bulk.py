@@ -1,4 +1,5 @@
-"""Bulk actions and their operations (`/v1`): POST /v1/schedules:bulk, GET
+"""Bulk actions and their operations (`/v1`): POST /v1/schedules:bulk,
+POST /v1/executions:bulk, GET
 /v1/operations/{id} (progress and a page of per-item results) and POST
 /v1/operations/{id}:cancel.
 
@@ -22,16 +23,19 @@ from core.api.views import StrictQueryView
 from dispatch import selectors, services
 from dispatch.api.serializers import EmptySerializer, InstantField, StrictSerializer, iso_z
 from dispatch.api.views import _int_param, _validated, principal
-from dispatch.models import Kind, Operation, OperationItem
-from dispatch.services.bulk import SCHEDULE_ACTIONS
+from dispatch.models import ExecutionState, Kind, Operation, OperationItem
+from dispatch.services.bulk import EXECUTION_ACTIONS, SCHEDULE_ACTIONS
 from dispatch.states import ControlState, ItemStatus
 
 OPERATION_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH)
 ITEMS_PAGE = 100
 
 IDS_HELP = (
-    f"the objects, at most {settings.BULK_MAX_ITEMS}; another tenant's (or an unknown) id is "
-    "`not_found` in the results and nothing is touched. Give ids or filter, not both."
+    f"the objects, at most {settings.BULK_MAX_ITEMS} (and as many as fit in the request body "
+    f"limit, {settings.API_MAX_BODY_BYTES} bytes: about "
+    f"{settings.API_MAX_BODY_BYTES // 40} ids; larger sets by filter); another tenant's (or "
+    "an unknown) id is `not_found` in the results and nothing is touched. Give ids or "
+    "filter, not both."
 )
 FILTER_HELP = (
     "what the list endpoint's filters match now (resolved to ids when the request is "
@@ -72,6 +76,34 @@ class ScheduleBulkInSerializer(StrictSerializer):
         default=False,
         help_text="write nothing; answer what would happen (resume: the combined misfire "
         "preview; pause: which schedules would be paused)",
+    )
+
+
+# The filters of GET /v1/executions; `from` is a keyword, hence the class built by type().
+ExecutionFilterSerializer = type(
+    "ExecutionFilterSerializer",
+    (StrictSerializer,),
+    {
+        "__doc__": "The filters of GET /v1/executions.",
+        "state": serializers.ListField(
+            child=serializers.ChoiceField(choices=ExecutionState.values),
+            required=False,
+            min_length=1,
+            help_text="any of these states",
+        ),
+        "schedule_id": serializers.UUIDField(required=False),
+        "from": InstantField(required=False, help_text="scheduled_for at or after"),
+        "to": InstantField(required=False, help_text="scheduled_for before"),
+    },
+)
+
+
+class ExecutionBulkInSerializer(StrictSerializer):
+    action = serializers.ChoiceField(choices=list(EXECUTION_ACTIONS))
+    ids = _ids_field()
+    filter = ExecutionFilterSerializer(required=False, help_text=FILTER_HELP)
+    reason = serializers.CharField(
+        max_length=500, required=False, allow_blank=True, help_text="cancel: the one reason"
     )
 
 
@@ -212,6 +244,30 @@ class ScheduleBulkView(StrictQueryView):
         if outcome.preview is not None:
             return Response(outcome.preview)
         assert outcome.operation is not None  # noqa: S101 - not a dry run
+        return operation_response(outcome.operation)
+
+
+class ExecutionBulkView(StrictQueryView):
+    @extend_schema(
+        operation_id="executions_bulk",
+        request=ExecutionBulkInSerializer,
+        responses={200: OperationPageDoc, 202: OperationPageDoc},
+        description=f"Cancel or re-run executions by ids or by filter. Up to "
+        f"{settings.BULK_SYNC_MAX}: worked in the request, 200 with each item's result; "
+        "more: 202 with the operation (Location). Each item is cancelled or re-run as "
+        "POST /v1/executions/{id}:cancel / :rerun would (a final execution cannot be "
+        "cancelled, an active one cannot be re-run: `conflict`), audited one by one.",
+    )
+    def post(self, request: Request) -> Response:
+        data = _validated(ExecutionBulkInSerializer, request)
+        outcome = services.bulk_executions(
+            actor=principal(request),
+            action=data["action"],
+            ids=data.get("ids"),
+            filter=data.get("filter"),
+            reason=data.get("reason", ""),
+        )
+        assert outcome.operation is not None  # noqa: S101 - executions have no dry run
         return operation_response(outcome.operation)
 
 

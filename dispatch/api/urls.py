@@ -1,6 +1,6 @@
 from django.urls import path, re_path
 
-from dispatch.api import bulk, runs, views
+from dispatch.api import bulk, jobs, runs, views
 
 urlpatterns = [
     path("schedules", views.ScheduleListView.as_view(), name="api-schedules"),
@@ -31,8 +31,10 @@ urlpatterns = [
         name="api-schedule-explain",
     ),
     re_path(r"^schedules/(?P<pk>[^/:]+)$", views.ScheduleDetailView.as_view(), name="api-schedule"),
-    path("jobs", views.JobCreateView.as_view(), name="api-jobs"),
+    path("jobs", jobs.JobListView.as_view(), name="api-jobs"),
+    re_path(r"^jobs/(?P<pk>[^/:]+)$", jobs.JobDetailView.as_view(), name="api-job"),
     path("executions", views.ExecutionListView.as_view(), name="api-executions"),
+    path("executions:bulk", bulk.ExecutionBulkView.as_view(), name="api-executions-bulk"),
     # Before the detail route (the colon actions are not ids).
     re_path(
         r"^executions/(?P<pk>[^/:]+):cancel$",

@@ -8,6 +8,7 @@ with NOTIFY, which PostgreSQL delivers only when the transaction commits.
   triggers.py   run now
   jobs.py       one-off jobs with an idempotency key
   runs.py       cancel and re-run of one execution
+  job_cancel.py cancel a one-off job that has not started
   bulk.py       bulk actions by ids or filter, as operations (worked here or by the control pump)
 
 Callers use `from dispatch import services; services.x`: every public name is here.
@@ -18,6 +19,7 @@ from __future__ import annotations
 from core.db import db_now  # the clock callers of services use
 from dispatch.services.bulk import (
     BulkOutcome,
+    bulk_executions,
     bulk_schedules,
     operation_cancel,
 )
@@ -27,6 +29,7 @@ from dispatch.services.common import (
     _save_unique,
     schedule_snapshot,
 )
+from dispatch.services.job_cancel import job_cancel
 from dispatch.services.jobs import (
     job_create,
     request_digest,
@@ -55,10 +58,12 @@ __all__ = [
     "BulkOutcome",
     "CancelResult",
     "_save_unique",
+    "bulk_executions",
     "bulk_schedules",
     "db_now",
     "execution_cancel",
     "execution_rerun",
+    "job_cancel",
     "job_create",
     "operation_cancel",
     "request_digest",
