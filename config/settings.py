@@ -211,6 +211,12 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    # Choice sets several components share (a job is a schedule and the bulk filter
+    # names a kind; an operation and its page) get one stable name, not a hashed one.
+    "ENUM_NAME_OVERRIDES": {
+        "ScheduleOutDocKindEnum": "dispatch.states.Kind.values",
+        "ControlStateEnum": "dispatch.states.ControlState.values",
+    },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "core.api.openapi.add_error_responses",

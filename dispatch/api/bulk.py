@@ -58,7 +58,8 @@ def _ids_field() -> serializers.ListField:
         child=serializers.CharField(max_length=64),
         required=False,
         min_length=1,
-        max_length=settings.BULK_MAX_ITEMS,
+        # No maxItems: the request body limit (413) comes first; the service's own
+        # bound (BULK_MAX_ITEMS, a 400 naming ids) holds for every caller.
         help_text=IDS_HELP,
     )
 
