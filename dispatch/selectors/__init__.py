@@ -6,6 +6,7 @@
   previews.py    what a schedule means and would do: cron in words, previews, resume plan, history
   ops.py         the platform operators' cross-tenant reads
   backfills.py   backfills: the plan of a range (dry run), one with its progress, a schedule's
+  operations.py  bulk operations: one, a page of its items
 
 Callers use `from dispatch import selectors; selectors.x`: every public name is here.
 """
@@ -36,6 +37,7 @@ from dispatch.selectors.executions import (
     executions_troubled,
     tenant_usage,
 )
+from dispatch.selectors.operations import ItemPage, operation_get, operation_items
 from dispatch.selectors.ops import (
     LAG_EXCLUDED_TRIGGERS,
     WorkerSeen,
@@ -59,9 +61,11 @@ from dispatch.selectors.previews import (
     CronText,
     HistoryRow,
     PreviewRow,
+    ResumePreview,
     cron_text,
     definition_preview,
     resume_plan,
+    resume_preview,
     schedule_history_rows,
 )
 from dispatch.selectors.schedules import (
@@ -95,9 +99,11 @@ __all__ = [
     "BackfillProgress",
     "CronText",
     "HistoryRow",
+    "ItemPage",
     "Page",
     "PlanItem",
     "PreviewRow",
+    "ResumePreview",
     "TimelineItem",
     "Usage",
     "WorkerSeen",
@@ -119,6 +125,8 @@ __all__ = [
     "executions_running",
     "executions_troubled",
     "last_executions",
+    "operation_get",
+    "operation_items",
     "ops_beats",
     "ops_dead",
     "ops_fire_lag",
@@ -127,6 +135,7 @@ __all__ = [
     "ops_workers",
     "queue_depths",
     "resume_plan",
+    "resume_preview",
     "schedule_dependents",
     "schedule_fields",
     "schedule_get",
