@@ -12,12 +12,20 @@ Callers use `from dispatch import selectors; selectors.x`: every public name is 
 from __future__ import annotations
 
 from dispatch.selectors.executions import (
+    COUNT_CAP,
+    ERROR_SCAN_ROWS,
+    ERROR_TEXT_MAX,
+    ExecutionFilter,
+    ExecutionPage,
     TimelineItem,
     Usage,
+    execution_count,
     execution_events,
+    execution_filter,
     execution_get,
     execution_list,
     execution_timeline,
+    executions_matching,
     executions_running,
     executions_troubled,
     tenant_usage,
@@ -70,6 +78,9 @@ from dispatch.selectors.schedules import (
 )
 
 __all__ = [
+    "COUNT_CAP",
+    "ERROR_SCAN_ROWS",
+    "ERROR_TEXT_MAX",
     "HISTORY_LIMIT",
     "LAG_EXCLUDED_TRIGGERS",
     "MAX_PAGE",
@@ -77,6 +88,8 @@ __all__ = [
     "PREVIEW_COUNT",
     "UPCOMING_COUNT_CAP",
     "CronText",
+    "ExecutionFilter",
+    "ExecutionPage",
     "HistoryRow",
     "Page",
     "PreviewRow",
@@ -87,10 +100,13 @@ __all__ = [
     "as_uuid",
     "cron_text",
     "definition_preview",
+    "execution_count",
     "execution_events",
+    "execution_filter",
     "execution_get",
     "execution_list",
     "execution_timeline",
+    "executions_matching",
     "executions_running",
     "executions_troubled",
     "last_executions",
