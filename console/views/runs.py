@@ -145,10 +145,11 @@ def runs_page(request: HttpRequest, principal: Principal) -> HttpResponse:
         error_scan=selectors.ERROR_SCAN_ROWS,
         filtered=bool(raw),
     )
-    status = 400 if error else 200
     if is_htmx(request) and request.headers.get("HX-Target") == "runs-table":
-        return render(request, "console/runs.html#table", ctx, status=status)
-    return render(request, "console/runs.html", ctx, status=status)
+        # 200 even with an error: htmx swaps in only 2xx answers, and the error
+        # must replace the table it was asked for.
+        return render(request, "console/runs.html#table", ctx)
+    return render(request, "console/runs.html", ctx, status=400 if error else 200)
 
 
 def _other_tenant(request: HttpRequest, principal: Principal, slug: str) -> HttpResponse:
