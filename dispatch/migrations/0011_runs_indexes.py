@@ -22,11 +22,11 @@ class Migration(migrations.Migration):
     operations = [
         AddIndexConcurrently(
             model_name='execution',
-            index=models.Index(condition=models.Q(('state__in', ['failed', 'retry_scheduled', 'timed_out', 'dead', 'skipped', 'cancelled']), models.Q(('error', ''), _negated=True), _connector='OR'), fields=['tenant', '-scheduled_for', '-id'], name='execution_runs_unsuccessful'),
+            index=models.Index(condition=models.Q(('state__in', ['failed', 'retry_scheduled', 'timed_out', 'dead', 'skipped', 'cancelled']), models.Q(('error', ''), _negated=True), _connector='OR'), fields=['tenant', '-scheduled_for', '-id'], include=('state',), name='execution_runs_unsuccessful'),
         ),
         AddIndexConcurrently(
             model_name='execution',
-            index=models.Index(condition=models.Q(('trigger', 'cron'), _negated=True), fields=['tenant', '-scheduled_for', '-id'], name='execution_runs_trigger'),
+            index=models.Index(condition=models.Q(('trigger', 'cron'), _negated=True), fields=['tenant', '-scheduled_for', '-id'], include=('trigger',), name='execution_runs_trigger'),
         ),
         AddIndexConcurrently(
             model_name='execution',

@@ -28,8 +28,8 @@ from tenants.models import Tenant, TenantQuota
 # bulk actions' `filter`. Validated once here, so a bad value is the same 400
 # (naming its field) everywhere.
 ERROR_TEXT_MAX = 200
-# An error-text search reads at most this many candidate rows (rows with an
-# error, newest first, matching the other filters) per page: there is no
+# An error-text search reads at most this many candidate rows (newest first,
+# matching the other filters; with no state filter, rows with an error) per page: there is no
 # trigram index (the embedded PostgreSQL ships without pg_trgm), so a page of
 # a rare text would otherwise read every failure of the tenant. When the window
 # runs out before the page is full, the page ends there and its cursor continues
@@ -49,10 +49,6 @@ class ExecutionFilter:
     until: datetime | None = None
     error: str = ""
     rerun: bool | None = None
-
-    @property
-    def empty(self) -> bool:
-        return self == ExecutionFilter()
 
 
 def _choices(field: str, raw: str | None, allowed: list[str], what: str) -> tuple[str, ...]:
@@ -125,9 +121,12 @@ def executions_matching(*, tenant: Tenant, flt: ExecutionFilter) -> QuerySet[Exe
         qs = qs.filter(reruns__gt=0)
     elif flt.rerun is False:
         qs = qs.filter(reruns=0)
-    if flt.error:
-        # Implied by the text match; stated so the planner can use the partial
-        # index of the rows with an error.
+    if flt.error and not flt.states:
+        # Implied by the text match; stated so the error-text scan (and its
+        # window) reads only rows with an error, through the partial index. Not
+        # with a state filter: that already picks the index, and the planner,
+        # taking state and "has an error" as independent, would underestimate
+        # the rows by ~50x and choose a sequential scan (2 s at 10 M rows).
         qs = qs.exclude(error="")
     return qs
 
