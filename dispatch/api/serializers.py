@@ -272,6 +272,11 @@ def execution_out(e: Execution) -> dict[str, Any]:
         "log_excerpt": e.log_excerpt or None,
         "reason_code": e.reason_code or None,
         "reason": e.reason or None,
+        # Run control: re-runs so far, the attempt the current chain started after
+        # (its retries count attempt - attempt_base), the backfill that made or re-ran it.
+        "reruns": e.reruns,
+        "attempt_base": e.attempt_base,
+        "backfill_id": str(e.backfill_id) if e.backfill_id else None,
     }
 
 
@@ -365,6 +370,9 @@ class ExecutionOutDoc(serializers.Serializer[Any]):
     log_excerpt = serializers.CharField(allow_null=True)
     reason_code = serializers.CharField(allow_null=True)
     reason = serializers.CharField(allow_null=True)
+    reruns = serializers.IntegerField()
+    attempt_base = serializers.IntegerField()
+    backfill_id = serializers.UUIDField(allow_null=True)
 
 
 class ExecutionPageDoc(serializers.Serializer[Any]):

@@ -1,6 +1,6 @@
 from django.urls import path, re_path
 
-from dispatch.api import views
+from dispatch.api import runs, views
 
 urlpatterns = [
     path("schedules", views.ScheduleListView.as_view(), name="api-schedules"),
@@ -32,6 +32,17 @@ urlpatterns = [
     re_path(r"^schedules/(?P<pk>[^/:]+)$", views.ScheduleDetailView.as_view(), name="api-schedule"),
     path("jobs", views.JobCreateView.as_view(), name="api-jobs"),
     path("executions", views.ExecutionListView.as_view(), name="api-executions"),
+    # Before the detail route (the colon actions are not ids).
+    re_path(
+        r"^executions/(?P<pk>[^/:]+):cancel$",
+        runs.ExecutionCancelView.as_view(),
+        name="api-execution-cancel",
+    ),
+    re_path(
+        r"^executions/(?P<pk>[^/:]+):rerun$",
+        runs.ExecutionRerunView.as_view(),
+        name="api-execution-rerun",
+    ),
     re_path(
         r"^executions/(?P<pk>[^/]+)$", views.ExecutionDetailView.as_view(), name="api-execution"
     ),

@@ -19,7 +19,7 @@ from dispatch.timing.durations import spell
 class Evidence:
     """A recorded fact the answer rests on: an execution, an event or an audit row."""
 
-    kind: str  # execution | event | audit | schedule
+    kind: str  # execution | event | audit | schedule | backfill
     id: str
     label: str = ""
     execution_id: str | None = None  # for events: the execution they belong to
@@ -90,6 +90,8 @@ def api_url(evidence: Evidence) -> str | None:
         return f"/v1/executions/{evidence.id}"
     if evidence.kind == "schedule":
         return f"/v1/schedules/{evidence.id}"
+    if evidence.kind == "backfill":
+        return f"/v1/backfills/{evidence.id}"
     return None
 
 

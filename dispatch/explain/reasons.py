@@ -26,6 +26,7 @@ from dispatch.states import (
     CLAIMABLE_STATES,
     HELD_EVENT_KINDS,
     AuditAction,
+    EventData,
     EventKind,
     ExplainCode,
     ReasonCode,
@@ -310,7 +311,9 @@ def _outcome(execution: Execution, zone: ZoneInfo) -> str:
         return f"failed and will retry (attempt {execution.attempt} at {nxt}){why}"
     if state == ExecutionState.DEAD:
         why = execution.reason or execution.error or "failed"
-        return f"is dead after {execution.attempt} attempt(s) ({finished}): {why}"
+        # The attempts of the chain that died (a re-run's chain counts from its base).
+        tried = execution.attempt - execution.attempt_base
+        return f"is dead after {tried} attempt(s) ({finished}): {why}"
     if state in (ExecutionState.FAILED, ExecutionState.TIMED_OUT):
         why = f": {execution.error}" if execution.error else ""
         return f"{state.replace('_', ' ')} on attempt {execution.attempt}{detail}{why}"
@@ -320,6 +323,54 @@ def _outcome(execution: Execution, zone: ZoneInfo) -> str:
 
 
 def _about_execution(
+    schedule: Schedule,
+    execution: Execution,
+    at: datetime,
+    now: datetime,
+    zone: ZoneInfo,
+    notes: list[str],
+) -> Explanation:
+    """What became of the occurrence's execution, and where its current run came
+    from when that was run control: the backfill that created it, the latest
+    re-run (who, when, which attempt) — read from the row's links and the
+    `backfilled` / `rerun` events' fields."""
+    answer = _about_execution_state(schedule, execution, at, now, zone, notes)
+    origins: list[str] = []
+    made = records.backfill_origin(execution)
+    if made is not None:
+        origins.append(f"created by backfill {made.id} on {made.on.astimezone(zone):%Y-%m-%d}")
+        answer.evidence.append(made.evidence)
+    if execution.reruns:
+        rerun = records.latest_event(execution, EventKind.RERUN)
+        if rerun is not None:
+            data = rerun.data or {}
+            text = f"re-run by {who(rerun.actor)} at {clock(rerun.at, zone)}"
+            text += f" (attempt {data.get('attempt', execution.attempt)}"
+            if data.get("target_edited"):
+                text += ", with an edited target"
+            if data.get(EventData.BACKFILL_ID):
+                text += f", for backfill {data[EventData.BACKFILL_ID]}"
+            origins.append(text + ")")
+            answer.evidence.append(Evidence("event", str(rerun.pk), rerun.message))
+    if origins:
+        answer.sentence = f"{answer.sentence}; {'; '.join(origins)}"
+    return answer
+
+
+def _cancel_sentence(execution: Execution, zone: ZoneInfo, fallback: str) -> str:
+    """Who cancelled it, when and why, from the `cancelled` event's fields."""
+    if execution.reason_code != ReasonCode.CANCELLED_BY_USER:
+        return fallback
+    event = records.latest_event(execution, EventKind.CANCELLED)
+    if event is None:
+        return fallback
+    why = (event.data or {}).get("reason") or ""
+    return f"cancelled by {who(event.actor)} at {clock(event.at, zone)}" + (
+        f" ({why})" if why else ""
+    )
+
+
+def _about_execution_state(
     schedule: Schedule,
     execution: Execution,
     at: datetime,
@@ -341,7 +392,8 @@ def _about_execution(
     reason = execution.reason or ""
     state = execution.state
     manual = execution.trigger in (Trigger.MANUAL, Trigger.API)
-    label = "manual run" if execution.trigger == Trigger.MANUAL else "run"
+    labels: dict[str, str] = {Trigger.MANUAL: "manual run", Trigger.BACKFILL: "backfill run"}
+    label = labels.get(execution.trigger, "run")
 
     if state == ExecutionState.SKIPPED:
         code = execution.reason_code
@@ -418,6 +470,10 @@ def _about_execution(
             answer.evidence.append(replacer)
         what = reason or "cancelled"
         started = " after it had started" if execution.started_at else ""
+        by_user = _cancel_sentence(execution, zone, "")
+        if by_user:
+            answer.sentence = f"the {label} for {when} was {by_user}{started}"
+            return answer
         answer.sentence = f"the {label} for {when} was cancelled at {finished}{started}: {what}"
         return answer
 

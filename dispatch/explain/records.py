@@ -17,7 +17,7 @@ from typing import Any
 from django.db.models import Q
 
 from dispatch.explain.present import Evidence, who
-from dispatch.models import Execution, ExecutionEvent, Kind, Schedule, Trigger
+from dispatch.models import Backfill, Execution, ExecutionEvent, Kind, Schedule, Trigger
 from dispatch.selectors import as_uuid
 from dispatch.states import AuditAction, EventData, EventKind, ExecutionState, ReasonCode
 from dispatch.timing import cron
@@ -202,6 +202,49 @@ def events_of(execution: Execution, kinds: frozenset[EventKind]) -> list[Executi
         ExecutionEvent.objects.filter(
             tenant_id=execution.tenant_id, execution=execution, kind__in=sorted(kinds)
         ).order_by("at", "id")
+    )
+
+
+def latest_event(execution: Execution, kind: EventKind) -> ExecutionEvent | None:
+    """The execution's latest event of `kind` (the current cancel, the latest re-run)."""
+    return (
+        ExecutionEvent.objects.filter(tenant_id=execution.tenant_id, execution=execution, kind=kind)
+        .order_by("-at", "-id")
+        .first()
+    )
+
+
+@dataclass(frozen=True)
+class BackfillOrigin:
+    """The backfill that created an execution, and when it did."""
+
+    id: str
+    on: datetime
+    evidence: Evidence
+
+
+def backfill_origin(execution: Execution) -> BackfillOrigin | None:
+    """For a row created by a backfill (trigger `backfill`): that backfill, by the
+    row's link, or — the backfill row gone — by the `backfilled` event's
+    `data.backfill_id`."""
+    if execution.trigger != Trigger.BACKFILL:
+        return None
+    if execution.backfill_id is not None:
+        backfill = Backfill.objects.filter(
+            tenant_id=execution.tenant_id, pk=execution.backfill_id
+        ).first()
+        if backfill is not None:
+            label = f"backfill of {backfill.range_from:%Y-%m-%d}..{backfill.range_to:%Y-%m-%d}"
+            return BackfillOrigin(
+                str(backfill.id), backfill.created_at, Evidence("backfill", str(backfill.id), label)
+            )
+    event = latest_event(execution, EventKind.BACKFILLED)
+    if event is None or not (event.data or {}).get(EventData.BACKFILL_ID):
+        return None
+    return BackfillOrigin(
+        str(event.data[EventData.BACKFILL_ID]),
+        event.at,
+        Evidence("event", str(event.pk), event.message),
     )
 
 

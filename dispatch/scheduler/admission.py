@@ -116,12 +116,13 @@ class Admission:
         the new occurrence while one is active; `replace` cancels them, the newest
         due occurrence winning. Catch-up runs of a misfire replay do not count
         against each other (the policy asked for that many). Retries continue a run
-        that was let through and are not re-decided. Only the partition's owner
+        that was let through and are not re-decided; a re-run starts a new chain
+        (`Pending.chain_start`) and is decided like a manual run. Only the partition's owner
         publishes a schedule's executions, so no other beat decides concurrently.
         """
         firsts: dict[str, list[Pending]] = defaultdict(list)
         for p in ready:
-            if p.attempt == 1 and p.overlap in _DECIDED_OVERLAP and p.schedule_id:
+            if p.chain_start and p.overlap in _DECIDED_OVERLAP and p.schedule_id:
                 firsts[p.schedule_id].append(p)
         if not firsts:
             return ready
@@ -202,7 +203,8 @@ class Admission:
     ) -> tuple[list[Pending], dict[str, list[Pending]]]:
         """Enforce executions/day per tenant with a Redis counter per tenant and UTC day.
 
-        Only first attempts count, once (a retry is the same execution; so is an
+        Only first attempts of a chain count, once — a re-run is a run of its own, like a
+        manual trigger (a retry is the same execution; so is an
         attempt the rate limiter handed back: counted again, it was dropped at every
         re-fire once the day's quota was reached and stayed due forever). A counter, not
         a COUNT(*) over today's rows, keeps this O(batch) at 100k executions a
@@ -212,7 +214,7 @@ class Admission:
         """
         first: dict[int, list[Pending]] = defaultdict(list)
         for p in items:
-            if p.attempt == 1 and p.fresh:
+            if p.chain_start and p.fresh:
                 first[p.tenant_id].append(p)
         if not first:
             return items, {}

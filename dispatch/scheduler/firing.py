@@ -49,6 +49,13 @@ class Pending:
     # Not yet counted against the daily quota: a first attempt still `scheduled`. An
     # attempt handed back by the rate limiter (retry_scheduled, same attempt) was.
     fresh: bool = field(default=True, compare=False)
+    # The attempt the chain started after: 0, or where a re-run continued from. The
+    # first attempt of a chain (attempt_base + 1) is decided like a new occurrence.
+    attempt_base: int = field(default=0, compare=False)
+
+    @property
+    def chain_start(self) -> bool:
+        return self.attempt == self.attempt_base + 1
 
 
 def fire_due(partitions: Partitions, *, lookahead_s: float, batch: int) -> tuple[int, int]:
@@ -118,6 +125,7 @@ def load_pending(numbers: list[int], *, lookahead_s: float, limit: int) -> list[
             row.scheduled_for,
             row.trigger,
             row.state == ExecutionState.SCHEDULED,
+            row.attempt_base,
         )
         for row in store.pending_executions(numbers=numbers, lookahead=lookahead_s, limit=limit)
     ]

@@ -96,6 +96,7 @@ class PendingRow(NamedTuple):
     scheduled_for: datetime | None
     trigger: str
     state: str
+    attempt_base: int
 
 
 class ActiveRun(NamedTuple):

@@ -7,6 +7,7 @@ with NOTIFY, which PostgreSQL delivers only when the transaction commits.
   schedules.py  create, update, delete, pause, resume
   triggers.py   run now
   jobs.py       one-off jobs with an idempotency key
+  runs.py       cancel and re-run of one execution
 
 Callers use `from dispatch import services; services.x`: every public name is here.
 """
@@ -24,6 +25,11 @@ from dispatch.services.jobs import (
     job_create,
     request_digest,
 )
+from dispatch.services.runs import (
+    CancelResult,
+    execution_cancel,
+    execution_rerun,
+)
 from dispatch.services.schedules import (
     schedule_create,
     schedule_delete,
@@ -40,8 +46,11 @@ __all__ = [
     "TRIGGER_RETRY_AFTER_S",
     "WAKE_CHANNEL",
     "WAKE_HORIZON",
+    "CancelResult",
     "_save_unique",
     "db_now",
+    "execution_cancel",
+    "execution_rerun",
     "job_create",
     "request_digest",
     "schedule_create",

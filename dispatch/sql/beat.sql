@@ -238,7 +238,8 @@ WHERE e.schedule_id = ANY(%(ids)s::uuid[])
 UPDATE dispatch_execution e
 SET state = 'skipped', finished_at = clock_timestamp(), reason_code = 'overlap_forbid', reason = v.reason
 FROM unnest(%(ids)s::uuid[], %(reasons)s::text[]) AS v(id, reason)
-WHERE e.id = v.id AND e.state = 'scheduled' AND e.attempt = 1
+-- The first attempt of its chain: a new occurrence, or a re-run (attempt_base + 1).
+WHERE e.id = v.id AND e.state = 'scheduled' AND e.attempt = e.attempt_base + 1
 RETURNING e.id
 
 -- name: cancel_for_replace
@@ -273,7 +274,8 @@ WHERE s.id = v.id
 -- name: pending_executions
 -- Executions of our partitions due within the lookahead, waiting to be published (new, retries, or left behind by a crashed beat).
 SELECT e.id, e.attempt, COALESCE(e.next_attempt_at, e.due_at) AS due, s.priority, s.duration_class,
-       e.tenant_id, e.partition, e.schedule_id, s.overlap, e.scheduled_for, e.trigger, e.state
+       e.tenant_id, e.partition, e.schedule_id, s.overlap, e.scheduled_for, e.trigger, e.state,
+       e.attempt_base
 FROM dispatch_execution e
 JOIN dispatch_schedule s ON s.id = e.schedule_id
 WHERE e.partition = ANY(%(numbers)s::int[])

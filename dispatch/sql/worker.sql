@@ -5,6 +5,7 @@
 
 -- name: claim_execution
 -- Claim the execution named by a message if that attempt is current and due (DB clock); bumps the token, writes `claimed`.
+-- `attempt_base`: the attempt a re-run's chain started after (0 for the first chain).
 WITH claimed AS (
     UPDATE dispatch_execution
        SET state = 'running',
@@ -17,7 +18,8 @@ WITH claimed AS (
        AND state IN ('scheduled', 'queued', 'retry_scheduled')
        AND attempt = %(attempt)s
        AND COALESCE(next_attempt_at, due_at) <= now()
- RETURNING id, tenant_id, schedule_id, attempt, fencing_token, scheduled_for
+ RETURNING id, tenant_id, schedule_id, attempt, attempt_base, fencing_token, scheduled_for,
+           target_override
 ), event AS (
     INSERT INTO dispatch_executionevent (tenant_id, schedule_id, execution_id, kind, message, data, actor)
     SELECT tenant_id, schedule_id, id, 'claimed',
@@ -26,8 +28,11 @@ WITH claimed AS (
            %(owner)s
       FROM claimed
 )
-SELECT c.id AS execution_id, c.attempt, c.fencing_token, c.scheduled_for,
-       s.id AS schedule_id, s.name AS schedule_name, s.target, s.retry, s.timeout_s,
+-- A re-run with an edited target runs that target (and its timeout) this once.
+SELECT c.id AS execution_id, c.attempt, c.attempt_base, c.fencing_token, c.scheduled_for,
+       s.id AS schedule_id, s.name AS schedule_name,
+       COALESCE(c.target_override, s.target) AS target, s.retry,
+       COALESCE((c.target_override->>'timeout_s')::int, s.timeout_s) AS timeout_s,
        s.deleted_at IS NOT NULL AS schedule_deleted,
        t.id AS tenant_id, t.slug AS tenant_slug, t.signing_key, t.egress_allow, t.active AS tenant_active,
        EXISTS (SELECT 1 FROM dispatch_schedule_depends_on link WHERE link.to_schedule_id = c.schedule_id)

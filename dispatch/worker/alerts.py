@@ -54,7 +54,10 @@ def notice_payload(execution: Execution) -> dict[str, Any]:
         "schedule_name": execution.schedule.name,
         "execution_id": str(execution.id),
         "scheduled_for": _iso(execution.scheduled_for),
-        "attempts": execution.attempt,
+        # Attempts of the chain that died (a re-run's chain counts from its base).
+        "attempts": execution.attempt - execution.attempt_base,
+        "attempt": execution.attempt,
+        "reruns": execution.reruns,
         "reason_code": execution.reason_code,
         "reason": execution.reason,
         "finished_at": _iso(execution.finished_at),
@@ -68,7 +71,10 @@ def send_dead_notice(*, execution_id: str) -> list[str]:
     )
     if execution is None or execution.state != ExecutionState.DEAD:
         return []
-    if ExecutionEvent.objects.filter(execution=execution, kind=EventKind.ALERT_SENT).exists():
+    # One notice per death: a re-run that dies again (a later attempt) is a new one.
+    if ExecutionEvent.objects.filter(
+        execution=execution, kind=EventKind.ALERT_SENT, data__attempt=execution.attempt
+    ).exists():
         return []
     tenant = execution.tenant
     payload = notice_payload(execution)
@@ -102,7 +108,7 @@ def send_dead_notice(*, execution_id: str) -> list[str]:
                 if sent
                 else f"notice failed: {', '.join(failed)}"
             ),
-            data={"sent": sent, "failed": failed},
+            data={"sent": sent, "failed": failed, "attempt": execution.attempt},
             actor="alerts",
         )
     return sent

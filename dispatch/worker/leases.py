@@ -56,6 +56,9 @@ class Claim:
     egress_allow: list[str]
     tenant_active: bool
     owner: str
+    # The attempt the current chain started after: 0, or the attempt a re-run
+    # continued from. Retries count `attempt - attempt_base` against the policy.
+    attempt_base: int = 0
     # Read at claim time: whether finishing must also fire or skip dependents. A
     # dependent created while this attempt runs takes its first occurrence from
     # the upstream's next run, as it would had it been created a moment later.
@@ -131,6 +134,7 @@ def execution_claim(*, execution_id: str, attempt: int, owner: str, lease_s: flo
         egress_allow=list(_json(row.egress_allow, [])),
         tenant_active=row.tenant_active,
         owner=owner,
+        attempt_base=row.attempt_base,
         has_dependents=row.has_dependents,
     )
 

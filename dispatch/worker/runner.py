@@ -9,6 +9,15 @@ and enforces the attempt's deadline. If a heartbeat finds the token gone
 (the sweeper took the execution over, or an overlap `replace` cancelled it),
 the attempt is stopped at once — HTTP socket shut, process group killed —
 and its result is never applied, only recorded as rejected.
+
+A user's cancel (dispatch/services/runs.py) is such a token bump. Stop bound:
+a cancelled attempt is stopped within EXECUTION_LEASE_S / 3 (the heartbeat
+interval; 10 s at the default 30 s lease) plus one heartbeat round trip plus,
+for a command that ignores SIGTERM, command.KILL_GRACE_S before SIGKILL. Its
+end is recorded as `cancelled_stop`; a completion that raced the cancel and
+arrived before the heartbeat noticed is refused by the token check and
+recorded as `fencing_rejected` (completion). Either way the call may already
+have reached the target.
 """
 
 from __future__ import annotations
@@ -127,9 +136,12 @@ def _ignore(*, execution_id: str, attempt: int, owner: str, peek: Peek | None) -
 class Heartbeat(threading.Thread):
     """Extends the lease every lease/3 and aborts the attempt at its deadline or on lease loss.
 
-    After the deadline plus one lease it stops extending: a target that ignores
-    the abort (stuck in a system call) then loses its lease to the sweeper
-    instead of holding the execution forever.
+    A cancel is seen as a lease loss at the next beat: the stop bound of the module
+    docstring (lease/3 + a round trip + the command's kill grace).
+
+        After the deadline plus one lease it stops extending: a target that ignores
+        the abort (stuck in a system call) then loses its lease to the sweeper
+        instead of holding the execution forever.
     """
 
     def __init__(self, claim: Claim, ctx: RunContext, lease_s: float) -> None:
@@ -261,7 +273,8 @@ def _run_claimed_attempt(claim: Claim, *, lease_s: float) -> str:
         tenant_id=claim.tenant_id,
         schedule_id=claim.schedule_id,
         kind=EventKind.ATTEMPT_STARTED,
-        message=f"attempt {claim.attempt} started by {claim.owner} (timeout {claim.timeout_s} s)",
+        message=f"attempt {claim.attempt - claim.attempt_base} started by {claim.owner} "
+        f"(timeout {claim.timeout_s} s)",
         data={
             "attempt": claim.attempt,
             "fencing_token": claim.fencing_token,
@@ -371,7 +384,11 @@ def _record(claim: Claim, ctx: RunContext | None, outcome: Outcome) -> str:
         return ctx.redact(text) if ctx is not None else text
 
     pol = retry.policy(claim.retry)
+    # The policy counts the attempts of the current chain: a re-run starts again at 1
+    # (`attempt_base` is the attempt it continued from). The row's attempt number —
+    # X-Attempt, the event data — keeps counting.
     n, max_attempts = claim.attempt, int(pol["max_attempts"])
+    k = n - claim.attempt_base
     excerpt = redact(outcome.excerpt)
     error = redact(outcome.error)
     data: dict[str, Any] = {
@@ -396,7 +413,7 @@ def _record(claim: Claim, ctx: RunContext | None, outcome: Outcome) -> str:
             events=[
                 Event(
                     EventKind.ATTEMPT_SUCCEEDED,
-                    f"attempt {n} succeeded{' (' + shown + ')' if shown else ''} "
+                    f"attempt {k} succeeded{' (' + shown + ')' if shown else ''} "
                     f"in {outcome.latency_ms} ms",
                     data,
                 )
@@ -406,7 +423,7 @@ def _record(claim: Claim, ctx: RunContext | None, outcome: Outcome) -> str:
     else:
         failed = Event(
             EventKind.ATTEMPT_FAILED,
-            f"attempt {n} failed after {outcome.latency_ms} ms: {error}",
+            f"attempt {k} failed after {outcome.latency_ms} ms: {error}",
             data
             | {
                 "error": clip(error, 500),
@@ -414,9 +431,9 @@ def _record(claim: Claim, ctx: RunContext | None, outcome: Outcome) -> str:
                 "retryable": outcome.retryable,
             },
         )
-        if outcome.retryable and not retry.exhausted(pol, n):
+        if outcome.retryable and not retry.exhausted(pol, k):
             state = ExecutionState.RETRY_SCHEDULED
-            delay = retry.backoff_s(pol, n, retry_after_s=outcome.retry_after_s)
+            delay = retry.backoff_s(pol, k, retry_after_s=outcome.retry_after_s)
             honoured = (
                 f", honouring Retry-After {outcome.retry_after_s:g} s"
                 if outcome.retry_after_s is not None
@@ -428,12 +445,12 @@ def _record(claim: Claim, ctx: RunContext | None, outcome: Outcome) -> str:
                 delay_s=delay,
                 error=error,
                 reason_code=outcome.reason_code,
-                reason=f"attempt {n} failed: {error}",
+                reason=f"attempt {k} failed: {error}",
                 events=[
                     failed,
                     Event(
                         EventKind.RETRY_SCHEDULED,
-                        f"attempt {n + 1} of {max_attempts} in {delay:.1f} s "
+                        f"attempt {k + 1} of {max_attempts} in {delay:.1f} s "
                         f"({pol['backoff']} backoff{honoured})",
                         {
                             "next_attempt": n + 1,
@@ -449,7 +466,7 @@ def _record(claim: Claim, ctx: RunContext | None, outcome: Outcome) -> str:
             why = (
                 "not retryable"
                 if not outcome.retryable
-                else f"attempts exhausted ({n} of {max_attempts})"
+                else f"attempts exhausted ({k} of {max_attempts})"
             )
             reason = f"{error} — {why}"
             applied = leases.attempt_finish_retrying(
@@ -461,8 +478,8 @@ def _record(claim: Claim, ctx: RunContext | None, outcome: Outcome) -> str:
                     failed,
                     Event(
                         EventKind.DEAD,
-                        f"dead after attempt {n}: {reason}",
-                        {"attempts": n, "reason_code": outcome.reason_code},
+                        f"dead after attempt {k}: {reason}",
+                        {"attempts": k, "reason_code": outcome.reason_code},
                     ),
                 ],
                 after_commit=lambda: alerts.dead_notice_enqueue(claim.execution_id),
