@@ -17,6 +17,7 @@ from django.db import connection
 
 from dispatch import services
 from dispatch.models import Execution, Schedule
+from dispatch.selectors import ERROR_SCAN_ROWS
 from tests.support.console_support import TARGET, World, build_world
 
 pytestmark = pytest.mark.django_db
@@ -318,3 +319,31 @@ def test_operators_link_into_a_tenants_runs_through_the_switch(
     assert set(shown(staff.get(switched["Location"]))) == ids(mix, "dead")
     # A member of one tenant cannot use the link to reach another.
     assert world.client("viewer").get("/runs/?tenant=outsider").status_code == 404
+
+
+def test_error_search_past_its_window_offers_to_search_on(world: World) -> None:
+    """More than ERROR_SCAN_ROWS newer failures above the only match: the first page
+    says so and links on; the link finds it. No total is claimed for the search."""
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            INSERT INTO dispatch_execution (id, schedule_id, tenant_id, scheduled_for, due_at,
+                                            trigger, attempt, state, fencing_token, error)
+            SELECT gen_random_uuid(), %(s)s, %(t)s, %(at)s - g * interval '1 second',
+                   %(at)s - g * interval '1 second', 'cron', 1, 'dead', 0,
+                   CASE WHEN g = %(n)s + 3 THEN 'disk quota exceeded' ELSE 'HTTP 500' END
+            FROM generate_series(1, %(n)s + 5) AS g
+            """,
+            {"s": world.schedule.id, "t": world.tenant.id, "at": BASE, "n": ERROR_SCAN_ROWS},
+        )
+    client = world.client("viewer")
+    first = client.get("/runs/?error=quota")
+    assert shown(first) == [] and "search on below them" in text(first)
+    assert "Matches are not counted for an error-text search" in text(first)
+    nxt = re.search(
+        r'<a href="([^"]+)" id="runs-next" rel="next">Search older failures', text(first)
+    )
+    assert nxt is not None
+    found = shown(client.get(html.unescape(nxt.group(1))))
+    match = Execution.objects.get(tenant=world.tenant, error="disk quota exceeded")
+    assert found == [str(match.id)]
