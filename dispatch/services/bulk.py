@@ -62,7 +62,7 @@ SCHEDULE_FILTERS = ("search", "kind", "paused")
 
 EXECUTION_ACTIONS = ("cancel", "rerun")
 # The execution list's filters (GET /v1/executions), under the runs page's names.
-EXECUTION_FILTERS = ("state", "schedule_id", "from", "to")
+EXECUTION_FILTERS = ("state", "schedule_id", "trigger", "from", "to")
 
 OBJECT_SCHEDULE = "schedule"
 OBJECT_EXECUTION = "execution"
@@ -313,31 +313,33 @@ def _states(flt: dict[str, Any]) -> str | None:
 
 
 def _execution_ids(tenant: Tenant, flt: dict[str, Any]) -> list[str]:
-    """Every execution the execution list shows for this filter, newest first."""
+    """Every execution the runs page shows for this filter, newest first (the
+    same validation and indexes as GET /v1/executions)."""
     schedule_id = flt.get("schedule_id")
     if schedule_id is not None and not isinstance(schedule_id, str | uuid.UUID):
         raise InvalidSchedule.field("filter.schedule_id", "is not a schedule id")
-    found: list[str] = []
-    cursor: str | None = None
-    while True:
-        try:
-            page = selectors.execution_list(
-                tenant=tenant,
-                cursor=cursor,
-                limit=selectors.MAX_PAGE,
-                schedule_id=str(schedule_id) if schedule_id is not None else None,
-                status=_states(flt),
-                since=_filter_instant(flt, "from"),
-                until=_filter_instant(flt, "to"),
-            )
-        except (InvalidSchedule, InvalidInput) as exc:
-            raise _in_filter(exc, {"status": "state"}) from None
-        found += [str(e.id) for e in page.items]
-        if len(found) > _max_items():
-            raise _over_limit("executions")
-        if page.next_cursor is None:
-            return found
-        cursor = page.next_cursor
+    trigger = flt.get("trigger")
+    if trigger is not None and not isinstance(trigger, str):
+        raise InvalidSchedule.field("filter.trigger", "must be a trigger")
+    try:
+        chosen = selectors.execution_filter(
+            state=_states(flt),
+            schedule_id=schedule_id,
+            trigger=trigger,
+            since=_filter_instant(flt, "from"),
+            until=_filter_instant(flt, "to"),
+        )
+    except (InvalidSchedule, InvalidInput) as exc:
+        raise _in_filter(exc) from None
+    rows = (
+        selectors.executions_matching(tenant=tenant, flt=chosen)
+        .order_by("-scheduled_for", "-id")
+        .values_list("id", flat=True)[: _max_items() + 1]
+    )
+    found = [str(pk) for pk in rows]
+    if len(found) > _max_items():
+        raise _over_limit("executions")
+    return found
 
 
 def bulk_executions(
