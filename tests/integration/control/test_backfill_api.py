@@ -197,6 +197,8 @@ def test_viewer_reads_operator_writes_and_another_tenants_backfill_is_404(
         ("0 * * * *", MARCH, 167),
         # ...and the 02:30 run moves to 03:00 CEST, the first instant after the gap.
         ("30 2 * * *", MARCH, 7),
+        # Hashed fields: the minute this schedule's id gives, in every real hour.
+        ("H * * * *", OCTOBER, 169),
     ],
 )
 def test_dst_week_dry_run_equals_the_preview_and_what_the_pump_creates(
@@ -210,6 +212,10 @@ def test_dst_week_dry_run_equals_the_preview_and_what_the_pump_creates(
     planned = [o["scheduled_for"] for o in plan["occurrences"]]
     assert len(planned) == expected == plan["total"] == plan["counts"]["create"]
     assert {o["action"] for o in plan["occurrences"]} == {"create"}
+    if cron.startswith("H"):
+        upcoming = Schedule.objects.get(pk=sid).next_run_at
+        assert upcoming is not None
+        assert {datetime.fromisoformat(at).minute for at in planned} == {upcoming.minute}
     assert planned == preview(api, sid, start, end)
     assert not Execution.objects.filter(schedule_id=sid).exists()  # a dry run writes nothing
     assert not Backfill.objects.exists()
