@@ -524,3 +524,19 @@ def test_reprocess_failed_reruns_only_what_did_not_succeed(api: APIClient, tenan
     # Re-run as the user who created the backfill.
     assert {a.actor_label for a in audits} == {b.created_by}
     assert Execution.objects.filter(schedule_id=sid).count() == 5
+
+
+def test_a_rerun_entry_no_longer_final_is_skipped(api: APIClient, tenant: Tenant) -> None:
+    sid = make(api, "0 0 * * *", tz="UTC")
+    row = execution_row(
+        Schedule.objects.get(pk=sid), datetime(2026, 11, 26, tzinfo=UTC), state="dead"
+    )
+    body = {"from": "2026-11-26T00:00:00Z", "to": "2026-11-27T00:00:00Z", "reprocess": "all"}
+    bid = backfill(api, sid, **body).json()["id"]
+    # Re-run by someone else between the plan and the pump: it is running now.
+    Execution.objects.filter(pk=row.pk).update(state="running")
+    assert pump.pump_once() == 1
+    b = Backfill.objects.get(pk=bid)
+    assert (b.rerun, b.skipped, b.position) == (0, 1, 1)
+    row.refresh_from_db()
+    assert (row.state, row.reruns, row.backfill_id) == ("running", 0, None)
