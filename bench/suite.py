@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import api, backfill, burst, e2e, flatten, limits, scale, steady
+from bench import api, backfill, burst, e2e, flatten, limits, runs, scale, steady
 from bench.common import (
     dispatch_ceiling,
     load_results,
@@ -73,6 +73,12 @@ BENCHES: dict[str, Bench] = {
         report=api.report,
         summary=lambda d, o: api.summary(d),
     ),
+    "runs": Bench(
+        key=lambda o: runs.KEY,
+        run=lambda o: runs.run(o["rows"], o["schedules"], o["requests"], o["keep"]),
+        report=runs.report,
+        summary=lambda d, o: runs.summary(d),
+    ),
     "flatten": Bench(
         key=lambda o: flatten.KEY,
         run=lambda o: flatten.run(o["n"], o["jitter"], o["beats"]),
@@ -86,7 +92,7 @@ BENCHES: dict[str, Bench] = {
         summary=lambda d, o: backfill.summary(d),
     ),
 }
-ORDER = ("limits", "burst", "steady", "e2e", "scale", "api", "flatten", "backfill")
+ORDER = ("limits", "burst", "steady", "e2e", "scale", "api", "runs", "flatten", "backfill")
 SUMMARY_KEYS = ["name", "figure", "value", "ceiling", "ratio"]
 
 
