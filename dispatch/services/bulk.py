@@ -62,7 +62,7 @@ SCHEDULE_FILTERS = ("search", "kind", "paused")
 
 EXECUTION_ACTIONS = ("cancel", "rerun")
 # The execution list's filters (GET /v1/executions), under the runs page's names.
-EXECUTION_FILTERS = ("state", "schedule_id", "from", "to")
+EXECUTION_FILTERS = ("state", "schedule_id", "trigger", "from", "to")
 
 OBJECT_SCHEDULE = "schedule"
 OBJECT_EXECUTION = "execution"
@@ -122,10 +122,9 @@ def _targets(
     return resolve(filter)
 
 
-def _in_filter(exc: AppError, names: dict[str, str] | None = None) -> InvalidSchedule:
-    """A list read's field error, renamed to the filter field the request used."""
+def _in_filter(exc: AppError) -> InvalidSchedule:
+    """A list read's field error, named as the filter field the request used."""
     field, reasons = next(iter(exc.detail.items()), ("filter", [exc.message]))
-    field = (names or {}).get(field, field)
     return InvalidSchedule.field(f"filter.{field}", reasons[0])
 
 
@@ -302,13 +301,14 @@ def _filter_instant(flt: dict[str, Any], name: str) -> datetime | None:
     return parse_instant(raw, f"filter.{name}")
 
 
-def _states(flt: dict[str, Any]) -> str | None:
-    raw = flt.get("state")
+def _choice_list(flt: dict[str, Any], name: str) -> str | None:
+    """A filter's state or trigger: one value or a list, as the list read's comma form."""
+    raw = flt.get(name)
     if raw is None:
         return None
     values = raw if isinstance(raw, list) else [raw]
     if not values or not all(isinstance(v, str) and v for v in values):
-        raise InvalidSchedule.field("filter.state", "must be a state or a list of states")
+        raise InvalidSchedule.field(f"filter.{name}", f"must be a {name} or a list of them")
     return ",".join(values)
 
 
@@ -317,27 +317,26 @@ def _execution_ids(tenant: Tenant, flt: dict[str, Any]) -> list[str]:
     schedule_id = flt.get("schedule_id")
     if schedule_id is not None and not isinstance(schedule_id, str | uuid.UUID):
         raise InvalidSchedule.field("filter.schedule_id", "is not a schedule id")
-    found: list[str] = []
-    cursor: str | None = None
-    while True:
-        try:
-            page = selectors.execution_list(
-                tenant=tenant,
-                cursor=cursor,
-                limit=selectors.MAX_PAGE,
-                schedule_id=str(schedule_id) if schedule_id is not None else None,
-                status=_states(flt),
-                since=_filter_instant(flt, "from"),
-                until=_filter_instant(flt, "to"),
-            )
-        except (InvalidSchedule, InvalidInput) as exc:
-            raise _in_filter(exc, {"status": "state"}) from None
-        found += [str(e.id) for e in page.items]
-        if len(found) > _max_items():
-            raise _over_limit("executions")
-        if page.next_cursor is None:
-            return found
-        cursor = page.next_cursor
+    try:
+        matching = selectors.execution_filter(
+            state=_choice_list(flt, "state"),
+            schedule_id=schedule_id,
+            trigger=_choice_list(flt, "trigger"),
+            since=_filter_instant(flt, "from"),
+            until=_filter_instant(flt, "to"),
+        )
+    except (InvalidSchedule, InvalidInput) as exc:
+        raise _in_filter(exc) from None
+    # One index-ordered read, one row past the bound to tell "over the limit".
+    found = [
+        str(pk)
+        for pk in selectors.executions_matching(tenant=tenant, flt=matching)
+        .order_by("-scheduled_for", "-id")
+        .values_list("id", flat=True)[: _max_items() + 1]
+    ]
+    if len(found) > _max_items():
+        raise _over_limit("executions")
+    return found
 
 
 def bulk_executions(
