@@ -122,6 +122,16 @@ def _targets(
     return resolve(filter)
 
 
+def _jsonable(flt: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A filter as the operation records it (instants and ids as text)."""
+    if flt is None:
+        return None
+    return {
+        k: v.isoformat() if isinstance(v, datetime) else str(v) if isinstance(v, uuid.UUID) else v
+        for k, v in flt.items()
+    }
+
+
 def _in_filter(exc: AppError) -> InvalidSchedule:
     """A list read's field error, named as the filter field the request used."""
     field, reasons = next(iter(exc.detail.items()), ("filter", [exc.message]))
@@ -280,16 +290,6 @@ def schedules_dry_run(tenant: Tenant, action: str, targets: list[str]) -> dict[s
 
 
 # --- executions ------------------------------------------------------------------------
-
-
-def _jsonable(flt: dict[str, Any] | None) -> dict[str, Any] | None:
-    """A filter as the operation records it (instants and ids as text)."""
-    if flt is None:
-        return None
-    return {
-        k: v.isoformat() if isinstance(v, datetime) else str(v) if isinstance(v, uuid.UUID) else v
-        for k, v in flt.items()
-    }
 
 
 def _filter_instant(flt: dict[str, Any], name: str) -> datetime | None:
