@@ -390,6 +390,15 @@ EMAIL_BACKEND = (
     get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
     or "django.core.mail.backends.console.EmailBackend"
 )
+# The SMTP relay of django.core.mail.backends.smtp.EmailBackend (alert channels of kind
+# email). The password comes from the environment or, as every secret-bearing
+# variable, from EMAIL_HOST_PASSWORD_FILE (a mounted Vault/Kubernetes secret).
+EMAIL_HOST = get("EMAIL_HOST", "localhost") or "localhost"
+EMAIL_PORT = get_int("EMAIL_PORT", 25)
+EMAIL_HOST_USER = get("EMAIL_HOST_USER", "") or ""
+EMAIL_HOST_PASSWORD = get("EMAIL_HOST_PASSWORD", "") or ""
+EMAIL_USE_TLS = get_bool("EMAIL_USE_TLS", False)
+EMAIL_TIMEOUT = get_int("EMAIL_TIMEOUT", 10)
 
 # --- Web console (issue 6) ---
 # A strict Content-Security-Policy on the console's pages (config/security.py):

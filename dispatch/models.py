@@ -9,7 +9,7 @@ from django.db.models import Q
 from django.db.models.functions import Now
 
 # The vocabulary lives in dispatch.states; re-exported for the model's callers.
-from dispatch.states import BackfillOrder, ControlState, ItemStatus, Reprocess
+from dispatch.states import BackfillOrder, ChannelKind, ControlState, ItemStatus, Reprocess
 from dispatch.states import DurationClass as DurationClass
 from dispatch.states import ExecutionState as ExecutionState
 from dispatch.states import Kind as Kind
@@ -551,3 +551,30 @@ class OperationItem(models.Model):
 
     def __str__(self) -> str:
         return f"{self.object_id} {self.status}"
+
+
+class AlertChannel(models.Model):
+    """Where a tenant's alerts go: an email list, a Slack-compatible or a signed webhook.
+
+    `config` holds addresses and secret REFERENCES only (dispatch/alerting/channel_config.py
+    validates it); the values behind the references are read at send time.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+", db_index=False)
+    name = models.CharField(max_length=100)
+    kind = models.CharField(max_length=12, choices=ChannelKind.choices)
+    config = models.JSONField(default=dict, blank=True)
+    enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(db_default=Now())
+    updated_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        ordering = ["tenant", "name"]
+        constraints = [
+            # Also the tenant's index: every read starts from the tenant.
+            models.UniqueConstraint(fields=["tenant", "name"], name="alert_channel_name_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} channel {self.name}"

@@ -238,6 +238,19 @@ class AuditAction(models.TextChoices):
     BACKFILL_CANCEL = "backfill.cancel"
     OPERATION_CREATE = "operation.create"
     OPERATION_CANCEL = "operation.cancel"
+    # Alert channels (object_type "alert_channel"; admins only).
+    ALERT_CHANNEL_CREATE = "alert_channel.create"
+    ALERT_CHANNEL_UPDATE = "alert_channel.update"
+    ALERT_CHANNEL_DELETE = "alert_channel.delete"
+    ALERT_CHANNEL_TEST = "alert_channel.test"
+
+
+class ChannelKind(models.TextChoices):
+    """Where an alert channel delivers (dispatch/alerting)."""
+
+    EMAIL = "email"
+    SLACK = "slack"  # Slack-compatible incoming webhook: {"text": ...} (Mattermost, Teams too)
+    WEBHOOK = "webhook"  # the generic webhook: a JSON event signed with the tenant's key
 
 
 class EventData:

@@ -1,6 +1,6 @@
 from django.urls import path, re_path
 
-from dispatch.api import backfills, bulk, jobs, runs, views
+from dispatch.api import alerts, backfills, bulk, jobs, runs, views
 
 urlpatterns = [
     path("schedules", views.ScheduleListView.as_view(), name="api-schedules"),
@@ -75,5 +75,16 @@ urlpatterns = [
     ),
     re_path(
         r"^operations/(?P<pk>[^/:]+)$", bulk.OperationDetailView.as_view(), name="api-operation"
+    ),
+    path("alert-channels", alerts.AlertChannelListView.as_view(), name="api-alert-channels"),
+    re_path(
+        r"^alert-channels/(?P<pk>[^/:]+):test$",
+        alerts.AlertChannelTestView.as_view(),
+        name="api-alert-channel-test",
+    ),
+    re_path(
+        r"^alert-channels/(?P<pk>[^/:]+)$",
+        alerts.AlertChannelDetailView.as_view(),
+        name="api-alert-channel",
     ),
 ]

@@ -7,12 +7,14 @@
   ops.py         the platform operators' cross-tenant reads
   backfills.py   backfills: the plan of a range (dry run), one with its progress, a schedule's
   operations.py  bulk operations: one, a page of its items
+  alerts.py      a tenant's alert channels: the list, one
 
 Callers use `from dispatch import selectors; selectors.x`: every public name is here.
 """
 
 from __future__ import annotations
 
+from dispatch.selectors.alerts import alert_channel_get, alert_channel_list
 from dispatch.selectors.backfills import (
     BACKFILL_MAX_CONCURRENT,
     BackfillPlan,
@@ -121,6 +123,8 @@ __all__ = [
     "Usage",
     "WorkerSeen",
     "_encode_cursor",
+    "alert_channel_get",
+    "alert_channel_list",
     "as_uuid",
     "backfill_get",
     "backfill_list",

@@ -10,6 +10,7 @@ with NOTIFY, which PostgreSQL delivers only when the transaction commits.
   runs.py       cancel and re-run of one execution
   backfills.py  backfill a past range (with a dry run), cancel a backfill
   job_cancel.py cancel a one-off job that has not started
+  alert_channels.py  alert channels: create, update, delete, send a test (admins)
   bulk.py       bulk actions by ids or filter, as operations (worked here or by the control pump)
 
 Callers use `from dispatch import services; services.x`: every public name is here.
@@ -18,6 +19,12 @@ Callers use `from dispatch import services; services.x`: every public name is he
 from __future__ import annotations
 
 from core.db import db_now  # the clock callers of services use
+from dispatch.services.alert_channels import (
+    alert_channel_create,
+    alert_channel_delete,
+    alert_channel_test,
+    alert_channel_update,
+)
 from dispatch.services.backfills import (
     BackfillResult,
     backfill_cancel,
@@ -65,6 +72,10 @@ __all__ = [
     "BulkOutcome",
     "CancelResult",
     "_save_unique",
+    "alert_channel_create",
+    "alert_channel_delete",
+    "alert_channel_test",
+    "alert_channel_update",
     "backfill_cancel",
     "backfill_create",
     "bulk_executions",

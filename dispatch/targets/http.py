@@ -78,34 +78,34 @@ def _latin1(value: str) -> bool:
     return True
 
 
-def clean(config: dict[str, Any], *, tenant: Tenant) -> dict[str, Any]:
-    require_keys(config, allowed=KEYS)
-    url = clean_str(config, "url", required=True, max_len=MAX_URL)
+def clean_url(url: str, *, tenant: Tenant, field: str = "target.url") -> str:
+    """A tenant-supplied http(s) URL checked for shape and by the save-time SSRF guard
+    (targets, and the alert channels' webhooks); `field` names it in errors."""
     try:
         parts = urlsplit(url)
         port = parts.port
     except ValueError as exc:
-        raise InvalidSchedule.field("target.url", f"is not a valid URL ({exc})") from None
+        raise InvalidSchedule.field(field, f"is not a valid URL ({exc})") from None
     if parts.scheme not in {"http", "https"}:
-        raise InvalidSchedule.field("target.url", "scheme must be http or https")
+        raise InvalidSchedule.field(field, "scheme must be http or https")
     if parts.username is not None or parts.password is not None or "@" in parts.netloc:
         raise InvalidSchedule.field(
-            "target.url", "must not carry credentials; put them in a header as a secret reference"
+            field, "must not carry credentials; put them in a header as a secret reference"
         )
     host = parts.hostname or ""
     if not host:
-        raise InvalidSchedule.field("target.url", "has no host")
+        raise InvalidSchedule.field(field, "has no host")
     if any(c in url for c in "\r\n\t ") or any(ord(c) < 32 for c in url):
-        raise InvalidSchedule.field("target.url", "contains whitespace or control characters")
+        raise InvalidSchedule.field(field, "contains whitespace or control characters")
     if not (parts.path + parts.query).isascii():
         # http.client sends the request line as ASCII: percent-encode the rest.
         raise InvalidSchedule.field(
-            "target.url", "path and query must be ASCII (percent-encode other characters)"
+            field, "path and query must be ASCII (percent-encode other characters)"
         )
     for name, _ in parse_qsl(parts.query, keep_blank_values=True):
         if credential_like(name, query=True):
             raise InvalidSchedule.field(
-                "target.url",
+                field,
                 f"query parameter {name!r} looks like a credential; use a header with a secret reference",
             )
     try:
@@ -114,48 +114,59 @@ def clean(config: dict[str, Any], *, tenant: Tenant) -> dict[str, Any]:
             host, allow=netguard.AllowList.parse(tenant.egress_allow), port=port or default_port
         )
     except netguard.Denied as denied:
-        raise InvalidSchedule.field("target.url", denied.reason) from None
+        raise InvalidSchedule.field(field, denied.reason) from None
     if port is not None and not 1 <= port <= 65535:
-        raise InvalidSchedule.field("target.url", "port out of range")
+        raise InvalidSchedule.field(field, "port out of range")
+    return url
 
-    method = clean_str(config, "method", required=False, max_len=8, default="POST").upper()
-    if method not in METHODS:
-        raise InvalidSchedule.field("target.method", f"must be one of {', '.join(sorted(METHODS))}")
 
-    headers_in = config.get("headers", {})
+def clean_headers(
+    headers_in: Any, *, tenant: Tenant, field: str = "target.headers"
+) -> dict[str, Any]:
+    """Header name → string, or a secret reference for anything credential-like."""
     if not isinstance(headers_in, dict):
-        raise InvalidSchedule.field("target.headers", "must be an object of header name to value")
+        raise InvalidSchedule.field(field, "must be an object of header name to value")
     if len(headers_in) > MAX_HEADERS:
-        raise InvalidSchedule.field("target.headers", f"at most {MAX_HEADERS} headers")
+        raise InvalidSchedule.field(field, f"at most {MAX_HEADERS} headers")
     headers: dict[str, Any] = {}
     for name, value in headers_in.items():
-        field = f"target.headers.{name}"
+        where = f"{field}.{name}"
         if not HEADER_NAME.match(name):
-            raise InvalidSchedule.field(field, "is not a valid header name")
+            raise InvalidSchedule.field(where, "is not a valid header name")
         if name.lower() in FORBIDDEN_HEADERS:
-            raise InvalidSchedule.field(field, "is set by the platform and may not be supplied")
+            raise InvalidSchedule.field(where, "is set by the platform and may not be supplied")
         if isinstance(value, dict):
-            headers[name] = clean_secret_ref(value, field=field, tenant=tenant)
+            headers[name] = clean_secret_ref(value, field=where, tenant=tenant)
         elif isinstance(value, str):
             # Credential-bearing headers must be secret references, never literal values.
             if credential_like(name):
                 raise InvalidSchedule.field(
-                    field,
+                    where,
                     'carries a credential: give a secret reference {"secret": "vault:..."}, not the value',
                 )
             if len(value) > 4096 or any(c in value for c in "\r\n\x00"):
                 raise InvalidSchedule.field(
-                    field, "must be at most 4096 characters without line breaks"
+                    where, "must be at most 4096 characters without line breaks"
                 )
             if not _latin1(value):
                 # http.client sends header values as Latin-1: anything else would
                 # be accepted here and then fail every single run.
                 raise InvalidSchedule.field(
-                    field, "must be Latin-1 text (percent- or base64-encode other characters)"
+                    where, "must be Latin-1 text (percent- or base64-encode other characters)"
                 )
             headers[name] = value
         else:
-            raise InvalidSchedule.field(field, "must be a string or a secret reference")
+            raise InvalidSchedule.field(where, "must be a string or a secret reference")
+    return headers
+
+
+def clean(config: dict[str, Any], *, tenant: Tenant) -> dict[str, Any]:
+    require_keys(config, allowed=KEYS)
+    url = clean_url(clean_str(config, "url", required=True, max_len=MAX_URL), tenant=tenant)
+    method = clean_str(config, "method", required=False, max_len=8, default="POST").upper()
+    if method not in METHODS:
+        raise InvalidSchedule.field("target.method", f"must be one of {', '.join(sorted(METHODS))}")
+    headers = clean_headers(config.get("headers", {}), tenant=tenant)
 
     body = config.get("body")
     if body is not None:

@@ -15,7 +15,6 @@ import logging
 import time
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.mail import send_mail
@@ -23,6 +22,7 @@ from django.core.mail import send_mail
 from dispatch.models import Execution, ExecutionEvent
 from dispatch.queues import queue_name
 from dispatch.states import EventKind, ExecutionState
+from dispatch.targets import http as http_target
 from dispatch.targets import netguard
 
 log = logging.getLogger("dispatch.alerts")
@@ -115,39 +115,15 @@ def send_dead_notice(*, execution_id: str) -> list[str]:
 
 
 def _post_webhook(url: str, payload: dict[str, Any], *, tenant: Any) -> int:
-    from dispatch.targets import http as http_target
+    from dispatch.alerting.delivery import post_json
 
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError("not an http(s) URL")
-    tls = parts.scheme == "https"
-    port = parts.port or (443 if tls else 80)
-    timeout = float(settings.ALERT_WEBHOOK_TIMEOUT_S)
-    addresses = http_target.resolve_checked(
-        parts.hostname,
-        port,
-        allow=netguard.AllowList.parse(tenant.egress_allow),
-        timeout=timeout,
-    )
     body = json.dumps(payload, separators=(",", ":")).encode()
     timestamp = int(time.time())
     headers = {
-        "Content-Type": "application/json",
-        "User-Agent": http_target.USER_AGENT,
         "X-Execution-Id": payload["execution_id"],
         "X-Signature-Timestamp": str(timestamp),
         "X-Signature": http_target.sign(
             tenant.signing_key, timestamp, payload["execution_id"], body
         ),
     }
-    conn = http_target.PinnedConnection(
-        parts.hostname, port, addresses=addresses, tls=tls, timeout=timeout
-    )
-    try:
-        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        conn.request("POST", path, body=body, headers=headers)
-        response = conn.getresponse()
-        response.read(64 * 1024)
-        return int(response.status)
-    finally:
-        conn.close()
+    return post_json(url, body, headers, tenant=tenant)
