@@ -386,6 +386,13 @@ TARGET_BROKERS = _target_brokers()
 # Dead-execution notices to the owning tenant (webhook and/or email).
 ALERT_WEBHOOK_TIMEOUT_S = get_int("ALERT_WEBHOOK_TIMEOUT_S", 5)
 ALERT_EMAIL_FROM = get("ALERT_EMAIL_FROM", "scheduler@localhost") or "scheduler@localhost"
+# The alert outbox's sender (dispatch/alerting/outbox.py, on the beats' control pump):
+# tries per alert, exponential backoff between them, and how long a claimed alert is
+# left to its sender before another may take it up (a crash mid-send: one duplicate).
+ALERT_MAX_ATTEMPTS = get_int("ALERT_MAX_ATTEMPTS", 8)
+ALERT_RETRY_INITIAL_S = get_int("ALERT_RETRY_INITIAL_S", 5)
+ALERT_RETRY_MAX_S = get_int("ALERT_RETRY_MAX_S", 900)
+ALERT_SEND_LEASE_S = get_int("ALERT_SEND_LEASE_S", 60)
 EMAIL_BACKEND = (
     get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
     or "django.core.mail.backends.console.EmailBackend"

@@ -9,7 +9,15 @@ from django.db.models import Q
 from django.db.models.functions import Now
 
 # The vocabulary lives in dispatch.states; re-exported for the model's callers.
-from dispatch.states import BackfillOrder, ChannelKind, ControlState, ItemStatus, Reprocess
+from dispatch.states import (
+    AlertKind,
+    AlertState,
+    BackfillOrder,
+    ChannelKind,
+    ControlState,
+    ItemStatus,
+    Reprocess,
+)
 from dispatch.states import DurationClass as DurationClass
 from dispatch.states import ExecutionState as ExecutionState
 from dispatch.states import Kind as Kind
@@ -60,6 +68,10 @@ class Schedule(models.Model):
     paused_reason = models.CharField(max_length=500, blank=True)
     paused_by = models.CharField(max_length=200, blank=True)
     version = models.PositiveIntegerField(default=1)
+    # A failure alert went out and no success has followed yet (set and cleared by the
+    # alert decision, dispatch/sql/alerts.sql): read with the claim, so only a success
+    # that may owe a recovery alert pays for deciding one.
+    alert_failing = models.BooleanField(db_default=False)
     # NULL, not "", for jobs without a key: the partial unique index ignores NULLs.
     idempotency_key = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001
     request_digest = models.CharField(max_length=64, blank=True)
@@ -578,3 +590,88 @@ class AlertChannel(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} channel {self.name}"
+
+
+class AlertPolicy(models.Model):
+    """When a tenant's schedules alert: the tenant default (`schedule` null) or one
+    schedule's override (a whole policy: it replaces the default, field by field)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+", db_index=False)
+    schedule = models.OneToOneField(
+        Schedule, null=True, blank=True, on_delete=models.CASCADE, related_name="alert_policy"
+    )
+    # Alert on the Nth consecutive dead/timed_out occurrence (cancelled and skipped ones
+    # neither count nor break the streak).
+    failure_threshold = models.PositiveIntegerField(default=1)
+    recovery = models.BooleanField(default=True)
+    # While still failing, alert again on a failure at least this long after the last
+    # failure alert (0: never).
+    realert_s = models.PositiveIntegerField(default=0)
+    # Where: these channels; none chosen means every enabled channel of the tenant.
+    channels = models.ManyToManyField(AlertChannel, blank=True, related_name="+")
+    updated_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant"], condition=Q(schedule__isnull=True), name="alert_policy_default"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"alert policy {'default' if self.schedule_id is None else self.schedule_id}"
+
+
+class Alert(models.Model):
+    """The alert outbox: one row per (schedule, occurrence, kind), written in the
+    transaction that changed the execution, delivered by the control pump's sender
+    (dispatch/alerting/outbox.py) with retries."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+", db_index=False)
+    schedule = models.ForeignKey(
+        Schedule, on_delete=models.CASCADE, related_name="+", db_index=False
+    )
+    # No database constraint: retention deletes old executions with plain SQL, and an
+    # alert (its payload says what happened) may outlive the row it was about.
+    execution = models.ForeignKey(
+        Execution,
+        null=True,
+        blank=True,
+        on_delete=models.DO_NOTHING,
+        related_name="+",
+        db_index=False,
+        db_constraint=False,
+    )
+    scheduled_for = models.DateTimeField()
+    kind = models.CharField(max_length=16, choices=AlertKind.choices)
+    payload = models.JSONField(default=dict)
+    state = models.CharField(max_length=12, choices=AlertState.choices, default=AlertState.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    # Channel ids that already took this alert: a retry sends only to the others.
+    delivered = models.JSONField(default=list, blank=True)
+    last_error = models.CharField(max_length=500, blank=True)
+    created_at = models.DateTimeField(db_default=Now())
+    sent_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["schedule", "scheduled_for", "kind"], name="alert_dedup"
+            )
+        ]
+        indexes = [
+            # The sender's queue.
+            models.Index(
+                fields=["next_attempt_at"],
+                condition=Q(state=AlertState.PENDING),
+                name="alert_pending",
+            ),
+            # The decision's "latest failure / recovery alert of this schedule".
+            models.Index(fields=["schedule", "kind", "-scheduled_for"], name="alert_schedule_kind"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} alert {self.id} {self.state}"

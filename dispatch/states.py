@@ -253,6 +253,21 @@ class ChannelKind(models.TextChoices):
     WEBHOOK = "webhook"  # the generic webhook: a JSON event signed with the tenant's key
 
 
+class AlertKind(models.TextChoices):
+    """What an alert (dispatch.models.Alert) says happened."""
+
+    FAILURE = "failure"  # the Nth consecutive dead/timed_out occurrence (or a re-alert)
+    RECOVERY = "recovery"  # the first success after a failure alert
+
+
+class AlertState(models.TextChoices):
+    """An alert in the outbox: waiting for (another) delivery attempt, delivered, given up."""
+
+    PENDING = "pending"
+    SENT = "sent"
+    FAILED = "failed"
+
+
 class EventData:
     """Keys of `ExecutionEvent.data` that link an event to other records by id.
 

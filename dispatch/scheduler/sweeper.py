@@ -23,6 +23,7 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
+from dispatch.alerting import decision
 from dispatch.models import ExecutionEvent
 from dispatch.scheduler import dependencies, store
 from dispatch.states import EventKind, ExecutionState
@@ -147,6 +148,8 @@ def sweep_expired_leases(*, partitions: list[int] | None, limit: int = 500) -> i
         buried = [eid for eid in applied if plans[eid]["state"] == ExecutionState.DEAD]
         if buried:
             dependencies.propagate(execution_ids=buried)
+            # The failure alerts these deaths owe commit with them (the outbox).
+            decision.decide(execution_ids=buried)
     if applied:
         log.info("swept %d execution(s) with expired leases or overrun timeouts", len(applied))
     return len(applied)

@@ -36,7 +36,8 @@ SELECT c.id AS execution_id, c.attempt, c.attempt_base, c.fencing_token, c.sched
        s.deleted_at IS NOT NULL AS schedule_deleted,
        t.id AS tenant_id, t.slug AS tenant_slug, t.signing_key, t.egress_allow, t.active AS tenant_active,
        EXISTS (SELECT 1 FROM dispatch_schedule_depends_on link WHERE link.to_schedule_id = c.schedule_id)
-           AS has_dependents
+           AS has_dependents,
+       s.alert_failing
   FROM claimed c
   JOIN dispatch_schedule s ON s.id = c.schedule_id
   JOIN tenants_tenant t ON t.id = c.tenant_id

@@ -28,9 +28,10 @@ import psycopg
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection, transaction
 
+from dispatch.alerting import decision
 from dispatch.scheduler import dependencies
 from dispatch.sql import sql
-from dispatch.states import FINAL_STATES
+from dispatch.states import FINAL_STATES, ExecutionState
 from dispatch.targets.runtime import clip
 
 log = logging.getLogger("dispatch.worker")
@@ -63,6 +64,9 @@ class Claim:
     # dependent created while this attempt runs takes its first occurrence from
     # the upstream's next run, as it would had it been created a moment later.
     has_dependents: bool = True
+    # Read at claim time: the schedule has a failure alert not yet followed by a
+    # recovery, so a success must decide one (dispatch/alerting/decision.py).
+    alert_failing: bool = False
 
 
 @dataclass(frozen=True)
@@ -136,6 +140,7 @@ def execution_claim(*, execution_id: str, attempt: int, owner: str, lease_s: flo
         owner=owner,
         attempt_base=row.attempt_base,
         has_dependents=row.has_dependents,
+        alert_failing=row.alert_failing,
     )
 
 
@@ -208,9 +213,14 @@ def attempt_finish(
     if the change was applied and committed (e.g. the dead-execution notice).
     """
     propagate = claim.has_dependents and state in FINAL_STATES
+    # A death may owe a failure alert, a success after a failure alert a recovery:
+    # the decision commits with the state change (the alert outbox).
+    alerting = state == ExecutionState.DEAD or (
+        state == ExecutionState.SUCCEEDED and claim.alert_failing
+    )
     # One statement in autocommit when nothing else must commit with it (the
     # common case): no BEGIN/COMMIT round trips on the worker's hot path.
-    with transaction.atomic() if propagate else contextlib.nullcontext():
+    with transaction.atomic() if propagate or alerting else contextlib.nullcontext():
         done = sql.one(
             "finish_attempt",
             {
@@ -233,6 +243,8 @@ def attempt_finish(
         if applied and propagate:
             # Same transaction: a dependent's occurrence exists iff the upstream's outcome does.
             dependencies.propagate(execution_ids=[claim.execution_id])
+        if applied and alerting:
+            decision.decide(execution_ids=[claim.execution_id])
         if applied and after_commit is not None:
             # In autocommit on_commit runs at once: the statement has committed.
             transaction.on_commit(after_commit)

@@ -1,0 +1,165 @@
+"""The alert sender: delivers the outbox (dispatch_alert) with retries and backoff.
+
+Where it runs: a step of the control pump (dispatch/scheduler/control.py), a
+thread with its own connection in every beat process, so alerts go out while any
+beat is up and no firing cycle ever waits on a tenant's slow webhook. Several
+beats share the work with `FOR UPDATE SKIP LOCKED`.
+
+Guarantee: the decision row is committed with the execution's state change
+(decision.py); a claim commits `attempts + 1` and pushes `next_attempt_at` out by
+ALERT_SEND_LEASE_S before anything is sent, so a sender that dies mid-batch
+leaves its alerts to be taken up again after that lease — nothing is lost, and a
+channel that took a message before the crash may see it once more (receivers
+dedupe on `alert_id`). Channels that took an alert are recorded (`delivered`), so
+a retry after a partial failure goes only to the others. Each attempt is an
+`alert_sent` / `alert_failed` event on the execution's timeline.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+
+from dispatch.alerting import delivery
+from dispatch.models import AlertChannel, AlertPolicy, ExecutionEvent
+from dispatch.sql import sql
+from dispatch.states import AlertKind, AlertState, EventKind
+from tenants.models import Tenant
+
+log = logging.getLogger("dispatch.alerts")
+BATCH = 20
+ACTOR = "alerts"
+
+
+def backoff_s(attempts: int) -> float:
+    """Seconds before the next try after `attempts` failed ones: exponential, capped."""
+    first = float(settings.ALERT_RETRY_INITIAL_S)
+    return float(min(first * 2 ** max(0, attempts - 1), float(settings.ALERT_RETRY_MAX_S)))
+
+
+def message_for(kind: str, payload: dict[str, Any]) -> delivery.Message:
+    name = payload.get("schedule_name", "?")
+    when = payload.get("scheduled_for", "")
+    if kind == AlertKind.RECOVERY:
+        return delivery.Message(
+            event="schedule.recovered",
+            title=f"{name}: recovered",
+            text=f"{name} succeeded again (occurrence {when}) after failing.",
+            data=payload,
+        )
+    streak = payload.get("consecutive_failures")
+    times = f"{streak} consecutive failures" if streak and streak > 1 else "failed"
+    return delivery.Message(
+        event="schedule.failing",
+        title=f"{name}: {times}",
+        text=(
+            f"{name} ended {payload.get('state')} for occurrence {when}"
+            f"{f' ({streak} in a row)' if streak and streak > 1 else ''}: "
+            f"{payload.get('reason') or payload.get('reason_code') or 'no reason recorded'}"
+        ),
+        data=payload,
+    )
+
+
+def _channels(tenant_id: int, schedule_id: str) -> list[AlertChannel]:
+    """The policy's channels (the schedule's override, else the tenant default), else
+    every enabled channel of the tenant; disabled ones never."""
+    policy = (
+        AlertPolicy.objects.filter(tenant_id=tenant_id, schedule_id=schedule_id).first()
+        or AlertPolicy.objects.filter(tenant_id=tenant_id, schedule__isnull=True).first()
+    )
+    chosen = list(policy.channels.filter(enabled=True)) if policy is not None else []
+    if policy is None or not policy.channels.exists():
+        chosen = list(AlertChannel.objects.filter(tenant_id=tenant_id, enabled=True))
+    return chosen
+
+
+def _deliver(row: Any) -> None:
+    payload = row.payload if isinstance(row.payload, dict) else json.loads(row.payload)
+    delivered = list(
+        row.delivered if isinstance(row.delivered, list) else json.loads(row.delivered)
+    )
+    tenant = Tenant.objects.get(pk=row.tenant_id)
+    message = message_for(row.kind, payload)
+    # The alert's own id: the same on every retry, so receivers can dedupe on it.
+    message = delivery.Message(
+        event=message.event,
+        title=message.title,
+        text=message.text,
+        data=payload,
+        alert_id=str(row.id),
+    )
+    sent: list[str] = []
+    failed: list[str] = []
+    for channel in _channels(row.tenant_id, str(row.schedule_id)):
+        if str(channel.id) in delivered:
+            continue
+        result = delivery.send(channel, message, tenant=tenant)
+        label = f"{channel.kind} {channel.name} ({result.detail})"
+        if result.ok:
+            delivered.append(str(channel.id))
+            sent.append(label)
+        else:
+            failed.append(label)
+    if failed and row.attempts < int(settings.ALERT_MAX_ATTEMPTS):
+        state, retry_s = AlertState.PENDING, backoff_s(row.attempts)
+    else:
+        state, retry_s = (AlertState.FAILED if failed else AlertState.SENT), 0.0
+    with transaction.atomic():
+        sql.execute(
+            "alert_result",
+            {
+                "id": str(row.id),
+                "state": str(state),
+                "retry_s": retry_s,
+                "delivered": json.dumps(delivered),
+                "error": "; ".join(failed),
+            },
+        )
+        if row.execution_id is not None:
+            ExecutionEvent.objects.create(
+                tenant_id=row.tenant_id,
+                schedule_id=row.schedule_id,
+                execution_id=row.execution_id,
+                kind=EventKind.ALERT_FAILED if failed else EventKind.ALERT_SENT,
+                message=_event_message(row, sent, failed, state, retry_s),
+                data={
+                    "alert_id": str(row.id),
+                    "alert_kind": row.kind,
+                    "try": row.attempts,
+                    "sent": sent,
+                    "failed": failed,
+                },
+                actor=ACTOR,
+            )
+
+
+def _event_message(row: Any, sent: list[str], failed: list[str], state: str, retry_s: float) -> str:
+    what = f"{row.kind} alert"
+    if not failed:
+        return f"{what} sent: {', '.join(sent) or 'no channel to send to'}"
+    after = (
+        f"; next try in {retry_s:.0f} s"
+        if state == AlertState.PENDING
+        else f"; gave up after {row.attempts} tries"
+    )
+    return f"{what} try {row.attempts} failed: {', '.join(failed)}{after}"[:1000]
+
+
+def pump_once() -> int:
+    """Claim one batch of due alerts (committed) and deliver each; returns how many."""
+    with transaction.atomic():
+        rows = sql.rows(
+            "alert_claim", {"batch": BATCH, "lease_s": float(settings.ALERT_SEND_LEASE_S)}
+        )
+    for row in rows:
+        try:
+            _deliver(row)
+        except Exception as exc:
+            # The claim stands: the alert is taken up again when its lease lapses.
+            log.warning("alert %s: delivery attempt failed: %s", row.id, exc)
+    return len(rows)

@@ -1,0 +1,145 @@
+"""Alerts end to end with a real beat and a real worker (separate processes): the
+worker's fenced finish decides the alert in its transaction, the beat's control
+pump sends it — to a real SMTP server (aiosmtpd) and to a loopback webhook
+receiver that verifies the signature. With a threshold of 2: the first failure
+is quiet, the second alerts, the next success sends a recovery."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rest_framework.test import APIClient
+
+from dispatch.models import Alert, AlertPolicy, Execution, ExecutionEvent
+from tenants.models import Tenant
+from tenants.roles import Principal
+from tests.integration.alerts.conftest import Mailbox
+from tests.support.ledger import Ledger
+from tests.support.procs import Proc, beat_cmd, processes, wait_for, worker_cmd
+from tests.support.worker_support import ONE_SHOT, make_schedule, purge, worker_log_ready
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def target() -> Iterator[Ledger]:
+    """The job's own endpoint (the `ledger` fixture is the alert webhook's receiver)."""
+    with Ledger() as target:
+        yield target
+
+
+@pytest.fixture
+def platform(
+    tmp_path: Path, target: Ledger, ledger: Ledger, smtp_server: Mailbox
+) -> Iterator[Callable[..., Proc]]:
+    from django.conf import settings
+
+    purge(settings.CELERY_BROKER_URL)
+    with processes(tmp_path) as start:
+        start(
+            "beat",
+            beat_cmd("--name", "beat-al", "--lease-ttl", "5", "--cycle", "0.2", "--lookahead", "2"),
+            CONTROL_INTERVAL_S="0.2",
+            TARGET_TEST_ALLOW=ledger.allow_entry,
+            EMAIL_BACKEND="django.core.mail.backends.smtp.EmailBackend",
+            EMAIL_HOST="127.0.0.1",
+            EMAIL_PORT=str(smtp_server.port),
+        )
+        worker = start(
+            "w1",
+            worker_cmd(queues="default.short", concurrency=1, name="w1"),
+            TARGET_TEST_ALLOW=target.allow_entry,
+        )
+        wait_for(lambda: worker_log_ready(worker) or not worker.alive(), timeout=30, what="w1")
+        assert worker.alive(), worker.output()
+        yield start
+    purge(settings.CELERY_BROKER_URL)
+
+
+def run_once(api: APIClient, schedule_id: str) -> Execution:
+    res = api.post(f"/v1/schedules/{schedule_id}:trigger")
+    assert res.status_code == 202, res.content
+    execution = Execution.objects.get(pk=res.json()["id"])
+    wait_for(
+        lambda: Execution.objects.get(pk=execution.pk).state in {"dead", "succeeded"},
+        timeout=60,
+        what=f"execution {execution.pk} to finish",
+    )
+    execution.refresh_from_db()
+    return execution
+
+
+def verified(request: dict[str, Any], tenant: Tenant) -> dict[str, Any]:
+    headers = {k.lower(): v for k, v in request["headers"].items()}
+    signed = f"{headers['x-signature-timestamp']}.{headers['x-alert-id']}.".encode()
+    mac = hmac.new(
+        tenant.signing_key.encode(), signed + request["body"].encode(), hashlib.sha256
+    ).hexdigest()
+    assert hmac.compare_digest(headers["x-signature"], f"sha256={mac}"), request
+    event: dict[str, Any] = json.loads(request["body"])
+    assert event["alert_id"] == headers["x-alert-id"]
+    return event
+
+
+def test_failure_after_two_then_recovery_by_email_and_signed_webhook(
+    platform: Callable[..., Proc],
+    api: APIClient,
+    admin_principal: Principal,
+    tenant: Tenant,
+    target: Ledger,
+    ledger: Ledger,
+    smtp_server: Mailbox,
+    settings: Any,
+) -> None:
+    settings.TARGET_TEST_ALLOW = [ledger.allow_entry]  # the webhook channel's save-time check
+    for body in (
+        {"name": "mail", "kind": "email", "config": {"to": ["ops@billing.test"]}},
+        {"name": "hook", "kind": "webhook", "config": {"url": f"{ledger.url}/alerts"}},
+    ):
+        assert api.post("/v1/alert-channels", body, format="json").status_code == 201
+    AlertPolicy.objects.create(tenant=tenant, failure_threshold=2)
+    schedule = make_schedule(
+        admin_principal,
+        {"type": "http", "url": f"{target.url}/job"},
+        retry=ONE_SHOT,
+        name="nightly",
+    )
+    target.respond = lambda req: (500, {}, b"down")
+
+    first = run_once(api, str(schedule.id))
+    second = run_once(api, str(schedule.id))
+    assert (first.state, second.state) == ("dead", "dead")
+    wait_for(lambda: len(smtp_server.received) >= 1, timeout=30, what="the failure email")
+    target.respond = lambda req: (200, {}, b"ok")
+    third = run_once(api, str(schedule.id))
+    assert third.state == "succeeded"
+    wait_for(lambda: len(smtp_server.received) >= 2, timeout=30, what="the recovery email")
+    wait_for(lambda: len(ledger.requests) >= 2, timeout=30, what="both webhook events")
+
+    subjects = [message["Subject"] for _, message in smtp_server.received]
+    assert subjects == [
+        "[scheduler] nightly: 2 consecutive failures",
+        "[scheduler] nightly: recovered",
+    ]
+    assert all(to == ["ops@billing.test"] for to, _ in smtp_server.received)
+    events = [verified(req, tenant) for req in ledger.requests]
+    assert [(e["event"], e["execution_id"]) for e in events] == [
+        ("schedule.failing", str(second.id)),
+        ("schedule.recovered", str(third.id)),
+    ]
+    assert events[0]["consecutive_failures"] == 2 and "HTTP 500" in events[0]["reason"]
+    # The first failure was quiet; each alert's delivery is on its execution's timeline.
+    assert list(Alert.objects.order_by("scheduled_for").values_list("kind", "state")) == [
+        ("failure", "sent"),
+        ("recovery", "sent"),
+    ]
+    assert not ExecutionEvent.objects.filter(execution=first, kind__startswith="alert_").exists()
+    for execution in (second, third):
+        sent = ExecutionEvent.objects.get(execution=execution, kind="alert_sent")
+        assert "email mail" in sent.message and "webhook hook (HTTP 200)" in sent.message
