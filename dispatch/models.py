@@ -72,6 +72,11 @@ class Schedule(models.Model):
     # alert decision, dispatch/sql/alerts.sql): read with the claim, so only a success
     # that may owe a recovery alert pays for deciding one.
     alert_failing = models.BooleanField(db_default=False)
+    # No alert of this schedule is sent before this instant (its failures still count).
+    alert_snoozed_until = models.DateTimeField(null=True, blank=True)
+    # The occurrence at which the circuit breaker last paused this schedule: the next
+    # auto-pause counts failures after it only (a person's resume starts afresh).
+    breaker_tripped_for = models.DateTimeField(null=True, blank=True)
     # NULL, not "", for jobs without a key: the partial unique index ignores NULLs.
     idempotency_key = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001
     request_digest = models.CharField(max_length=64, blank=True)
@@ -607,6 +612,9 @@ class AlertPolicy(models.Model):
     # While still failing, alert again on a failure at least this long after the last
     # failure alert (0: never).
     realert_s = models.PositiveIntegerField(default=0)
+    # The circuit breaker: after this many consecutive failures (counted since the last
+    # auto-pause) pause the schedule until a person resumes it (0: never).
+    auto_pause_after = models.PositiveIntegerField(default=0)
     # Where: these channels; none chosen means every enabled channel of the tenant.
     channels = models.ManyToManyField(AlertChannel, blank=True, related_name="+")
     updated_at = models.DateTimeField(db_default=Now())

@@ -243,6 +243,11 @@ class AuditAction(models.TextChoices):
     ALERT_CHANNEL_UPDATE = "alert_channel.update"
     ALERT_CHANNEL_DELETE = "alert_channel.delete"
     ALERT_CHANNEL_TEST = "alert_channel.test"
+    # Alert policies (object_type "alert_policy": the tenant's default, object_id "default",
+    # or a schedule's override, object_id the schedule) and a schedule's alert snooze.
+    ALERT_POLICY_SET = "alert_policy.set"
+    ALERT_POLICY_DELETE = "alert_policy.delete"
+    SCHEDULE_SNOOZE = "schedule.snooze"
 
 
 class ChannelKind(models.TextChoices):
@@ -258,6 +263,7 @@ class AlertKind(models.TextChoices):
 
     FAILURE = "failure"  # the Nth consecutive dead/timed_out occurrence (or a re-alert)
     RECOVERY = "recovery"  # the first success after a failure alert
+    AUTO_PAUSED = "auto_paused"  # the circuit breaker paused the schedule
 
 
 class AlertState(models.TextChoices):

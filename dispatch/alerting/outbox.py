@@ -51,6 +51,16 @@ def message_for(kind: str, payload: dict[str, Any]) -> delivery.Message:
             text=f"{name} succeeded again (occurrence {when}) after failing.",
             data=payload,
         )
+    if kind == AlertKind.AUTO_PAUSED:
+        return delivery.Message(
+            event="schedule.auto_paused",
+            title=f"{name}: auto-paused",
+            text=(
+                f"{name} was paused by the platform: {payload.get('pause_note')}. "
+                "It stays paused until someone resumes it."
+            ),
+            data=payload,
+        )
     streak = payload.get("consecutive_failures")
     times = f"{streak} consecutive failures" if streak and streak > 1 else "failed"
     return delivery.Message(

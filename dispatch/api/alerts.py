@@ -1,5 +1,8 @@
 """Alert channels (`/v1/alert-channels`), admins only: list, create, read, edit,
-delete, and `:test` (send a test message now and answer what happened).
+delete, and `:test` (send a test message now and answer what happened). Alert
+policies (`/v1/alert-policy`, the tenant default; `/v1/schedules/{id}/alert-policy`,
+a schedule's override) and `/v1/schedules/{id}:snooze`: read by viewers, set by
+operators.
 
 A channel's config holds addresses and secret references, never a secret value
 (dispatch/alerting/channel_config.py); webhook URLs are checked by the SSRF guard
@@ -19,8 +22,8 @@ from rest_framework.response import Response
 from core.api.views import StrictQueryView
 from dispatch import selectors, services
 from dispatch.api import views
-from dispatch.api.serializers import EmptySerializer, StrictSerializer, iso_z
-from dispatch.models import AlertChannel
+from dispatch.api.serializers import EmptySerializer, InstantField, StrictSerializer, iso_z
+from dispatch.models import AlertChannel, Schedule
 from dispatch.states import ChannelKind
 from tenants.roles import Role
 
@@ -42,6 +45,14 @@ def channel_out(channel: AlertChannel) -> dict[str, Any]:
         "created_at": iso_z(channel.created_at),
         "updated_at": iso_z(channel.updated_at),
     }
+
+
+def _as_sent(serializer_cls: type[StrictSerializer], request: Request) -> dict[str, Any]:
+    """The body's fields as sent, once the serializer has checked names and shapes:
+    DRF would read "5" as 5 and 0 as false, and the services refuse what is not
+    really a number or a boolean."""
+    validated = views._validated(serializer_cls, request)
+    return {key: request.data[key] for key in validated if key in request.data}
 
 
 class ChannelInSerializer(StrictSerializer):
@@ -99,7 +110,7 @@ class AlertChannelListView(AdminOnly):
         responses={201: ChannelOutDoc},
     )
     def post(self, request: Request) -> Response:
-        data = views._validated(ChannelInSerializer, request)
+        data = _as_sent(ChannelInSerializer, request)
         channel = services.alert_channel_create(actor=views.principal(request), data=data)
         response = Response(channel_out(channel), status=status.HTTP_201_CREATED)
         response["Location"] = f"/v1/alert-channels/{channel.id}"
@@ -121,7 +132,7 @@ class AlertChannelDetailView(AdminOnly):
         responses={200: ChannelOutDoc},
     )
     def patch(self, request: Request, pk: str) -> Response:
-        data = views._validated(ChannelPatchSerializer, request)
+        data = _as_sent(ChannelPatchSerializer, request)
         channel = services.alert_channel_update(
             actor=views.principal(request), channel_id=pk, data=data
         )
@@ -150,3 +161,153 @@ class AlertChannelTestView(AdminOnly):
             views._validated(EmptySerializer, request)
         result = services.alert_channel_test(actor=views.principal(request), channel_id=pk)
         return Response({"ok": result.ok, "detail": result.detail})
+
+
+# --- Alert policies and snooze -------------------------------------------------
+
+POLICY_HELP = {
+    "failure_threshold": "alert on the Nth consecutive dead/timed_out occurrence (1..1000)",
+    "recovery": "alert on the first success after a failure alert",
+    "realert_s": "while still failing, alert again this long after the last failure alert "
+    "(0: never)",
+    "auto_pause_after": "pause the schedule after this many consecutive failures, until a "
+    "person resumes it (0: never)",
+    "channels": "alert channel ids; empty: every enabled channel of the tenant",
+}
+
+
+class PolicyInSerializer(StrictSerializer):
+    """A whole policy: a field left out takes its built-in default."""
+
+    failure_threshold = serializers.IntegerField(
+        required=False, min_value=1, max_value=1000, help_text=POLICY_HELP["failure_threshold"]
+    )
+    recovery = serializers.BooleanField(required=False, help_text=POLICY_HELP["recovery"])
+    realert_s = serializers.IntegerField(
+        required=False, min_value=0, max_value=30 * 86400, help_text=POLICY_HELP["realert_s"]
+    )
+    auto_pause_after = serializers.IntegerField(
+        required=False, min_value=0, max_value=1000, help_text=POLICY_HELP["auto_pause_after"]
+    )
+    channels = serializers.ListField(
+        child=serializers.UUIDField(),
+        required=False,
+        max_length=50,
+        help_text=POLICY_HELP["channels"],
+    )
+
+
+class PolicyOutDoc(serializers.Serializer[Any]):
+    failure_threshold = serializers.IntegerField(help_text=POLICY_HELP["failure_threshold"])
+    recovery = serializers.BooleanField(help_text=POLICY_HELP["recovery"])
+    realert_s = serializers.IntegerField(help_text=POLICY_HELP["realert_s"])
+    auto_pause_after = serializers.IntegerField(help_text=POLICY_HELP["auto_pause_after"])
+    channels = serializers.ListField(
+        child=serializers.UUIDField(), help_text=POLICY_HELP["channels"]
+    )
+    # The metaclass moves declared fields off the class: no clash with Field.source.
+    source = serializers.ChoiceField(  # type: ignore[assignment]
+        choices=["schedule", "tenant", "built-in"],
+        help_text="where it comes from: the schedule's override, the tenant default, or the "
+        "built-in default",
+    )
+
+
+class SchedulePolicyOutDoc(PolicyOutDoc):
+    snoozed_until = serializers.DateTimeField(
+        allow_null=True, help_text="no alert of this schedule is sent before this instant"
+    )
+
+
+class SnoozeInSerializer(StrictSerializer):
+    until = InstantField(allow_null=True, help_text="an instant in the future; null ends it")
+
+
+def policy_out(policy: selectors.EffectivePolicy) -> dict[str, Any]:
+    return policy.values | {"channels": policy.channels, "source": policy.source}
+
+
+def schedule_policy_out(policy: selectors.EffectivePolicy, schedule: Schedule) -> dict[str, Any]:
+    snoozed = schedule.alert_snoozed_until
+    return policy_out(policy) | {"snoozed_until": iso_z(snoozed) if snoozed else None}
+
+
+def _policy_data(request: Request) -> dict[str, Any]:
+    return _as_sent(PolicyInSerializer, request)
+
+
+class TenantPolicyView(StrictQueryView):
+    @extend_schema(operation_id="alert_policy_get", responses={200: PolicyOutDoc})
+    def get(self, request: Request) -> Response:
+        tenant = views.principal(request).tenant
+        return Response(policy_out(selectors.policy_effective(tenant=tenant)))
+
+    @extend_schema(
+        operation_id="alert_policy_set",
+        request=PolicyInSerializer,
+        responses={200: PolicyOutDoc},
+        description="Set the tenant's default alert policy (whole: a field left out takes "
+        "its built-in default). Schedules without an override of their own follow it.",
+    )
+    def put(self, request: Request) -> Response:
+        policy = services.alert_policy_set(
+            actor=views.principal(request), data=_policy_data(request)
+        )
+        return Response(policy_out(policy))
+
+
+class SchedulePolicyView(StrictQueryView):
+    @extend_schema(
+        operation_id="schedules_alert_policy_get",
+        parameters=[views.SCHEDULE_ID],
+        responses={200: SchedulePolicyOutDoc},
+    )
+    def get(self, request: Request, pk: str) -> Response:
+        tenant = views.principal(request).tenant
+        schedule = selectors.schedule_get(tenant=tenant, schedule_id=pk)
+        policy = selectors.policy_effective(tenant=tenant, schedule=schedule)
+        return Response(schedule_policy_out(policy, schedule))
+
+    @extend_schema(
+        operation_id="schedules_alert_policy_set",
+        parameters=[views.SCHEDULE_ID],
+        request=PolicyInSerializer,
+        responses={200: SchedulePolicyOutDoc},
+        description="Give the schedule its own alert policy (whole: it replaces the tenant "
+        "default for this schedule).",
+    )
+    def put(self, request: Request, pk: str) -> Response:
+        actor = views.principal(request)
+        policy = services.alert_policy_set(actor=actor, data=_policy_data(request), schedule_id=pk)
+        schedule = selectors.schedule_get(tenant=actor.tenant, schedule_id=pk)
+        return Response(schedule_policy_out(policy, schedule))
+
+    @extend_schema(
+        operation_id="schedules_alert_policy_delete",
+        parameters=[views.SCHEDULE_ID],
+        responses={200: SchedulePolicyOutDoc},
+        description="Drop the schedule's own policy; answers the one that applies now.",
+    )
+    def delete(self, request: Request, pk: str) -> Response:
+        actor = views.principal(request)
+        policy = services.alert_policy_delete(actor=actor, schedule_id=pk)
+        schedule = selectors.schedule_get(tenant=actor.tenant, schedule_id=pk)
+        return Response(schedule_policy_out(policy, schedule))
+
+
+class ScheduleSnoozeView(StrictQueryView):
+    @extend_schema(
+        operation_id="schedules_snooze",
+        parameters=[views.SCHEDULE_ID],
+        request=SnoozeInSerializer,
+        responses={200: SchedulePolicyOutDoc},
+        description="Hold the schedule's alerts until `until` (null ends the snooze). Its "
+        "failures still count toward the threshold and the auto-pause; an alert owed "
+        "meanwhile is not sent later.",
+    )
+    def post(self, request: Request, pk: str) -> Response:
+        actor = views.principal(request)
+        data = views._validated(SnoozeInSerializer, request)
+        schedule = services.schedule_snooze(actor=actor, schedule_id=pk, until=data["until"])
+        policy = selectors.policy_effective(tenant=actor.tenant, schedule=schedule)
+        return Response(schedule_policy_out(policy, schedule))

@@ -31,6 +31,16 @@ urlpatterns = [
         name="api-schedule-backfills",
     ),
     re_path(
+        r"^schedules/(?P<pk>[^/:]+):snooze$",
+        alerts.ScheduleSnoozeView.as_view(),
+        name="api-schedule-snooze",
+    ),
+    re_path(
+        r"^schedules/(?P<pk>[^/:]+)/alert-policy$",
+        alerts.SchedulePolicyView.as_view(),
+        name="api-schedule-alert-policy",
+    ),
+    re_path(
         r"^schedules/(?P<pk>[^/:]+)/preview$",
         views.SchedulePreviewView.as_view(),
         name="api-schedule-preview",
@@ -76,6 +86,7 @@ urlpatterns = [
     re_path(
         r"^operations/(?P<pk>[^/:]+)$", bulk.OperationDetailView.as_view(), name="api-operation"
     ),
+    path("alert-policy", alerts.TenantPolicyView.as_view(), name="api-alert-policy"),
     path("alert-channels", alerts.AlertChannelListView.as_view(), name="api-alert-channels"),
     re_path(
         r"^alert-channels/(?P<pk>[^/:]+):test$",

@@ -7,14 +7,19 @@
   ops.py         the platform operators' cross-tenant reads
   backfills.py   backfills: the plan of a range (dry run), one with its progress, a schedule's
   operations.py  bulk operations: one, a page of its items
-  alerts.py      a tenant's alert channels: the list, one
+  alerts.py      a tenant's alert channels (the list, one), the policy that applies
 
 Callers use `from dispatch import selectors; selectors.x`: every public name is here.
 """
 
 from __future__ import annotations
 
-from dispatch.selectors.alerts import alert_channel_get, alert_channel_list
+from dispatch.selectors.alerts import (
+    EffectivePolicy,
+    alert_channel_get,
+    alert_channel_list,
+    policy_effective,
+)
 from dispatch.selectors.backfills import (
     BACKFILL_MAX_CONCURRENT,
     BackfillPlan,
@@ -111,6 +116,7 @@ __all__ = [
     "BackfillPlan",
     "BackfillProgress",
     "CronText",
+    "EffectivePolicy",
     "ExecutionFilter",
     "ExecutionPage",
     "HistoryRow",
@@ -153,6 +159,7 @@ __all__ = [
     "ops_partitions",
     "ops_tenants",
     "ops_workers",
+    "policy_effective",
     "queue_depths",
     "resume_plan",
     "resume_preview",

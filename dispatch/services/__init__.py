@@ -11,6 +11,7 @@ with NOTIFY, which PostgreSQL delivers only when the transaction commits.
   backfills.py  backfill a past range (with a dry run), cancel a backfill
   job_cancel.py cancel a one-off job that has not started
   alert_channels.py  alert channels: create, update, delete, send a test (admins)
+  alert_policies.py  alert policies (tenant default, schedule override), a schedule's snooze
   bulk.py       bulk actions by ids or filter, as operations (worked here or by the control pump)
 
 Callers use `from dispatch import services; services.x`: every public name is here.
@@ -24,6 +25,11 @@ from dispatch.services.alert_channels import (
     alert_channel_delete,
     alert_channel_test,
     alert_channel_update,
+)
+from dispatch.services.alert_policies import (
+    alert_policy_delete,
+    alert_policy_set,
+    schedule_snooze,
 )
 from dispatch.services.backfills import (
     BackfillResult,
@@ -76,6 +82,8 @@ __all__ = [
     "alert_channel_delete",
     "alert_channel_test",
     "alert_channel_update",
+    "alert_policy_delete",
+    "alert_policy_set",
     "backfill_cancel",
     "backfill_create",
     "bulk_executions",
@@ -92,6 +100,7 @@ __all__ = [
     "schedule_pause",
     "schedule_resume",
     "schedule_snapshot",
+    "schedule_snooze",
     "schedule_trigger",
     "schedule_update",
 ]

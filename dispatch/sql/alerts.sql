@@ -2,27 +2,34 @@
 -- transaction that changed the execution, and the sender's claim / result.
 
 -- name: alert_decide
--- Decide, for executions that just ended dead / timed_out / succeeded, which alert (if any) each owes, and insert it (dedup on (schedule, occurrence, kind)).
+-- Decide, for executions that just ended dead / timed_out / succeeded, which alerts each owes (dedup on (schedule, occurrence, kind)) and whether the circuit breaker pauses the schedule.
 -- Failure: the Nth consecutive failed occurrence (cancelled and skipped ones neither
 -- count nor break the streak), or a later one at least realert_s after the last
--- failure alert. Recovery: the first success after a failure alert. Alerts only for
--- tenants with an enabled channel. Reads at most N earlier occurrences, through the
--- (schedule, scheduled_for) index. Keeps dispatch_schedule.alert_failing, which the
--- worker's claim reads so that an ordinary success never comes here.
+-- failure alert. Recovery: the first success after a failure alert. Auto-pause: the
+-- Kth consecutive failure since the breaker last tripped pauses the schedule (until a
+-- person resumes it) with a machine note, and alerts once. No alert while the
+-- schedule is snoozed, nor for a tenant without an enabled channel. Reads at most
+-- max(N, K) earlier occurrences through the (schedule, scheduled_for) index, and keeps
+-- dispatch_schedule.alert_failing, which the worker's claim reads so that an
+-- ordinary success never comes here.
 WITH e AS (
     SELECT x.id, x.tenant_id, x.schedule_id, x.scheduled_for, x.state, x.reason_code, x.reason,
            x.attempt - x.attempt_base AS attempts, x.finished_at, s.name AS schedule_name,
-           s.alert_failing, t.slug AS tenant_slug,
+           s.alert_failing, s.paused OR s.deleted_at IS NOT NULL AS paused,
+           COALESCE(s.alert_snoozed_until > now(), false) AS snoozed,
+           COALESCE(s.breaker_tripped_for, '-infinity') AS breaker_tripped_for,
+           t.slug AS tenant_slug,
            COALESCE(p.failure_threshold, 1) AS threshold,
            COALESCE(p.recovery, true) AS recovery,
            COALESCE(p.realert_s, 0) AS realert_s,
+           COALESCE(p.auto_pause_after, 0) AS auto_pause_after,
            EXISTS (SELECT 1 FROM dispatch_alertchannel c
                     WHERE c.tenant_id = x.tenant_id AND c.enabled) AS has_channel
       FROM dispatch_execution x
       JOIN dispatch_schedule s ON s.id = x.schedule_id
       JOIN tenants_tenant t ON t.id = x.tenant_id
       LEFT JOIN LATERAL (
-            SELECT failure_threshold, recovery, realert_s
+            SELECT failure_threshold, recovery, realert_s, auto_pause_after
               FROM dispatch_alertpolicy p
              WHERE p.tenant_id = x.tenant_id
                AND (p.schedule_id = x.schedule_id OR p.schedule_id IS NULL)
@@ -30,39 +37,54 @@ WITH e AS (
              LIMIT 1) p ON true
      WHERE x.id = ANY(%(ids)s::uuid[])
        AND x.state IN ('dead', 'timed_out', 'succeeded')
-), owed AS (
+), streaks AS (
     SELECT e.*,
+           -- Failed occurrences right before this one (up to max(N, K)): all of them, and
+           -- those after the breaker last tripped.
+           COALESCE(min(prev.rn) FILTER (WHERE NOT prev.failed) - 1, count(prev.rn))
+               AS failed_before,
+           COALESCE(min(prev.rn) FILTER (WHERE NOT prev.failed
+                                          OR prev.scheduled_for <= e.breaker_tripped_for) - 1,
+                    count(prev.rn)) AS failed_since_trip
+      FROM e
+      LEFT JOIN LATERAL (
+            SELECT p.state IN ('dead', 'timed_out') AS failed, p.scheduled_for,
+                   row_number() OVER (ORDER BY p.scheduled_for DESC) AS rn
+              FROM dispatch_execution p
+             WHERE e.state <> 'succeeded'
+               AND p.schedule_id = e.schedule_id
+               AND p.scheduled_for < e.scheduled_for
+               AND p.state IN ('dead', 'timed_out', 'succeeded')
+             ORDER BY p.scheduled_for DESC
+             LIMIT greatest(e.threshold, e.auto_pause_after)) prev ON true
+     GROUP BY e.id, e.tenant_id, e.schedule_id, e.scheduled_for, e.state, e.reason_code,
+              e.reason, e.attempts, e.finished_at, e.schedule_name, e.alert_failing, e.paused,
+              e.snoozed, e.breaker_tripped_for, e.tenant_slug, e.threshold, e.recovery,
+              e.realert_s, e.auto_pause_after, e.has_channel
+), owed AS (
+    SELECT st.*,
            CASE
-             WHEN NOT e.has_channel THEN NULL
-             WHEN e.state = 'succeeded' THEN
-               CASE WHEN e.alert_failing AND e.recovery THEN 'recovery' END
-             WHEN f.failed_before = e.threshold - 1 THEN 'failure'
-             WHEN f.failed_before >= e.threshold AND e.realert_s > 0
+             WHEN NOT st.has_channel OR st.snoozed THEN NULL
+             WHEN st.state = 'succeeded' THEN
+               CASE WHEN st.alert_failing AND st.recovery THEN 'recovery' END
+             WHEN st.failed_before = st.threshold - 1 THEN 'failure'
+             WHEN st.failed_before >= st.threshold AND st.realert_s > 0
                   AND NOT EXISTS (
                         SELECT 1 FROM dispatch_alert a
-                         WHERE a.schedule_id = e.schedule_id AND a.kind = 'failure'
-                           AND a.created_at > now() - make_interval(secs => e.realert_s))
+                         WHERE a.schedule_id = st.schedule_id AND a.kind = 'failure'
+                           AND a.created_at > now() - make_interval(secs => st.realert_s))
                THEN 'failure'
            END AS kind,
-           f.failed_before
-      FROM e
-      CROSS JOIN LATERAL (
-            -- Failed occurrences right before this one, counted up to the threshold.
-            SELECT COALESCE(min(rn) FILTER (WHERE NOT failed) - 1, count(*)) AS failed_before
-              FROM (SELECT prev.state IN ('dead', 'timed_out') AS failed,
-                           row_number() OVER (ORDER BY prev.scheduled_for DESC) AS rn
-                      FROM dispatch_execution prev
-                     WHERE e.state <> 'succeeded'
-                       AND prev.schedule_id = e.schedule_id
-                       AND prev.scheduled_for < e.scheduled_for
-                       AND prev.state IN ('dead', 'timed_out', 'succeeded')
-                     ORDER BY prev.scheduled_for DESC
-                     LIMIT e.threshold) last_n) f
+           st.state <> 'succeeded' AND st.auto_pause_after > 0 AND NOT st.paused
+               AND st.failed_since_trip = st.auto_pause_after - 1 AS pause_now,
+           left('auto-paused after ' || st.auto_pause_after || ' consecutive failures; last error: '
+                || COALESCE(NULLIF(st.reason, ''), st.reason_code, st.state), 500) AS pause_reason
+      FROM streaks st
 ), inserted AS (
     INSERT INTO dispatch_alert (id, tenant_id, schedule_id, execution_id, scheduled_for, kind,
                                 payload, state, attempts, next_attempt_at, delivered, last_error,
                                 created_at)
-    SELECT gen_random_uuid(), o.tenant_id, o.schedule_id, o.id, o.scheduled_for, o.kind,
+    SELECT gen_random_uuid(), o.tenant_id, o.schedule_id, o.id, o.scheduled_for, k.kind,
            jsonb_build_object(
                'tenant', o.tenant_slug,
                'schedule_id', o.schedule_id,
@@ -70,29 +92,59 @@ WITH e AS (
                'execution_id', o.id,
                'scheduled_for', o.scheduled_for,
                'state', o.state,
-               'consecutive_failures', CASE WHEN o.kind = 'failure' THEN o.failed_before + 1 END,
+               'consecutive_failures', CASE WHEN o.state <> 'succeeded' THEN o.failed_before + 1 END,
                'threshold', o.threshold,
                'attempts', o.attempts,
                'reason_code', o.reason_code,
                'reason', o.reason,
+               'pause_note', CASE WHEN k.kind = 'auto_paused' THEN o.pause_reason END,
                'finished_at', o.finished_at),
            'pending', 0, now(), '[]'::jsonb, '', now()
       FROM owed o
-     WHERE o.kind IS NOT NULL
-    ON CONFLICT (schedule_id, scheduled_for, kind) DO NOTHING
-    RETURNING id, schedule_id, kind
-), flagged AS (
-    -- Failing from a failure alert on; no longer after the first success.
-    UPDATE dispatch_schedule s
-       SET alert_failing = flag.failing
-      FROM (SELECT schedule_id, bool_or(kind = 'failure') AS failing FROM inserted
-             GROUP BY schedule_id
+     CROSS JOIN LATERAL (
+            SELECT o.kind WHERE o.kind IS NOT NULL
             UNION ALL
-            SELECT schedule_id, false FROM e
-             WHERE state = 'succeeded' AND alert_failing
-               AND schedule_id NOT IN (SELECT schedule_id FROM inserted)
-             GROUP BY schedule_id) flag
-     WHERE s.id = flag.schedule_id AND s.alert_failing IS DISTINCT FROM flag.failing
+            SELECT 'auto_paused' WHERE o.pause_now AND o.has_channel AND NOT o.snoozed) k
+    ON CONFLICT (schedule_id, scheduled_for, kind) DO NOTHING
+    RETURNING id, schedule_id, execution_id, kind
+), flags AS (
+    SELECT o.schedule_id,
+           bool_or(i.kind = 'failure') AS failure_alerted,
+           bool_or(o.state = 'succeeded' AND o.alert_failing) AS recovered,
+           bool_or(o.pause_now) AS pause,
+           max(o.pause_reason) FILTER (WHERE o.pause_now) AS pause_reason,
+           max(o.scheduled_for) FILTER (WHERE o.pause_now) AS tripped_for,
+           (array_agg(o.id) FILTER (WHERE o.pause_now))[1] AS pause_execution
+      FROM owed o
+      LEFT JOIN inserted i ON i.execution_id = o.id
+     GROUP BY o.schedule_id
+), updated AS (
+    -- One update per schedule: failing from a failure alert on, no longer after the
+    -- first success; the breaker's pause (left as it is if someone paused it first).
+    UPDATE dispatch_schedule s
+       SET alert_failing = CASE WHEN f.failure_alerted THEN true
+                                WHEN f.recovered THEN false
+                                ELSE s.alert_failing END,
+           paused = s.paused OR f.pause,
+           paused_at = CASE WHEN f.pause AND NOT s.paused THEN now() ELSE s.paused_at END,
+           paused_until = CASE WHEN f.pause AND NOT s.paused THEN NULL ELSE s.paused_until END,
+           paused_reason = CASE WHEN f.pause AND NOT s.paused THEN f.pause_reason
+                                ELSE s.paused_reason END,
+           paused_by = CASE WHEN f.pause AND NOT s.paused THEN 'alerts (auto-pause)'
+                            ELSE s.paused_by END,
+           breaker_tripped_for = CASE WHEN f.pause THEN f.tripped_for
+                                      ELSE s.breaker_tripped_for END,
+           version = s.version + CASE WHEN f.pause AND NOT s.paused THEN 1 ELSE 0 END
+      FROM flags f
+     WHERE s.id = f.schedule_id AND (f.failure_alerted OR f.recovered OR f.pause)
+ RETURNING s.id, s.tenant_id, f.pause, f.pause_reason, f.pause_execution
+), pause_event AS (
+    INSERT INTO dispatch_executionevent (tenant_id, schedule_id, execution_id, kind, message, data, actor)
+    SELECT u.tenant_id, u.id, u.pause_execution, 'paused', u.pause_reason,
+           jsonb_build_object('reason', u.pause_reason, 'until', NULL, 'auto', true),
+           'alerts (auto-pause)'
+      FROM updated u
+     WHERE u.pause
 )
 SELECT id FROM inserted
 

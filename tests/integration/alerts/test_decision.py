@@ -11,7 +11,14 @@ from typing import Any
 import pytest
 
 from dispatch.alerting import decision
-from dispatch.models import Alert, AlertChannel, AlertPolicy, Execution, Schedule
+from dispatch.models import (
+    Alert,
+    AlertChannel,
+    AlertPolicy,
+    Execution,
+    ExecutionEvent,
+    Schedule,
+)
 from tenants.roles import Principal
 from tests.support.rows import execution_row
 from tests.support.worker_support import db_now, make_schedule
@@ -106,3 +113,61 @@ def test_no_alert_without_an_enabled_channel(schedule: Schedule) -> None:
     AlertChannel.objects.filter(tenant=schedule.tenant).update(enabled=False)
     Occurrences(schedule).end("dead")
     assert alerts(schedule) == []
+
+
+def test_the_breaker_pauses_after_k_failures_alerts_once_and_restarts_after_a_resume(
+    schedule: Schedule, admin_principal: Principal
+) -> None:
+    from dispatch import services
+
+    AlertPolicy.objects.create(tenant=schedule.tenant, failure_threshold=10, auto_pause_after=3)
+    runs = Occurrences(schedule)
+    runs.end("dead")
+    runs.end("cancelled")  # cancellations and skips do not count (nor break the streak)
+    runs.end("skipped")
+    runs.end("dead")
+    schedule.refresh_from_db()
+    assert not schedule.paused
+    third = runs.end("dead")
+    schedule.refresh_from_db()
+    assert schedule.paused and schedule.paused_until is None
+    assert schedule.paused_by == "alerts (auto-pause)"
+    assert schedule.paused_reason == (
+        "auto-paused after 3 consecutive failures; last error: HTTP 500 — attempts exhausted"
+    )
+    assert alerts(schedule) == [("auto_paused", third.scheduled_for)]
+    note = ExecutionEvent.objects.get(execution=third, kind="paused")
+    assert note.data["auto"] is True and note.actor == "alerts (auto-pause)"
+    runs.end("dead")  # an execution already under way when it paused: no second alert
+    assert len(alerts(schedule)) == 1
+
+    services.schedule_resume(actor=admin_principal, schedule_id=schedule.id)
+    runs.end("dead")
+    schedule.refresh_from_db()
+    # Two failures after the occurrence that tripped it (the one under way, this one):
+    # the failures before the trip no longer count.
+    assert not schedule.paused
+    again = runs.end("dead")
+    schedule.refresh_from_db()
+    assert schedule.paused
+    assert alerts(schedule)[-1] == ("auto_paused", again.scheduled_for)
+
+
+def test_a_snoozed_schedule_sends_nothing_but_still_counts(schedule: Schedule) -> None:
+    AlertPolicy.objects.create(tenant=schedule.tenant, failure_threshold=2)
+    Schedule.objects.filter(pk=schedule.pk).update(
+        alert_snoozed_until=db_now() + timedelta(hours=1)
+    )
+    runs = Occurrences(schedule)
+    runs.end("dead")
+    runs.end("dead")  # the 2nd: owed, but snoozed
+    assert alerts(schedule) == []
+    Schedule.objects.filter(pk=schedule.pk).update(
+        alert_snoozed_until=db_now() - timedelta(minutes=1)
+    )  # the snooze is over
+    runs.end("dead")  # the streak went on (3 >= 2): the alert it owed is not sent late
+    assert alerts(schedule) == []
+    runs.end("succeeded")  # no recovery either: no failure alert went out
+    runs.end("dead")
+    second = runs.end("dead")
+    assert alerts(schedule) == [("failure", second.scheduled_for)]
