@@ -143,3 +143,57 @@ def test_failure_after_two_then_recovery_by_email_and_signed_webhook(
     for execution in (second, third):
         sent = ExecutionEvent.objects.get(execution=execution, kind="alert_sent")
         assert "email mail" in sent.message and "webhook hook (HTTP 200)" in sent.message
+
+
+def test_the_breaker_pauses_after_k_failures_and_a_resume_clears_it(
+    platform: Callable[..., Proc],
+    api: APIClient,
+    admin_principal: Principal,
+    tenant: Tenant,
+    target: Ledger,
+    smtp_server: Mailbox,
+) -> None:
+    assert (
+        api.post(
+            "/v1/alert-channels",
+            {"name": "mail", "kind": "email", "config": {"to": ["ops@billing.test"]}},
+            format="json",
+        ).status_code
+        == 201
+    )
+    schedule = make_schedule(
+        admin_principal, {"type": "http", "url": f"{target.url}/job"}, retry=ONE_SHOT, name="etl"
+    )
+    res = api.put(
+        f"/v1/schedules/{schedule.id}/alert-policy",
+        {"failure_threshold": 100, "auto_pause_after": 2},
+        format="json",
+    )
+    assert res.status_code == 200, res.content
+    target.respond = lambda req: (500, {}, b"down")
+
+    run_once(api, str(schedule.id))
+    schedule.refresh_from_db()
+    assert not schedule.paused
+    tripped = run_once(api, str(schedule.id))
+    schedule.refresh_from_db()
+    assert schedule.paused and schedule.paused_by == "alerts (auto-pause)"
+    assert schedule.paused_reason.startswith(
+        "auto-paused after 2 consecutive failures; last error: HTTP 500"
+    )
+    wait_for(lambda: smtp_server.received, timeout=30, what="the auto-pause email")
+    [(_, message)] = smtp_server.received
+    assert message["Subject"] == "[scheduler] etl: auto-paused"
+    assert "stays paused until someone resumes it" in message.get_payload()
+    assert ExecutionEvent.objects.get(execution=tripped, kind="paused").data["auto"] is True
+    # The schedule page shows it paused: the API says so too.
+    assert api.get(f"/v1/schedules/{schedule.id}").json()["paused"] is True
+
+    # A person resumes it: the breaker starts counting afresh.
+    assert api.post(f"/v1/schedules/{schedule.id}:resume").status_code == 200
+    run_once(api, str(schedule.id))
+    schedule.refresh_from_db()
+    assert not schedule.paused
+    assert list(Alert.objects.filter(schedule=schedule).values_list("kind", flat=True)) == [
+        "auto_paused"
+    ]
