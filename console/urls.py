@@ -52,6 +52,16 @@ urlpatterns = [
         name="console-schedule-delete",
     ),
     path("executions/<uuid:execution_id>/", executions.execution_detail, name="console-execution"),
+    path(
+        "executions/<uuid:execution_id>/cancel",
+        executions.execution_cancel,
+        name="console-execution-cancel",
+    ),
+    path(
+        "executions/<uuid:execution_id>/rerun",
+        executions.execution_rerun,
+        name="console-execution-rerun",
+    ),
     path("explain", explain.explain_page, name="console-explain"),
     path("tokens/", access.tokens, name="console-tokens"),
     path("tokens/<int:token_id>/revoke", access.token_revoke, name="console-token-revoke"),
