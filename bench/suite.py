@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import api, burst, e2e, flatten, limits, scale, steady
+from bench import api, backfill, burst, e2e, flatten, limits, runs, scale, steady
 from bench.common import (
     dispatch_ceiling,
     load_results,
@@ -73,14 +73,26 @@ BENCHES: dict[str, Bench] = {
         report=api.report,
         summary=lambda d, o: api.summary(d),
     ),
+    "runs": Bench(
+        key=lambda o: runs.KEY,
+        run=lambda o: runs.run(o["rows"], o["schedules"], o["requests"], o["keep"]),
+        report=runs.report,
+        summary=lambda d, o: runs.summary(d),
+    ),
     "flatten": Bench(
         key=lambda o: flatten.KEY,
         run=lambda o: flatten.run(o["n"], o["jitter"], o["beats"]),
         report=flatten.report,
         summary=lambda d, o: flatten.summary(d),
     ),
+    "backfill": Bench(
+        key=lambda o: backfill.KEY,
+        run=lambda o: backfill.run(o["n"], o["max_concurrent"]),
+        report=backfill.report,
+        summary=lambda d, o: backfill.summary(d),
+    ),
 }
-ORDER = ("limits", "burst", "steady", "e2e", "scale", "api", "flatten")
+ORDER = ("limits", "burst", "steady", "e2e", "scale", "api", "runs", "flatten", "backfill")
 SUMMARY_KEYS = ["name", "figure", "value", "ceiling", "ratio"]
 
 

@@ -211,6 +211,12 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    # Choice sets several components share (a job is a schedule and the bulk filter
+    # names a kind; an operation and its page) get one stable name, not a hashed one.
+    "ENUM_NAME_OVERRIDES": {
+        "ScheduleOutDocKindEnum": "dispatch.states.Kind.values",
+        "ControlStateEnum": "dispatch.states.ControlState.values",
+    },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "core.api.openapi.add_error_responses",
@@ -250,6 +256,9 @@ SCHEDULER_PARTITIONS = get_int("SCHEDULER_PARTITIONS", 16)
 DEFAULT_MISFIRE_GRACE_S = get_int("DEFAULT_MISFIRE_GRACE_S", 60)
 MAX_CATCH_UP = get_int("MAX_CATCH_UP", 100)
 PREVIEW_MAX_COUNT = get_int("PREVIEW_MAX_COUNT", 1000)
+# Occurrences one backfill request may cover: the plan is stored with the backfill
+# (one JSON array) and the dry run lists every one, so both stay a bounded size.
+BACKFILL_MAX_OCCURRENCES = get_int("BACKFILL_MAX_OCCURRENCES", 10_000)
 
 # --- Beat (scheduler shards) ---
 BEAT_LEASE_TTL_S = float(get("BEAT_LEASE_TTL_S", "10") or 10)
@@ -265,6 +274,14 @@ SWEEP_INTERVAL_S = float(get("SWEEP_INTERVAL_S", "2") or 2)
 # How often an idle control pump (each beat's thread that carries backfills and
 # bulk operations forward) looks for work; while it finds some it goes on at once.
 CONTROL_INTERVAL_S = float(get("CONTROL_INTERVAL_S", "1") or 1)
+# Bulk actions (POST /v1/schedules:bulk, /v1/executions:bulk): at most BULK_MAX_ITEMS
+# objects per request, ids or a filter's matches (a 400 names the field beyond), so one
+# request cannot lock up the pump for hours. Up to BULK_SYNC_MAX run inside the request
+# (200 with every item's result); a larger set becomes an operation the control pump
+# carries BULK_CHUNK items per transaction (202).
+BULK_MAX_ITEMS = get_int("BULK_MAX_ITEMS", 10_000)
+BULK_SYNC_MAX = get_int("BULK_SYNC_MAX", 100)
+BULK_CHUNK = get_int("BULK_CHUNK", 100)
 # Global cap on queued+running executions (0 = none); beyond it, fair share decides who waits.
 DISPATCH_MAX_INFLIGHT = get_int("DISPATCH_MAX_INFLIGHT", 0)
 # Hosts and networks that may never be a target, besides the built-in deny list

@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from console.views import access, dashboard, executions, explain, ops, schedules
+from console.views import access, dashboard, executions, explain, ops, runs, schedules
 from tenants.login import ConsoleLoginForm
 
 urlpatterns = [
@@ -51,6 +51,7 @@ urlpatterns = [
         schedules.schedule_delete,
         name="console-schedule-delete",
     ),
+    path("runs/", runs.runs_page, name="console-runs"),
     path("executions/<uuid:execution_id>/", executions.execution_detail, name="console-execution"),
     path(
         "executions/<uuid:execution_id>/cancel",

@@ -33,7 +33,8 @@ def tenant_switch(request: HttpRequest) -> HttpResponse:
     if principal is None or principal.tenant.slug != slug:
         raise Http404("no such tenant")
     request.session[SESSION_TENANT] = slug
-    return redirect("console-home")
+    # Back where the switch was offered (the runs page's link from the operators' page).
+    return redirect(next_url(request, reverse("console-home")))
 
 
 @require_POST

@@ -11,7 +11,11 @@ from django.views.decorators.http import require_GET
 
 from console.access import base_context, tenant_view
 from dispatch import selectors, services
+from dispatch.states import ExecutionState
 from tenants.roles import Principal, Role
+
+# The runs page filter behind "Recent failures" (its list also shows retries that failed).
+FAILURE_STATES = ",".join([ExecutionState.FAILED, ExecutionState.TIMED_OUT, ExecutionState.DEAD])
 
 
 def _dashboard_context(principal: Principal) -> dict[str, Any]:
@@ -23,6 +27,9 @@ def _dashboard_context(principal: Principal) -> dict[str, Any]:
     )
     return {
         "now": now,
+        # Where the runs page links start: today's executions, the last day's failures.
+        "day_start": day_start,
+        "since_24h": now - timedelta(days=1),
         "upcoming": selectors.upcoming_fires(
             tenant=principal.tenant, now=now, horizon=timedelta(hours=1)
         ),
@@ -32,6 +39,7 @@ def _dashboard_context(principal: Principal) -> dict[str, Any]:
         "troubled": selectors.executions_troubled(
             tenant=principal.tenant, since=now - timedelta(days=1)
         ),
+        "failure_states": FAILURE_STATES,
         "usage": usage,
     }
 

@@ -53,6 +53,8 @@ SPECIFIC = {
     "PATCH /v1/schedules/{id}": ["409", "428"],
     "POST /v1/jobs": ["409", "422"],
     "GET /v1/executions": ["404"],
+    "POST /v1/operations/{id}:cancel": ["409"],
+    "DELETE /v1/jobs/{id}": ["409"],
 }
 
 

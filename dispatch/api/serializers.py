@@ -378,6 +378,16 @@ class ExecutionOutDoc(serializers.Serializer[Any]):
 class ExecutionPageDoc(serializers.Serializer[Any]):
     results = ExecutionOutDoc(many=True)
     next_cursor = _next_cursor_doc()
+    scan_limited = serializers.BooleanField(
+        help_text="an error-text search stopped at its scan window before the page was full; "
+        "next_cursor continues below the rows read"
+    )
+    total = serializers.IntegerField(
+        required=False, allow_null=True, help_text="with ?total=true: matches, counted up to a cap"
+    )
+    total_capped = serializers.BooleanField(
+        required=False, allow_null=True, help_text="with ?total=true: there are more than total"
+    )
 
 
 class EventDoc(serializers.Serializer[Any]):

@@ -1,9 +1,10 @@
 from django.urls import path, re_path
 
-from dispatch.api import runs, views
+from dispatch.api import backfills, bulk, jobs, runs, views
 
 urlpatterns = [
     path("schedules", views.ScheduleListView.as_view(), name="api-schedules"),
+    path("schedules:bulk", bulk.ScheduleBulkView.as_view(), name="api-schedules-bulk"),
     re_path(
         r"^schedules/(?P<pk>[^/:]+):pause$",
         views.SchedulePauseView.as_view(),
@@ -20,6 +21,16 @@ urlpatterns = [
         name="api-schedule-trigger",
     ),
     re_path(
+        r"^schedules/(?P<pk>[^/:]+):backfill$",
+        backfills.ScheduleBackfillView.as_view(),
+        name="api-schedule-backfill",
+    ),
+    re_path(
+        r"^schedules/(?P<pk>[^/:]+)/backfills$",
+        backfills.ScheduleBackfillListView.as_view(),
+        name="api-schedule-backfills",
+    ),
+    re_path(
         r"^schedules/(?P<pk>[^/:]+)/preview$",
         views.SchedulePreviewView.as_view(),
         name="api-schedule-preview",
@@ -30,8 +41,18 @@ urlpatterns = [
         name="api-schedule-explain",
     ),
     re_path(r"^schedules/(?P<pk>[^/:]+)$", views.ScheduleDetailView.as_view(), name="api-schedule"),
-    path("jobs", views.JobCreateView.as_view(), name="api-jobs"),
+    re_path(
+        r"^backfills/(?P<pk>[^/:]+):cancel$",
+        backfills.BackfillCancelView.as_view(),
+        name="api-backfill-cancel",
+    ),
+    re_path(
+        r"^backfills/(?P<pk>[^/:]+)$", backfills.BackfillDetailView.as_view(), name="api-backfill"
+    ),
+    path("jobs", jobs.JobListView.as_view(), name="api-jobs"),
+    re_path(r"^jobs/(?P<pk>[^/:]+)$", jobs.JobDetailView.as_view(), name="api-job"),
     path("executions", views.ExecutionListView.as_view(), name="api-executions"),
+    path("executions:bulk", bulk.ExecutionBulkView.as_view(), name="api-executions-bulk"),
     # Before the detail route (the colon actions are not ids).
     re_path(
         r"^executions/(?P<pk>[^/:]+):cancel$",
@@ -45,5 +66,14 @@ urlpatterns = [
     ),
     re_path(
         r"^executions/(?P<pk>[^/]+)$", views.ExecutionDetailView.as_view(), name="api-execution"
+    ),
+    # Bulk operations: the colon route first (the id pattern excludes ":" too).
+    re_path(
+        r"^operations/(?P<pk>[^/:]+):cancel$",
+        bulk.OperationCancelView.as_view(),
+        name="api-operation-cancel",
+    ),
+    re_path(
+        r"^operations/(?P<pk>[^/:]+)$", bulk.OperationDetailView.as_view(), name="api-operation"
     ),
 ]

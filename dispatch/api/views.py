@@ -36,6 +36,7 @@ from dispatch.api.serializers import (
     timeline_out,
 )
 from dispatch.exceptions import InvalidSchedule, PreconditionRequired
+from dispatch.states import ExecutionState, Trigger
 from dispatch.timing import cron
 from tenants.roles import Principal, Role
 
@@ -345,8 +346,24 @@ class JobCreateView(StrictQueryView):
 
 
 class ExecutionListView(StrictQueryView):
+    """The runs list (the console's runs page reads the same selector)."""
+
     query_params_allowed = {
-        "get": frozenset({"schedule_id", "status", "from", "to", "cursor", "limit"})
+        "get": frozenset(
+            {
+                "schedule_id",
+                "state",
+                "status",
+                "trigger",
+                "from",
+                "to",
+                "error",
+                "rerun",
+                "total",
+                "cursor",
+                "limit",
+            }
+        )
     }
 
     @extend_schema(
@@ -354,26 +371,78 @@ class ExecutionListView(StrictQueryView):
         responses={200: ExecutionPageDoc},
         parameters=[
             OpenApiParameter("schedule_id", OpenApiTypes.UUID),
-            OpenApiParameter("status", str, description="an execution state"),
-            OpenApiParameter("from", OpenApiTypes.DATETIME, description=INSTANT),
-            OpenApiParameter("to", OpenApiTypes.DATETIME, description=INSTANT),
+            OpenApiParameter(
+                "state",
+                str,
+                description="execution states, comma-separated: "
+                + ", ".join(ExecutionState.values),
+            ),
+            OpenApiParameter(
+                "status", str, deprecated=True, description="the former name of `state`"
+            ),
+            OpenApiParameter(
+                "trigger",
+                str,
+                description="triggers, comma-separated: " + ", ".join(Trigger.values),
+            ),
+            OpenApiParameter(
+                "from", OpenApiTypes.DATETIME, description=f"scheduled_for at or after; {INSTANT}"
+            ),
+            OpenApiParameter(
+                "to", OpenApiTypes.DATETIME, description=f"scheduled_for before; {INSTANT}"
+            ),
+            OpenApiParameter(
+                "error",
+                {"type": "string", "minLength": 1, "maxLength": selectors.ERROR_TEXT_MAX},
+                description="text in the error, any case. Each page reads at most the newest "
+                f"{selectors.ERROR_SCAN_ROWS} executions with an error (after the cursor): a "
+                "page may come back short, even empty, with a next_cursor that continues the "
+                "search (scan_limited is true then)",
+            ),
+            OpenApiParameter(
+                "rerun", bool, description="true: only re-run executions; false: never re-run"
+            ),
+            OpenApiParameter(
+                "total",
+                bool,
+                description=f"also count the matches, up to {selectors.COUNT_CAP} "
+                "(total_capped: there are more); not for an error-text search",
+            ),
             OpenApiParameter("cursor", str, description="next_cursor of the previous page"),
             _limit_param(),
         ],
     )
     def get(self, request: Request) -> Response:
-        page = selectors.execution_list(
-            tenant=principal(request).tenant,
-            cursor=request.query_params.get("cursor"),
-            limit=_int_param(request, "limit", 50, 1, selectors.MAX_PAGE),
+        if "state" in request.query_params and "status" in request.query_params:
+            raise InvalidSchedule.field("status", "is the former name of state: give one")
+        state_field = "status" if "status" in request.query_params else "state"
+        flt = selectors.execution_filter(
+            state=request.query_params.get(state_field),
             schedule_id=_present(request, "schedule_id"),
-            status=request.query_params.get("status"),
+            trigger=request.query_params.get("trigger"),
             since=_instant(request, "from"),
             until=_instant(request, "to"),
+            error=request.query_params.get("error"),
+            rerun=_bool_param(request, "rerun"),
+            state_field=state_field,
         )
-        return Response(
-            {"results": [execution_out(e) for e in page.items], "next_cursor": page.next_cursor}
+        tenant = principal(request).tenant
+        page = selectors.execution_list(
+            tenant=tenant,
+            cursor=request.query_params.get("cursor"),
+            limit=_int_param(request, "limit", 50, 1, selectors.MAX_PAGE),
+            flt=flt,
         )
+        body: dict[str, Any] = {
+            "results": [execution_out(e) for e in page.items],
+            "next_cursor": page.next_cursor,
+            "scan_limited": page.scan_limited,
+        }
+        if _bool_param(request, "total"):
+            counted = selectors.execution_count(tenant=tenant, flt=flt)
+            body["total"] = counted[0] if counted else None
+            body["total_capped"] = counted[1] if counted else None
+        return Response(body)
 
 
 class ExecutionDetailView(StrictQueryView):

@@ -149,6 +149,7 @@ class ExpiredRun(NamedTuple):
     retry: Any
     timeout_s: int
     lease_expired: bool
+    attempt_base: int
 
 
 class Swept(NamedTuple):

@@ -68,14 +68,18 @@ def sweep_expired_leases(*, partitions: list[int] | None, limit: int = 500) -> i
                     f"still running {run.timeout_s} s + {grace} s grace after it started "
                     f"(worker {owner or '?'}, token {token}); treated as hung"
                 )
-            dead = retry.exhausted(pol, run.attempt)
+            # The policy counts the current chain's attempts (a re-run starts again at 1).
+            n = run.attempt - run.attempt_base
+            dead = retry.exhausted(pol, n)
             plans[str(run.id)] = {
                 "tenant_id": run.tenant_id,
                 "schedule_id": run.schedule_id,
                 "attempt": run.attempt,
+                "n": n,
+                "base": run.attempt_base,
                 "token": token,
                 "state": ExecutionState.DEAD if dead else ExecutionState.RETRY_SCHEDULED,
-                "delay": 0.0 if dead else retry.backoff_s(pol, run.attempt),
+                "delay": 0.0 if dead else retry.backoff_s(pol, n),
                 "code": code,
                 "why": why,
                 "max": int(pol["max_attempts"]),
@@ -88,7 +92,7 @@ def sweep_expired_leases(*, partitions: list[int] | None, limit: int = 500) -> i
             delays=[plans[i]["delay"] for i in ids],
             codes=[plans[i]["code"] for i in ids],
             reasons=[
-                f"attempt {plans[i]['attempt']} timed out: {plans[i]['why']}"
+                f"attempt {plans[i]['n']} timed out: {plans[i]['why']}"
                 + (" — attempts exhausted" if plans[i]["state"] == ExecutionState.DEAD else "")
                 for i in ids
             ],
@@ -106,7 +110,7 @@ def sweep_expired_leases(*, partitions: list[int] | None, limit: int = 500) -> i
             events.append(
                 ExecutionEvent(
                     kind=EventKind.TIMED_OUT,
-                    message=clip(f"attempt {plan['attempt']} timed out: {plan['why']}"),
+                    message=clip(f"attempt {plan['n']} timed out: {plan['why']}"),
                     data={
                         "attempt": plan["attempt"],
                         "reason_code": plan["code"],
@@ -121,10 +125,10 @@ def sweep_expired_leases(*, partitions: list[int] | None, limit: int = 500) -> i
                     ExecutionEvent(
                         kind=EventKind.DEAD,
                         message=clip(
-                            f"dead after attempt {plan['attempt']} of {plan['max']}: "
+                            f"dead after attempt {plan['n']} of {plan['max']}: "
                             f"{plan['why']} — attempts exhausted"
                         ),
-                        data={"attempts": plan["attempt"], "reason_code": plan["code"]},
+                        data={"attempts": plan["n"], "reason_code": plan["code"]},
                         **base,
                     )
                 )
@@ -133,7 +137,8 @@ def sweep_expired_leases(*, partitions: list[int] | None, limit: int = 500) -> i
                 events.append(
                     ExecutionEvent(
                         kind=EventKind.RETRY_SCHEDULED,
-                        message=f"attempt {attempt_now} of {plan['max']} in {plan['delay']:.1f} s",
+                        message=f"attempt {attempt_now - plan['base']} of {plan['max']} "
+                        f"in {plan['delay']:.1f} s",
                         data={"next_attempt": attempt_now, "delay_s": round(plan["delay"], 3)},
                         **base,
                     )

@@ -5,23 +5,47 @@
   executions.py  executions: one, a page, the timeline, running and troubled lists, usage
   previews.py    what a schedule means and would do: cron in words, previews, resume plan, history
   ops.py         the platform operators' cross-tenant reads
+  backfills.py   backfills: the plan of a range (dry run), one with its progress, a schedule's
+  operations.py  bulk operations: one, a page of its items
 
 Callers use `from dispatch import selectors; selectors.x`: every public name is here.
 """
 
 from __future__ import annotations
 
+from dispatch.selectors.backfills import (
+    BACKFILL_MAX_CONCURRENT,
+    BackfillPlan,
+    BackfillProgress,
+    PlanItem,
+    backfill_get,
+    backfill_list,
+    backfill_list_progress,
+    backfill_occurrences,
+    backfill_plan,
+    backfill_progress,
+    check_backfill_request,
+)
 from dispatch.selectors.executions import (
+    COUNT_CAP,
+    ERROR_SCAN_ROWS,
+    ERROR_TEXT_MAX,
+    ExecutionFilter,
+    ExecutionPage,
     TimelineItem,
     Usage,
+    execution_count,
     execution_events,
+    execution_filter,
     execution_get,
     execution_list,
     execution_timeline,
+    executions_matching,
     executions_running,
     executions_troubled,
     tenant_usage,
 )
+from dispatch.selectors.operations import ItemPage, operation_get, operation_items
 from dispatch.selectors.ops import (
     LAG_EXCLUDED_TRIGGERS,
     WorkerSeen,
@@ -45,9 +69,11 @@ from dispatch.selectors.previews import (
     CronText,
     HistoryRow,
     PreviewRow,
+    ResumePreview,
     cron_text,
     definition_preview,
     resume_plan,
+    resume_preview,
     schedule_history_rows,
 )
 from dispatch.selectors.schedules import (
@@ -70,30 +96,53 @@ from dispatch.selectors.schedules import (
 )
 
 __all__ = [
+    "BACKFILL_MAX_CONCURRENT",
+    "COUNT_CAP",
+    "ERROR_SCAN_ROWS",
+    "ERROR_TEXT_MAX",
     "HISTORY_LIMIT",
     "LAG_EXCLUDED_TRIGGERS",
     "MAX_PAGE",
     "PICK_LIMIT",
     "PREVIEW_COUNT",
     "UPCOMING_COUNT_CAP",
+    "BackfillPlan",
+    "BackfillProgress",
     "CronText",
+    "ExecutionFilter",
+    "ExecutionPage",
     "HistoryRow",
+    "ItemPage",
     "Page",
+    "PlanItem",
     "PreviewRow",
+    "ResumePreview",
     "TimelineItem",
     "Usage",
     "WorkerSeen",
     "_encode_cursor",
     "as_uuid",
+    "backfill_get",
+    "backfill_list",
+    "backfill_list_progress",
+    "backfill_occurrences",
+    "backfill_plan",
+    "backfill_progress",
+    "check_backfill_request",
     "cron_text",
     "definition_preview",
+    "execution_count",
     "execution_events",
+    "execution_filter",
     "execution_get",
     "execution_list",
     "execution_timeline",
+    "executions_matching",
     "executions_running",
     "executions_troubled",
     "last_executions",
+    "operation_get",
+    "operation_items",
     "ops_beats",
     "ops_dead",
     "ops_fire_lag",
@@ -102,6 +151,7 @@ __all__ = [
     "ops_workers",
     "queue_depths",
     "resume_plan",
+    "resume_preview",
     "schedule_dependents",
     "schedule_fields",
     "schedule_get",

@@ -45,12 +45,7 @@ def _keyset(qs: QuerySet[M], *, field: str, cursor: str | None, limit: int) -> P
     if not 1 <= limit <= MAX_PAGE:
         raise InvalidSchedule.field("limit", f"must be in 1..{MAX_PAGE}")
     if cursor:
-        at, pk = _decode_cursor(cursor)
-        # The redundant `field <= at` is the index bound: the OR alone can only be
-        # a filter, so deep pages would walk every row above the cursor.
-        qs = qs.filter(
-            Q(**{f"{field}__lte": at}), Q(**{f"{field}__lt": at}) | Q(**{field: at, "id__lt": pk})
-        )
+        qs = keyset_after(qs, field=field, cursor=cursor)
     rows = list(qs.order_by(f"-{field}", "-id")[: limit + 1])
     items = rows[:limit]
     nxt = None
@@ -58,6 +53,23 @@ def _keyset(qs: QuerySet[M], *, field: str, cursor: str | None, limit: int) -> P
         last = items[-1]
         nxt = _encode_cursor(getattr(last, field), last.id)  # type: ignore[attr-defined]
     return Page(items=items, next_cursor=nxt)
+
+
+def keyset_after(qs: QuerySet[M], *, field: str, cursor: str) -> QuerySet[M]:
+    """The rows after a cursor in (field desc, id desc) order."""
+    at, pk = _decode_cursor(cursor)
+    # The redundant `field <= at` is the index bound: the OR alone can only be
+    # a filter, so deep pages would walk every row above the cursor.
+    return qs.filter(
+        Q(**{f"{field}__lte": at}), Q(**{f"{field}__lt": at}) | Q(**{field: at, "id__lt": pk})
+    )
+
+
+def keyset_through(qs: QuerySet[M], *, field: str, at: datetime, pk: uuid.UUID) -> QuerySet[M]:
+    """The rows down to and including (at, pk) in (field desc, id desc) order."""
+    return qs.filter(
+        Q(**{f"{field}__gte": at}), Q(**{f"{field}__gt": at}) | Q(**{field: at, "id__gte": pk})
+    )
 
 
 def as_uuid(value: uuid.UUID | str) -> uuid.UUID | None:

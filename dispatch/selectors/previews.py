@@ -91,26 +91,45 @@ def definition_preview(
     return out
 
 
-def resume_plan(schedule: Schedule, now: datetime) -> str:
+@dataclass(frozen=True)
+class ResumePreview:
+    """What resuming a paused schedule now would do: how many missed occurrences
+    run and how many are recorded as skipped (by its misfire policy), and the
+    sentence the console shows. Bulk resume sums these."""
+
+    run: int
+    skip: int
+    text: str
+
+
+def resume_preview(schedule: Schedule, now: datetime) -> ResumePreview:
     """What resuming now would do, by the schedule's misfire policy."""
     if schedule.next_run_at is None:
-        return "Resuming now runs nothing by itself: the schedule has no next run."
+        return ResumePreview(
+            0, 0, "Resuming now runs nothing by itself: the schedule has no next run."
+        )
     if schedule.next_run_at > now:
-        return (
+        return ResumePreview(
+            0,
+            0,
             "Nothing was missed while paused: resuming now keeps the next run "
-            f"at {schedule.next_run_at.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC."
+            f"at {schedule.next_run_at.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC.",
         )
     if schedule.kind == Kind.ONCE:
         # The beat's rule (fire_due_one_offs): due at run_at, or at creation if that was later.
         fell_due = max(schedule.next_run_at, schedule.created_at or schedule.next_run_at)
         late = (now - fell_due).total_seconds()
         if late > schedule.misfire_grace_s and schedule.misfire == "skip":
-            return (
+            return ResumePreview(
+                0,
+                1,
                 "The one-off time has passed while paused, beyond its "
                 f"{schedule.misfire_grace_s} s grace: resuming now records it as skipped "
-                "(misfire policy: skip)."
+                "(misfire policy: skip).",
             )
-        return "The one-off time has passed while paused: resuming now runs it once, now."
+        return ResumePreview(
+            1, 0, "The one-off time has passed while paused: resuming now runs it once, now."
+        )
     plan = cron.plan_misfire(
         schedule.cron,
         schedule.timezone,
@@ -123,11 +142,18 @@ def resume_plan(schedule: Schedule, now: datetime) -> str:
         catch_up_limit=schedule.catch_up_limit,
     )
     run = len(plan.fire)
-    return (
+    return ResumePreview(
+        run,
+        plan.skipped_total,
         f"Resuming now will run {run} occurrence{'s' if run != 1 else ''} and skip "
         f"{plan.skipped_total} (misfire policy: {schedule.misfire}, grace "
-        f"{schedule.misfire_grace_s} s)."
+        f"{schedule.misfire_grace_s} s).",
     )
+
+
+def resume_plan(schedule: Schedule, now: datetime) -> str:
+    """What resuming now would do, in words (the console's resume confirmation)."""
+    return resume_preview(schedule, now).text
 
 
 HISTORY_LIMIT = 50

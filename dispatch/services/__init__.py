@@ -8,6 +8,9 @@ with NOTIFY, which PostgreSQL delivers only when the transaction commits.
   triggers.py   run now
   jobs.py       one-off jobs with an idempotency key
   runs.py       cancel and re-run of one execution
+  backfills.py  backfill a past range (with a dry run), cancel a backfill
+  job_cancel.py cancel a one-off job that has not started
+  bulk.py       bulk actions by ids or filter, as operations (worked here or by the control pump)
 
 Callers use `from dispatch import services; services.x`: every public name is here.
 """
@@ -15,12 +18,24 @@ Callers use `from dispatch import services; services.x`: every public name is he
 from __future__ import annotations
 
 from core.db import db_now  # the clock callers of services use
+from dispatch.services.backfills import (
+    BackfillResult,
+    backfill_cancel,
+    backfill_create,
+)
+from dispatch.services.bulk import (
+    BulkOutcome,
+    bulk_executions,
+    bulk_schedules,
+    operation_cancel,
+)
 from dispatch.services.common import (
     WAKE_CHANNEL,
     WAKE_HORIZON,
     _save_unique,
     schedule_snapshot,
 )
+from dispatch.services.job_cancel import job_cancel
 from dispatch.services.jobs import (
     job_create,
     request_digest,
@@ -46,12 +61,20 @@ __all__ = [
     "TRIGGER_RETRY_AFTER_S",
     "WAKE_CHANNEL",
     "WAKE_HORIZON",
+    "BackfillResult",
+    "BulkOutcome",
     "CancelResult",
     "_save_unique",
+    "backfill_cancel",
+    "backfill_create",
+    "bulk_executions",
+    "bulk_schedules",
     "db_now",
     "execution_cancel",
     "execution_rerun",
+    "job_cancel",
     "job_create",
+    "operation_cancel",
     "request_digest",
     "schedule_create",
     "schedule_delete",

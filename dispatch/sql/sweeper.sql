@@ -4,14 +4,18 @@
 
 -- name: sweep_lock_expired
 -- Running executions whose lease lapsed or which ran past timeout + grace (backstop); locked, skipping rows another sweeper holds.
+-- A re-run's edited target brings its own timeout; its chain counts attempts from attempt_base.
 SELECT e.id, e.tenant_id, e.schedule_id, e.attempt, e.fencing_token, e.lease_owner,
-       e.lease_expires_at, e.started_at, s.retry, s.timeout_s,
-       e.lease_expires_at < now() AS lease_expired
+       e.lease_expires_at, e.started_at, s.retry,
+       COALESCE((e.target_override->>'timeout_s')::int, s.timeout_s) AS timeout_s,
+       e.lease_expires_at < now() AS lease_expired, e.attempt_base
   FROM dispatch_execution e
   JOIN dispatch_schedule s ON s.id = e.schedule_id
  WHERE e.state = 'running'
    AND (e.lease_expires_at < now()
-        OR e.started_at + make_interval(secs => s.timeout_s + %(grace_s)s) < now())
+        OR e.started_at + make_interval(
+               secs => COALESCE((e.target_override->>'timeout_s')::int, s.timeout_s) + %(grace_s)s
+           ) < now())
    AND (%(all_partitions)s OR e.partition = ANY(%(partitions)s::int[]))
  ORDER BY e.lease_expires_at
  LIMIT %(limit)s

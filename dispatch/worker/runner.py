@@ -104,6 +104,10 @@ def _ignore(*, execution_id: str, attempt: int, owner: str, peek: Peek | None) -
             "duplicate",
             f"attempt {attempt} is already running (token {peek.fencing_token}, worker {peek.lease_owner})",
         )
+    elif peek.state == ExecutionState.CANCELLED:
+        # Cancelled (by a user, a replace, a deleted schedule) while its message was in
+        # the broker, or a redelivery after: nothing to run, and not a duplicate run.
+        kind, why = "cancelled", f"attempt {attempt} was cancelled"
     elif peek.state in FINAL_STATES:
         kind, why = "duplicate", f"attempt {attempt} already ended ({peek.state})"
     elif peek.state in CLAIMABLE_STATES and peek.due_in_s > 0:

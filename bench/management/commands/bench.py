@@ -12,7 +12,9 @@ and printed next to its raw ceiling from `limits` (run that first).
     bench e2e     --n 2000 --workers 1 --concurrency 2
     bench scale   --small 10000 --large 1000000
     bench api     --schedules 2000 --rows 10000000
+    bench runs    --rows 10000000 --schedules 2000
     bench flatten --n 10000 --jitter 30
+    bench backfill --n 10000 --max-concurrent 100
     bench all     (all of them at moderate sizes, then one combined table)
 """
 
@@ -35,6 +37,14 @@ def _rates(text: str) -> list[int]:
     if not rates or min(rates) <= 0:
         raise argparse.ArgumentTypeError("give at least one positive rate")
     return rates
+
+
+def _yes(text: str) -> bool:
+    if text.lower() in {"yes", "true", "1"}:
+        return True
+    if text.lower() in {"no", "false", "0"}:
+        return False
+    raise argparse.ArgumentTypeError("yes or no")
 
 
 def _names(text: str) -> list[str]:
@@ -82,10 +92,20 @@ OPTIONS: dict[str, list[tuple[str, Any, Any, Any, str]]] = {
         ("requests", int, 200, 200, "GETs per page depth"),
         ("web-workers", int, 2, 2, "gunicorn worker processes"),
     ],
+    "runs": [
+        ("rows", int, 10_000_000, 1_000_000, "execution rows over four tenants (70 %% measured)"),
+        ("schedules", int, 2000, 2000, "schedules per tenant"),
+        ("requests", int, 50, 30, "timed answers per filter"),
+        ("keep", _yes, False, False, "yes: leave the rows for the next run to reuse"),
+    ],
     "flatten": [
         ("n", int, 10_000, 10_000, "schedules due at the same minute"),
         ("jitter", int, 30, 30, "jitter_s of the spread variant"),
         ("beats", int, 2, 2, "beat processes"),
+    ],
+    "backfill": [
+        ("n", int, 10_000, 10_000, "occurrences backfilled (BACKFILL_MAX_OCCURRENCES at most)"),
+        ("max-concurrent", int, 100, 100, "the backfill's max_concurrent (1..100)"),
     ],
 }
 HELP = {
@@ -95,7 +115,9 @@ HELP = {
     "e2e": "no-op HTTP executions end to end, real beat and workers; per-execution overhead",
     "scale": "beat cycle cost with a small vs a large idle schedule table; beat RSS",
     "api": "schedule creation rate and execution-list latency through a real web server",
+    "runs": "the runs page's filtered execution list and capped total on a big table",
     "flatten": "top-of-the-minute burst without and with jitter spreading",
+    "backfill": "a backfill's plan time and its create rate through the control pump (in-process)",
 }
 
 

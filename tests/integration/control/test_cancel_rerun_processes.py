@@ -220,6 +220,23 @@ def test_completion_after_the_cancel_is_rejected_by_fencing_and_recorded(
     assert "attempt_succeeded" not in kinds(execution)
 
 
+def test_a_cancelled_queued_runs_message_is_ignored_by_the_worker(
+    platform: Callable[..., Proc], ledger: Ledger, api: APIClient, admin_principal: Principal
+) -> None:
+    # Published to high.short, which no worker consumes yet: it stays queued.
+    schedule = make_schedule(admin_principal, http(ledger), retry=ONE_SHOT)
+    Schedule.objects.filter(pk=schedule.pk).update(priority="high")
+    execution = make_execution(schedule)
+    wait_for(lambda: state_of(execution) == "queued", timeout=30, what="the publish")
+    assert cancel(api, execution, "not today").status_code == 200
+
+    platform("w-high", "high.short")
+    wait_for(lambda: "delivery_ignored" in kinds(execution), timeout=30, what="the delivery")
+    ignored = event(execution, "delivery_ignored")
+    assert ignored.data["delivery"] == "cancelled" and ignored.data["state"] == "cancelled"
+    assert ledger.requests == [] and "claimed" not in kinds(execution)
+
+
 def test_cancel_racing_a_completion_ends_in_exactly_one_final_state(
     platform: Any, ledger: Ledger, api: APIClient, admin_principal: Principal
 ) -> None:

@@ -76,7 +76,8 @@ def nothing_left_behind() -> None:
 
 def test_bench_all_smoke(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
-    printed = bench(out, "all", "--skip", "flatten", *TINY, timeout=240)
+    # flatten and runs have tests of their own below.
+    printed = bench(out, "all", "--skip", "flatten,runs", *TINY, timeout=240)
     data = json.loads(out.read_text())
 
     broker = settings.CELERY_BROKER_URL.split(":")[0]
@@ -191,4 +192,26 @@ def test_bench_flatten_smoke(tmp_path: Path) -> None:
     assert flatten["peak_spread_over_flat"] == ratio_of(
         flatten["spread"]["peak_published_per_s"], flatten["flat"]["peak_published_per_s"]
     )
+    nothing_left_behind()
+
+
+def test_bench_runs_smoke(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    printed = bench(
+        out, "runs", "--rows", "20000", "--schedules", "50", "--requests", "3", timeout=240
+    )
+    runs = json.loads(out.read_text())["runs"]
+    assert runs["rows"] == 20000 and runs["tenant_rows"] == 14000 and runs["schedules"] == 50
+    # The measured tenant holds 70 % of the rows: 14,000 > the cap of 10,000.
+    counts = {c["case"]: c for c in runs["count"]}
+    assert counts["no filter"]["total"] == 10_000 and counts["no filter"]["capped"] is True
+    assert 0 < counts["state=dead"]["total"] < 14000 and counts["state=dead"]["capped"] is False
+    cases = {c["case"]: c for c in runs["cases"]}
+    assert cases["no filter"]["rows"] == 50 and cases["page 2 (cursor)"]["rows"] == 50
+    assert cases["state=dead"]["rows"] == 50 and cases["rerun=true"]["rows"] > 0
+    for case in runs["cases"]:
+        assert measured(case["p50_ms"], case["p95_ms"]) and ordered(case["p50_ms"], case["p95_ms"])
+        assert case["uses_index"] and not case["seq_scan"], case
+    assert runs["missing_index"] == []
+    assert "capped total" in printed
     nothing_left_behind()
