@@ -299,7 +299,63 @@ class BulkSchedulesForm(BulkForm):
 
 
 class BulkExecutionsForm(BulkForm):
+    """The runs page's bulk bar. Its filter is the runs page's, carried as that page
+    shows it (times in the viewer's zone, the schedule as its resolved id)."""
+
     ACTIONS = ("cancel", "rerun")
+    # The filters a bulk request can select by (the service's); the others the
+    # runs page offers must not silently widen "all matching" to more runs.
+    NARROWING_ONLY = ("error", "rerun")
+
+    state = forms.CharField(max_length=400, required=False)
+    schedule = forms.UUIDField(required=False)
+    trigger = forms.CharField(max_length=400, required=False)
+    error = forms.CharField(max_length=400, required=False)
+    rerun = forms.CharField(max_length=8, required=False)
+
+    def __init__(self, *args: Any, zone: ZoneInfo, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.zone = zone
+        # "from" / "to" are the runs page's parameter names (not identifiers).
+        for name in ("from", "to"):
+            self.fields[name] = forms.CharField(max_length=40, required=False)
+
+    def _instant(self, name: str) -> datetime | None:
+        raw = str(self.cleaned_data.get(name) or "")
+        if not raw:
+            return None
+        try:
+            return parse_local(raw, self.zone)
+        except ValueError:
+            self.add_error(name, f"{name}: is not a date and time")
+            return None
+
+    def clean(self) -> dict[str, Any]:
+        d = super().clean()
+        d["from"], d["to"] = self._instant("from"), self._instant("to")
+        if d.get("scope") == "filter":
+            used = [name for name in self.NARROWING_ONLY if d.get(name)]
+            if used:
+                self.add_error(
+                    "scope",
+                    f"filter: {', '.join(used)} cannot pick a bulk action's runs; "
+                    "select the rows instead",
+                )
+        return d
+
+    def service_filter(self) -> dict[str, Any]:
+        d = self.cleaned_data
+        flt: dict[str, Any] = {}
+        if d.get("state"):
+            flt["state"] = d["state"]
+        if d.get("schedule"):
+            flt["schedule_id"] = str(d["schedule"])
+        if d.get("trigger"):
+            flt["trigger"] = d["trigger"]
+        for name in ("from", "to"):
+            if d.get(name):
+                flt[name] = d[name]
+        return flt
 
 
 def apply_error(form: forms.Form, exc: Exception, field_of: Callable[[str], str | None]) -> None:
@@ -330,7 +386,9 @@ def rerun_field(key: str) -> str | None:
 def bulk_field(key: str) -> str | None:
     """`filter.search` → q, `ids` → ids, `reason` / `until` / `action` as they are."""
     if key.startswith("filter."):
-        return {"search": "q", "kind": "kind", "paused": "status"}.get(key[7:], "scope")
+        names = {"search": "q", "kind": "kind", "paused": "status", "schedule_id": "schedule"}
+        own = key[7:] in ("state", "trigger", "from", "to")
+        return names.get(key[7:], key[7:] if own else "scope")
     if key == "filter":
         return "scope"
     return key

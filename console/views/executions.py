@@ -1,4 +1,5 @@
-"""Execution pages: one execution's row, events and timeline; cancel and re-run.
+"""Execution pages: one execution's row, events and timeline; cancel and re-run,
+one at a time or in bulk from the runs page.
 
 Cancel and re-run each ask first on a page of their own (works without
 JavaScript, like revoking a token) that says what will happen; the POST does
@@ -8,18 +9,20 @@ and 400 (naming the field) are shown on that page, never a 500."""
 from __future__ import annotations
 
 import uuid
+from functools import partial
 from typing import Any
 from urllib.parse import urlencode
 
 from django.conf import settings
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
-from django.shortcuts import render
+from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_GET, require_http_methods
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from console import control_forms
-from console.access import base_context, tenant_view
-from console.views.common import is_htmx
+from console.access import base_context, tenant_view, viewer_zone
+from console.views.common import is_htmx, next_url
+from console.views.schedules import bulk_review
 from dispatch import selectors, services
 from dispatch.exceptions import DispatchError, NotFound
 from dispatch.models import Execution
@@ -170,3 +173,79 @@ def execution_rerun(
         **control_state(principal, execution),
     )
     return render(request, "console/execution_rerun.html", ctx, status=status)
+
+
+@require_POST
+@tenant_view(Role.OPERATOR)
+def execution_bulk(request: HttpRequest, principal: Principal) -> HttpResponse:
+    """The runs page's bulk bar: a review first (what will happen, to how many),
+    then `confirm` does it as a bulk operation (its page shows each result)."""
+    form = control_forms.BulkExecutionsForm(request.POST, zone=viewer_zone(request))
+    review = partial(
+        bulk_review,
+        request,
+        principal,
+        form,
+        what="execution",
+        action_url=reverse("console-executions-bulk"),
+        back_url=next_url(request, reverse("console-runs")),
+    )
+    if not form.is_valid():
+        return review(preview=None, status=400)
+    d = form.cleaned_data
+    targets = form.targets()
+    try:
+        if not d.get("confirm"):
+            return review(preview=_bulk_preview(principal, d["action"], targets), status=200)
+        outcome = services.bulk_executions(
+            actor=principal, action=d["action"], reason=d.get("reason") or "", **targets
+        )
+    except DispatchError as exc:
+        control_forms.apply_error(form, exc, control_forms.bulk_field)
+        return review(preview=None, status=exc.status)
+    if outcome.operation is None:
+        return review(preview=outcome.preview, status=200)
+    return redirect("console-operation", operation_id=outcome.operation.id)
+
+
+def _bulk_preview(principal: Principal, action: str, targets: dict[str, Any]) -> dict[str, Any]:
+    """What the review page says: how many runs, and what the action does to each
+    (the bulk service has no dry run for executions; the count is the runs page's)."""
+    verb = {"cancel": "cancelling", "rerun": "re-running"}[action]
+    if "ids" in targets:
+        total = len(targets["ids"])
+        scope = "selected "
+    else:
+        flt = targets["filter"]
+        counted = selectors.execution_count(
+            tenant=principal.tenant,
+            flt=selectors.execution_filter(
+                state=flt.get("state"),
+                schedule_id=flt.get("schedule_id"),
+                trigger=flt.get("trigger"),
+                since=flt.get("from"),
+                until=flt.get("to"),
+            ),
+        )
+        total = counted[0] if counted else 0
+        scope = "" if not counted or not counted[1] else "at least "
+    return {
+        "total": total,
+        "found": total,
+        "text": f"{verb} {scope}{total} execution{'' if total == 1 else 's'}",
+        "items": [],
+        "notes": BULK_NOTES[action].format(stop_s=stop_bound_s()),
+    }
+
+
+BULK_NOTES = {
+    "cancel": (
+        "Each scheduled, queued, running or retrying one becomes cancelled (its token is "
+        "bumped; a running call is stopped within ~{stop_s} s and may already have reached "
+        "its target). Those already final are reported per item and left as they are."
+    ),
+    "rerun": (
+        "Each final one runs again as its next attempt with a new fencing token and the same "
+        "scheduled_for. Those not final yet are reported per item and left as they are."
+    ),
+}
