@@ -276,3 +276,56 @@ def test_bulk_pause_from_the_list(new_page: Any, people: People) -> None:
     assert not Schedule.objects.get(name="keep-running").paused
     assert Operation.objects.count() == 2
     shot(page, "25-bulk-done")
+
+
+def test_bulk_rerun_from_the_runs_page_and_the_operation_poll_keeps_focus(
+    new_page: Any, people: People, settings: Any
+) -> None:
+    s = services.schedule_create(
+        actor=people.olga_p, data={"name": "nightly", "cron": "0 0 * * *", "target": TARGET}
+    )
+    for days in (1, 2, 3):
+        at = db_now() - timedelta(days=days)
+        Execution.objects.create(
+            schedule=s, tenant=people.tenant, scheduled_for=at, due_at=at, state="dead"
+        )
+    services.schedule_trigger(actor=people.olga_p, schedule_id=s.id)  # one not final
+    # Larger than this is left to the beats' control pump (none runs here), so the
+    # operation stays running and its page keeps polling.
+    settings.BULK_SYNC_MAX = 1
+    page = new_page()
+    login(page, "olga", PW)
+    page.goto("/runs/")
+    page.locator("#f-state").select_option("dead")
+    page.locator("#f-apply").click()
+    page.wait_for_function(
+        "() => document.querySelectorAll('#runs-table tbody tr[data-execution-id]').length === 3"
+    )
+    # The rows swapped in by the filter belong to the bulk bar (form="runs-bulk-form").
+    boxes = page.locator("#runs-table input[name=ids]")
+    boxes.nth(0).check()
+    boxes.nth(2).check()
+    assert page.locator("#runs-bulk-selected").inner_text() == "2"
+    page.locator("#runs-bulk-action").select_option("rerun")
+    page.locator("#runs-bulk-review").click()
+    page.get_by_role("heading", name="Re-run 2 executions?").wait_for()
+    page.locator("#bulk-confirm").click()
+    page.wait_for_url(re.compile(r"/operations/[0-9a-f-]+/$"))
+    operation = Operation.objects.get()
+    assert operation.total == 2 and operation.state == "running"
+    shot(page, "26-bulk-runs-running")
+
+    # The progress region polls; a keyboard user on an item's link stays there.
+    page.evaluate(
+        """() => { window.__swaps = 0; document.body.addEventListener('htmx:afterSettle',
+             (e) => { if (e.detail.elt && e.detail.elt.id === 'operation-progress') { window.__swaps += 1; } }); }"""
+    )
+    page.locator("#item-1").focus()
+    page.wait_for_function("() => window.__swaps >= 2", timeout=20_000)
+    assert page.evaluate("() => document.activeElement.id") == "item-1"
+    # Stop it: the rest is left alone and the polling ends.
+    page.locator("#cancel-operation").click()
+    page.locator("#operation-state[data-state=cancelled]").wait_for()
+    assert page.locator("#operation-progress").get_attribute("hx-trigger") is None
+    assert page.locator("#operation-items tbody tr", has_text="cancelled").count() == 2
+    assert all(e.reruns == 0 for e in Execution.objects.filter(schedule=s, state="dead"))

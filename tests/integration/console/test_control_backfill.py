@@ -209,6 +209,17 @@ def test_backfill_needs_the_csrf_token(world: World) -> None:
     response = client.post(_url(world), _form(confirm="1"))
     assert response.status_code == 403
     assert not Backfill.objects.exists()
+    backfill = services.backfill_create(
+        actor=world.admin_p,
+        schedule_id=world.schedule.id,
+        range_from=db_now() - timedelta(days=3),
+        range_to=db_now() - timedelta(days=1),
+    ).backfill
+    assert backfill is not None
+    response = client.post(f"/backfills/{backfill.id}/cancel")
+    assert response.status_code == 403 and b"CSRF" in response.content
+    backfill.refresh_from_db()
+    assert backfill.state == ControlState.RUNNING
 
 
 def test_another_tenants_schedule_and_backfill_are_404(world: World) -> None:

@@ -173,12 +173,19 @@ def test_bad_requests_are_a_400_naming_the_field(
     assert not Operation.objects.exists()
 
 
-def test_bulk_needs_the_csrf_token(world: World) -> None:
+def test_bulk_and_stopping_an_operation_need_the_csrf_token(world: World, settings: Any) -> None:
     client = world.client("operator", csrf=True)
     data = {"action": "delete", "scope": "ids", "ids": _ids(_etl()), "confirm": "on"}
     response = client.post("/schedules/bulk", data)
     assert response.status_code == 403 and b"CSRF" in response.content
     assert Schedule.objects.filter(name__startswith="etl-", deleted_at__isnull=True).count() == 3
+    settings.BULK_SYNC_MAX = 1
+    outcome = services.bulk_schedules(actor=world.admin_p, action="trigger", ids=_ids(_etl()))
+    assert outcome.operation is not None
+    response = client.post(f"/operations/{outcome.operation.id}/cancel")
+    assert response.status_code == 403 and b"CSRF" in response.content
+    outcome.operation.refresh_from_db()
+    assert outcome.operation.state == ControlState.RUNNING
 
 
 def test_a_running_operation_polls_its_progress_and_can_be_stopped(
