@@ -139,7 +139,7 @@ def test_cancel_a_running_call_then_rerun_it_with_an_edited_payload(
     page.get_by_role("heading", name=re.compile("Cancel this execution")).wait_for()
     effect = page.locator("#cancel-effect").inner_text()
     assert "token is bumped" in effect and "may already have reached the target" in effect
-    shot(page, "20-cancel-confirm")
+    shot(page, "40-cancel-confirm")
     page.get_by_label(re.compile("Why")).fill("deploy freeze")
     page.get_by_role("button", name="Cancel execution").click()
     page.wait_for_url(re.compile(r"/executions/[0-9a-f-]+/\?done="))
@@ -158,12 +158,12 @@ def test_cancel_a_running_call_then_rerun_it_with_an_edited_payload(
     payload = page.get_by_label(re.compile("Payload"))
     assert json.loads(payload.input_value()) == {"full": True}, "prefilled with the schedule's"
     payload.fill('{"full": false, "replay": true}')
-    shot(page, "21-rerun-confirm")
+    shot(page, "41-rerun-confirm")
     page.get_by_role("button", name="Re-run as attempt 2").click()
     page.wait_for_url(re.compile(r"/executions/[0-9a-f-]+/\?done="))
     _wait_state(page, "ok", platform)
     assert "Target of this run" in page.locator("main").inner_text()
-    shot(page, "22-rerun-succeeded")
+    shot(page, "42-rerun-succeeded")
     second = [r for r in ledger.requests if r["headers"].get("X-Attempt") == "2"]
     assert len(second) == 1, ledger.dump()
     assert json.loads(second[0]["body"]) == {"full": False, "replay": True}
@@ -203,7 +203,7 @@ def test_backfill_dry_run_then_run_with_live_progress_that_keeps_focus(
     assert plan.locator("tbody tr", has_text="create").count() == 7
     assert page.locator("#backfill-confirm").inner_text() == "Run backfill: 7 to run"
     assert not Backfill.objects.exists(), "a dry run writes nothing"
-    shot(page, "23-backfill-dry-run")
+    shot(page, "43-backfill-dry-run")
     page.locator("#backfill-confirm").click()
     page.wait_for_url(re.compile(r"/schedules/[0-9a-f-]+/\?done=.*#backfills"))
     backfill = Backfill.objects.get(schedule=s)
@@ -248,13 +248,14 @@ def test_bulk_pause_from_the_list(new_page: Any, people: People) -> None:
     page.get_by_label("Select etl-0001").check()
     page.get_by_label("Select etl-0003").check()
     assert page.locator("#bulk-selected").inner_text() == "2"
+    shot(page, "44-bulk-bar")
     page.locator("#bulk-action").select_option("pause")
     page.locator("#bulk-reason").fill("deploy freeze")
     page.locator("#bulk-review").click()
     page.get_by_role("heading", name="Pause 2 schedules?").wait_for()
     assert "Pausing 2 schedules" in page.locator("#bulk-preview").inner_text()
     assert not Schedule.objects.filter(paused=True).exists(), "the review changes nothing"
-    shot(page, "24-bulk-review")
+    shot(page, "44-bulk-review-pause")
     page.locator("#bulk-confirm").click()
     page.wait_for_url(re.compile(r"/operations/[0-9a-f-]+/$"))
     assert "2 of 2 done" in page.locator("#operation-counts").inner_text()
@@ -275,7 +276,7 @@ def test_bulk_pause_from_the_list(new_page: Any, people: People) -> None:
     assert Schedule.objects.filter(paused=True).count() == 5
     assert not Schedule.objects.get(name="keep-running").paused
     assert Operation.objects.count() == 2
-    shot(page, "25-bulk-done")
+    shot(page, "45-bulk-done")
 
 
 def test_bulk_rerun_from_the_runs_page_and_the_operation_poll_keeps_focus(
@@ -313,7 +314,7 @@ def test_bulk_rerun_from_the_runs_page_and_the_operation_poll_keeps_focus(
     page.wait_for_url(re.compile(r"/operations/[0-9a-f-]+/$"))
     operation = Operation.objects.get()
     assert operation.total == 2 and operation.state == "running"
-    shot(page, "26-bulk-runs-running")
+    shot(page, "46-bulk-runs-running")
 
     # The progress region polls; a keyboard user on an item's link stays there.
     page.evaluate(
