@@ -21,7 +21,7 @@ from dispatch.models import Schedule
 from dispatch.states import BackfillOrder, Reprocess
 
 REASON_MAX = 500
-# The one-off target keys an edited re-run may change: the payload, and an
+# The target keys a re-run's edit may change for that run: the payload, and an
 # HTTP call's headers. Everything else (url, method, command) stays the schedule's.
 PAYLOAD_KEY = {"http": "body", "queue": "body", "command": "args"}
 MAX_IDS = 1000  # a bulk request by ids (a page of checkboxes); more goes by filter
@@ -90,6 +90,18 @@ class RerunForm(forms.Form):
         return None if target == base else target
 
 
+def carried(form: forms.Form) -> list[tuple[str, str]]:
+    """A bound form's submitted values (repeated ones too, but not `confirm`), for
+    the form behind a dry run's or review's confirm button to post again."""
+    out: list[tuple[str, str]] = []
+    for name in form.fields:
+        if name == "confirm" or form.data.get(name) in (None, ""):
+            continue
+        values = form.data.getlist(name) if hasattr(form.data, "getlist") else [form.data[name]]
+        out += [(name, str(v)) for v in values]
+    return out
+
+
 def _pretty(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False)
 
@@ -153,12 +165,7 @@ class BackfillForm(forms.Form):
         return self._instant("range_to")
 
     def carried(self) -> list[tuple[str, str]]:
-        """The submitted values, for the dry run's confirm form to post again."""
-        return [
-            (name, str(self.data[name]))
-            for name in self.fields
-            if name != "confirm" and self.data.get(name) not in (None, "")
-        ]
+        return carried(self)
 
     def service_params(self) -> dict[str, Any]:
         d = self.cleaned_data
@@ -248,14 +255,7 @@ class BulkForm(forms.Form):
         return {"ids": self.cleaned_data.get("ids") or []}
 
     def carried(self) -> list[tuple[str, str]]:
-        """The submitted values, for the review page's confirm form to post again."""
-        out: list[tuple[str, str]] = []
-        for name in self.fields:
-            if name == "confirm" or self.data.get(name) in (None, ""):
-                continue
-            values = self.data.getlist(name) if hasattr(self.data, "getlist") else [self.data[name]]
-            out += [(name, str(v)) for v in values]
-        return out
+        return carried(self)
 
 
 class BulkSchedulesForm(BulkForm):

@@ -10,16 +10,15 @@ focus back on them after each swap."""
 from __future__ import annotations
 
 import uuid
-from urllib.parse import urlencode
 
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from console.access import base_context, tenant_view
 from console.views.common import is_htmx
-from console.views.schedules import backfill_live
+from console.views.schedules import action_error, action_redirect, backfill_live
 from dispatch import selectors, services
 from dispatch.exceptions import DispatchError, InvalidSchedule, NotFound
 from dispatch.models import Backfill, Operation, OperationItem
@@ -137,8 +136,6 @@ def backfill_cancel(
     except NotFound:
         raise Http404("backfill not found") from None
     except DispatchError as exc:
-        ctx = base_context(request, principal, error=exc.message)
-        return render(request, "console/action_error.html", ctx, status=exc.status)
-    url = reverse("console-schedule", kwargs={"schedule_id": backfill.schedule_id})
+        return action_error(request, principal, exc, exc.status)
     message = "Backfill cancelled: runs already released go on, the rest are left alone."
-    return HttpResponseRedirect(f"{url}?{urlencode({'done': message})}#backfills")
+    return action_redirect(backfill.schedule_id, message, anchor="backfills")

@@ -1,5 +1,7 @@
 """Schedule pages: the list, the form with its live preview, the detail page,
-the actions (pause, resume, trigger, delete) and the schedule picker."""
+the actions (pause, resume, trigger, delete), the schedule picker, and run
+control: the detail page's backfill (dry run, then confirm) and the list's
+bulk bar (a review page, then the operation)."""
 
 from __future__ import annotations
 
@@ -254,12 +256,13 @@ def backfill_live(backfill: Backfill, progress: selectors.BackfillProgress) -> b
     return backfill.state == ControlState.RUNNING or progress.active > 0
 
 
-def _action_redirect(schedule_id: uuid.UUID, message: str) -> HttpResponse:
+def action_redirect(schedule_id: uuid.UUID, message: str, *, anchor: str = "") -> HttpResponse:
+    """Back to the schedule page, saying what was done (at `anchor`, a section's id)."""
     url = reverse("console-schedule", kwargs={"schedule_id": schedule_id})
-    return HttpResponseRedirect(f"{url}?{urlencode({'done': message})}")
+    return HttpResponseRedirect(f"{url}?{urlencode({'done': message})}{anchor and '#' + anchor}")
 
 
-def _action_error(
+def action_error(
     request: HttpRequest, principal: Principal, exc: DispatchError, status: int
 ) -> HttpResponse:
     ctx = base_context(request, principal, error=exc.message)
@@ -274,7 +277,7 @@ def schedule_pause(
     schedule = schedule_or_404(principal, schedule_id)
     form = console_forms.PauseForm(request.POST)
     if not form.is_valid():
-        return _action_error(request, principal, InvalidSchedule("reason: too long"), 400)
+        return action_error(request, principal, InvalidSchedule("reason: too long"), 400)
     until = None
     raw = form.cleaned_data.get("until") or ""
     try:
@@ -287,12 +290,12 @@ def schedule_pause(
             until=until,
         )
     except ValueError:
-        return _action_error(
+        return action_error(
             request, principal, InvalidSchedule("until: is not a date and time"), 400
         )
     except DispatchError as exc:
-        return _action_error(request, principal, exc, exc.status)
-    return _action_redirect(schedule.id, "Pause changed." if schedule.paused else "Paused.")
+        return action_error(request, principal, exc, exc.status)
+    return action_redirect(schedule.id, "Pause changed." if schedule.paused else "Paused.")
 
 
 @require_POST
@@ -305,11 +308,11 @@ def schedule_resume(
     try:
         services.schedule_resume(actor=principal, schedule_id=schedule.id)
     except DispatchError as exc:
-        return _action_error(request, principal, exc, exc.status)
+        return action_error(request, principal, exc, exc.status)
     if not schedule.paused:
         # Resume is idempotent (a double click, a stale page): nothing was changed.
-        return _action_redirect(schedule.id, "It was not paused: nothing changed.")
-    return _action_redirect(schedule.id, f"Resumed. {plan}".strip())
+        return action_redirect(schedule.id, "It was not paused: nothing changed.")
+    return action_redirect(schedule.id, f"Resumed. {plan}".strip())
 
 
 @require_POST
@@ -321,7 +324,7 @@ def schedule_trigger(
     try:
         execution = services.schedule_trigger(actor=principal, schedule_id=schedule.id)
     except DispatchError as exc:
-        return _action_error(request, principal, exc, exc.status)
+        return action_error(request, principal, exc, exc.status)
     return redirect("console-execution", execution_id=execution.id)
 
 
@@ -335,7 +338,7 @@ def schedule_delete(
         try:
             services.schedule_delete(actor=principal, schedule_id=schedule.id)
         except DispatchError as exc:
-            return _action_error(request, principal, exc, exc.status)
+            return action_error(request, principal, exc, exc.status)
         return redirect("console-schedules")
     ctx = base_context(request, principal, schedule=schedule)
     return render(request, "console/schedule_delete.html", ctx)
@@ -472,10 +475,14 @@ def _plan_context(plan: selectors.BackfillPlan, form: control_forms.BackfillForm
             for item in items[:PLAN_ROWS]
         ],
         "hidden": max(0, len(items) - PLAN_ROWS),
-        "runs": plan.counts.get(BackfillAction.CREATE, 0)
-        + plan.counts.get(BackfillAction.RERUN, 0),
+        "runs": _runs(plan),
         "params": form.carried(),
     }
+
+
+def _runs(plan: selectors.BackfillPlan) -> int:
+    """The occurrences a backfill of this plan runs: the ones it creates or re-runs."""
+    return plan.counts.get(BackfillAction.CREATE, 0) + plan.counts.get(BackfillAction.RERUN, 0)
 
 
 @require_POST
@@ -503,10 +510,8 @@ def schedule_backfill(
             status = exc.status
         else:
             if result.backfill is not None:
-                todo = _plan_context(result.plan, form)["runs"]
-                url = reverse("console-schedule", kwargs={"schedule_id": schedule.id})
-                message = f"Backfill started: {todo} to run."
-                return HttpResponseRedirect(f"{url}?{urlencode({'done': message})}#backfills")
+                message = f"Backfill started: {_runs(result.plan)} to run."
+                return action_redirect(schedule.id, message, anchor="backfills")
             plan, status = _plan_context(result.plan, form), 200
     ctx = base_context(
         request, principal, schedule=schedule, backfill_form=form, plan=plan, zone=schedule.timezone
