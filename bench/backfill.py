@@ -80,9 +80,7 @@ def run(n: int, max_concurrent: int) -> dict[str, Any]:
         assert repeat is not None  # noqa: S101 - not a dry run
         second = _pump(repeat.pk)
     finally:
-        execute("DELETE FROM dispatch_execution WHERE tenant_id = %(t)s", {"t": tenant.pk})
-        Backfill.objects.filter(tenant=tenant).delete()
-        cleanup_tenant(tenant.pk)
+        _clear(tenant.pk)
     return {
         "n": n,
         "max_concurrent": max_concurrent,
@@ -104,9 +102,7 @@ def _tenant() -> Tenant:
     existing = Tenant.objects.filter(slug=SLUG).first()
     if existing is not None:
         # Leftovers of an interrupted run are the bench's own rows.
-        execute("DELETE FROM dispatch_execution WHERE tenant_id = %(t)s", {"t": existing.pk})
-        Backfill.objects.filter(tenant=existing).delete()
-        cleanup_tenant(existing.pk)
+        _clear(existing.pk)
     tenant = Tenant.objects.filter(slug=SLUG).first()
     if tenant is None:
         tenant = Tenant.objects.create(slug=SLUG, name="bench backfill")
@@ -114,6 +110,16 @@ def _tenant() -> Tenant:
     TenantQuota.objects.update_or_create(tenant=tenant, defaults={"max_schedules": 10})
     tenant.refresh_from_db()
     return tenant
+
+
+def _clear(tenant_id: int) -> None:
+    """cleanup_tenant, after the rows it does not know: the backfills (which hold their
+    schedule) and the executions that name them, with their events."""
+    params = {"t": tenant_id}
+    execute("DELETE FROM dispatch_executionevent WHERE tenant_id = %(t)s", params)
+    execute("DELETE FROM dispatch_execution WHERE tenant_id = %(t)s", params)
+    Backfill.objects.filter(tenant_id=tenant_id).delete()
+    cleanup_tenant(tenant_id)
 
 
 def _pump(backfill_id: Any) -> dict[str, Any]:

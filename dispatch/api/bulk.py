@@ -23,7 +23,7 @@ from core.api.views import StrictQueryView
 from dispatch import selectors, services
 from dispatch.api.serializers import EmptySerializer, InstantField, StrictSerializer, iso_z
 from dispatch.api.views import _int_param, _validated, principal
-from dispatch.models import ExecutionState, Kind, Operation, OperationItem
+from dispatch.models import ExecutionState, Kind, Operation, OperationItem, Trigger
 from dispatch.services.bulk import EXECUTION_ACTIONS, SCHEDULE_ACTIONS
 from dispatch.states import ControlState, ItemStatus
 
@@ -93,6 +93,12 @@ ExecutionFilterSerializer = type(
             help_text="any of these states",
         ),
         "schedule_id": serializers.UUIDField(required=False),
+        "trigger": serializers.ListField(
+            child=serializers.ChoiceField(choices=Trigger.values),
+            required=False,
+            min_length=1,
+            help_text="any of these triggers",
+        ),
         "from": InstantField(required=False, help_text="scheduled_for at or after"),
         "to": InstantField(required=False, help_text="scheduled_for before"),
     },

@@ -395,9 +395,10 @@ class ExecutionListView(StrictQueryView):
                 "error",
                 {"type": "string", "minLength": 1, "maxLength": selectors.ERROR_TEXT_MAX},
                 description="text in the error, any case. Each page reads at most the newest "
-                f"{selectors.ERROR_SCAN_ROWS} executions with an error (after the cursor): a "
-                "page may come back short, even empty, with a next_cursor that continues the "
-                "search (scan_limited is true then)",
+                f"{selectors.ERROR_SCAN_ROWS} candidates after the cursor (the executions the "
+                "other filters select; with no state filter, those with an error): a page may "
+                "come back short, even empty, with a next_cursor that continues the search "
+                "(scan_limited is true then)",
             ),
             OpenApiParameter(
                 "rerun", bool, description="true: only re-run executions; false: never re-run"

@@ -357,13 +357,14 @@ def _about_execution(
     return answer
 
 
-def _cancel_sentence(execution: Execution, zone: ZoneInfo, fallback: str) -> str:
-    """Who cancelled it, when and why, from the `cancelled` event's fields."""
+def _cancelled_by(execution: Execution, zone: ZoneInfo) -> str | None:
+    """A user's cancel: who, when and why, from the `cancelled` event's fields
+    (None for the platform's cancels, whose reason column says it all)."""
     if execution.reason_code != ReasonCode.CANCELLED_BY_USER:
-        return fallback
+        return None
     event = records.latest_event(execution, EventKind.CANCELLED)
     if event is None:
-        return fallback
+        return None
     why = (event.data or {}).get("reason") or ""
     return f"cancelled by {who(event.actor)} at {clock(event.at, zone)}" + (
         f" ({why})" if why else ""
@@ -470,8 +471,8 @@ def _about_execution_state(
             answer.evidence.append(replacer)
         what = reason or "cancelled"
         started = " after it had started" if execution.started_at else ""
-        by_user = _cancel_sentence(execution, zone, "")
-        if by_user:
+        by_user = _cancelled_by(execution, zone)
+        if by_user is not None:
             answer.sentence = f"the {label} for {when} was {by_user}{started}"
             return answer
         answer.sentence = f"the {label} for {when} was cancelled at {finished}{started}: {what}"

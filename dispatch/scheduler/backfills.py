@@ -30,7 +30,7 @@ from typing import Any
 from django.db import transaction
 
 from core.db import notify
-from dispatch.exceptions import NotFound, StateConflict
+from dispatch.exceptions import DispatchError
 from dispatch.services import WAKE_CHANNEL, execution_rerun
 from dispatch.sql import sql
 from dispatch.states import (
@@ -172,7 +172,7 @@ def _create(b: Any, scheduled_fors: list[datetime]) -> int:
 
 def _rerun(b: Any, scheduled_fors: list[datetime]) -> int:
     """Re-run each entry's execution as the backfill's creator would (the re-run's
-    own checks, audit and event); one no longer final is left alone (skipped)."""
+    own checks, audit and event, each in a savepoint)."""
     if not scheduled_fors:
         return 0
     found = sql.rows(
@@ -190,8 +190,10 @@ def _rerun(b: Any, scheduled_fors: list[datetime]) -> int:
         try:
             with transaction.atomic():
                 execution_rerun(actor=actor, execution_id=row.id, backfill_id=str(b.id))
-        except (StateConflict, NotFound):
-            continue  # re-run or cancelled by someone else meanwhile: counted as skipped
+        except DispatchError:
+            # No longer final (re-run by someone else meanwhile), or its schedule is gone:
+            # left alone and counted as skipped, so one entry never stalls the backfill.
+            continue
         done += 1
     return done
 

@@ -1,5 +1,6 @@
-"""Reads of executions: one, a page, its timeline, the dashboard's running and
-troubled lists and the tenant's usage. Every query starts from the tenant."""
+"""Reads of executions: one, a filtered page (the runs page and GET /v1/executions)
+with its capped count, its timeline, the dashboard's running and troubled lists
+and the tenant's usage. Every query starts from the tenant."""
 
 from __future__ import annotations
 
@@ -28,12 +29,12 @@ from tenants.models import Tenant, TenantQuota
 # bulk actions' `filter`. Validated once here, so a bad value is the same 400
 # (naming its field) everywhere.
 ERROR_TEXT_MAX = 200
-# An error-text search reads at most this many candidate rows (newest first,
-# matching the other filters; with no state filter, rows with an error) per page: there is no
-# trigram index (the embedded PostgreSQL ships without pg_trgm), so a page of
-# a rare text would otherwise read every failure of the tenant. When the window
-# runs out before the page is full, the page ends there and its cursor continues
-# the search below it.
+# An error-text search reads at most this many candidate rows per page (newest
+# first, matching the other filters; with no state filter, rows with an error):
+# there is no trigram index (the embedded PostgreSQL ships without pg_trgm), so
+# a page of a rare text would otherwise read every failure of the tenant. When
+# the window runs out before the page is full, the page ends there and its
+# cursor continues the search below it.
 ERROR_SCAN_ROWS = 20_000
 # The total is a count up to this many (shown as "10,000+" beyond): exact
 # counts of millions cost a scan of millions.

@@ -122,10 +122,19 @@ def _targets(
     return resolve(filter)
 
 
-def _in_filter(exc: AppError, names: dict[str, str] | None = None) -> InvalidSchedule:
-    """A list read's field error, renamed to the filter field the request used."""
+def _jsonable(flt: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A filter as the operation records it (instants and ids as text)."""
+    if flt is None:
+        return None
+    return {
+        k: v.isoformat() if isinstance(v, datetime) else str(v) if isinstance(v, uuid.UUID) else v
+        for k, v in flt.items()
+    }
+
+
+def _in_filter(exc: AppError) -> InvalidSchedule:
+    """A list read's field error, named as the filter field the request used."""
     field, reasons = next(iter(exc.detail.items()), ("filter", [exc.message]))
-    field = (names or {}).get(field, field)
     return InvalidSchedule.field(f"filter.{field}", reasons[0])
 
 
@@ -283,16 +292,6 @@ def schedules_dry_run(tenant: Tenant, action: str, targets: list[str]) -> dict[s
 # --- executions ------------------------------------------------------------------------
 
 
-def _jsonable(flt: dict[str, Any] | None) -> dict[str, Any] | None:
-    """A filter as the operation records it (instants and ids as text)."""
-    if flt is None:
-        return None
-    return {
-        k: v.isoformat() if isinstance(v, datetime) else str(v) if isinstance(v, uuid.UUID) else v
-        for k, v in flt.items()
-    }
-
-
 def _filter_instant(flt: dict[str, Any], name: str) -> datetime | None:
     raw = flt.get(name)
     if raw is None or isinstance(raw, datetime):
@@ -302,41 +301,39 @@ def _filter_instant(flt: dict[str, Any], name: str) -> datetime | None:
     return parse_instant(raw, f"filter.{name}")
 
 
-def _states(flt: dict[str, Any]) -> str | None:
-    raw = flt.get("state")
+def _choice_list(flt: dict[str, Any], name: str) -> str | None:
+    """A filter's state or trigger: one value or a list, as the list read's comma form."""
+    raw = flt.get(name)
     if raw is None:
         return None
     values = raw if isinstance(raw, list) else [raw]
     if not values or not all(isinstance(v, str) and v for v in values):
-        raise InvalidSchedule.field("filter.state", "must be a state or a list of states")
+        raise InvalidSchedule.field(f"filter.{name}", f"must be a {name} or a list of them")
     return ",".join(values)
 
 
 def _execution_ids(tenant: Tenant, flt: dict[str, Any]) -> list[str]:
-    """Every execution the runs page shows for this filter, newest first (the
-    same validation and indexes as GET /v1/executions)."""
+    """Every execution the execution list shows for this filter, newest first."""
     schedule_id = flt.get("schedule_id")
     if schedule_id is not None and not isinstance(schedule_id, str | uuid.UUID):
         raise InvalidSchedule.field("filter.schedule_id", "is not a schedule id")
-    trigger = flt.get("trigger")
-    if trigger is not None and not isinstance(trigger, str):
-        raise InvalidSchedule.field("filter.trigger", "must be a trigger")
     try:
-        chosen = selectors.execution_filter(
-            state=_states(flt),
+        matching = selectors.execution_filter(
+            state=_choice_list(flt, "state"),
             schedule_id=schedule_id,
-            trigger=trigger,
+            trigger=_choice_list(flt, "trigger"),
             since=_filter_instant(flt, "from"),
             until=_filter_instant(flt, "to"),
         )
     except (InvalidSchedule, InvalidInput) as exc:
         raise _in_filter(exc) from None
-    rows = (
-        selectors.executions_matching(tenant=tenant, flt=chosen)
+    # One index-ordered read, one row past the bound to tell "over the limit".
+    found = [
+        str(pk)
+        for pk in selectors.executions_matching(tenant=tenant, flt=matching)
         .order_by("-scheduled_for", "-id")
         .values_list("id", flat=True)[: _max_items() + 1]
-    )
-    found = [str(pk) for pk in rows]
+    ]
     if len(found) > _max_items():
         raise _over_limit("executions")
     return found

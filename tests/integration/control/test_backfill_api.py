@@ -197,6 +197,8 @@ def test_viewer_reads_operator_writes_and_another_tenants_backfill_is_404(
         ("0 * * * *", MARCH, 167),
         # ...and the 02:30 run moves to 03:00 CEST, the first instant after the gap.
         ("30 2 * * *", MARCH, 7),
+        # Hashed fields: the minute this schedule's id gives, in every real hour.
+        ("H * * * *", OCTOBER, 169),
     ],
 )
 def test_dst_week_dry_run_equals_the_preview_and_what_the_pump_creates(
@@ -210,6 +212,10 @@ def test_dst_week_dry_run_equals_the_preview_and_what_the_pump_creates(
     planned = [o["scheduled_for"] for o in plan["occurrences"]]
     assert len(planned) == expected == plan["total"] == plan["counts"]["create"]
     assert {o["action"] for o in plan["occurrences"]} == {"create"}
+    if cron.startswith("H"):
+        upcoming = Schedule.objects.get(pk=sid).next_run_at
+        assert upcoming is not None
+        assert {datetime.fromisoformat(at).minute for at in planned} == {upcoming.minute}
     assert planned == preview(api, sid, start, end)
     assert not Execution.objects.filter(schedule_id=sid).exists()  # a dry run writes nothing
     assert not Backfill.objects.exists()
@@ -518,3 +524,19 @@ def test_reprocess_failed_reruns_only_what_did_not_succeed(api: APIClient, tenan
     # Re-run as the user who created the backfill.
     assert {a.actor_label for a in audits} == {b.created_by}
     assert Execution.objects.filter(schedule_id=sid).count() == 5
+
+
+def test_a_rerun_entry_no_longer_final_is_skipped(api: APIClient, tenant: Tenant) -> None:
+    sid = make(api, "0 0 * * *", tz="UTC")
+    row = execution_row(
+        Schedule.objects.get(pk=sid), datetime(2026, 11, 26, tzinfo=UTC), state="dead"
+    )
+    body = {"from": "2026-11-26T00:00:00Z", "to": "2026-11-27T00:00:00Z", "reprocess": "all"}
+    bid = backfill(api, sid, **body).json()["id"]
+    # Re-run by someone else between the plan and the pump: it is running now.
+    Execution.objects.filter(pk=row.pk).update(state="running")
+    assert pump.pump_once() == 1
+    b = Backfill.objects.get(pk=bid)
+    assert (b.rerun, b.skipped, b.position) == (0, 1, 1)
+    row.refresh_from_db()
+    assert (row.state, row.reruns, row.backfill_id) == ("running", 0, None)

@@ -67,6 +67,37 @@ def test_cancel_by_filter_cancels_each_and_names_the_operation(
     assert Execution.objects.filter(state="succeeded").count() == 2
 
 
+def test_the_filter_is_the_execution_lists_state_trigger_and_time_range(
+    api: APIClient, admin_principal: Principal
+) -> None:
+    schedule = _schedule(admin_principal, "mixed")
+    base = services.db_now().replace(microsecond=0) - timedelta(days=2)
+    triggers = ("cron", "manual", "backfill")
+    rows = {
+        (trigger, hours): execution_row(
+            schedule, base + timedelta(hours=hours, minutes=n), state="dead", trigger=trigger
+        )
+        for n, trigger in enumerate(triggers)
+        for hours in (1, 5, 9)
+    }
+    window = {"from": base + timedelta(hours=2), "to": base + timedelta(hours=10)}
+    res = api.post(
+        "/v1/executions:bulk",
+        {
+            "action": "rerun",
+            "filter": {"state": ["dead"], "trigger": ["manual", "backfill"]} | window,
+        },
+        format="json",
+    )
+    assert res.status_code == 200, res.content
+    # Newest first, as the list shows them; the other trigger and the rows outside left alone.
+    expected = [("backfill", 9), ("manual", 9), ("backfill", 5), ("manual", 5)]
+    assert [i["id"] for i in res.json()["items"]] == [str(rows[k].id) for k in expected]
+    assert {i["status"] for i in res.json()["items"]} == {"ok"}
+    assert Execution.objects.filter(state="dead").count() == 5
+    assert res.json()["filter"]["from"] == window["from"].isoformat()
+
+
 def test_rerun_by_ids_per_item_results_across_tenants(
     api: APIClient, admin_principal: Principal, other_tenant: Tenant
 ) -> None:
@@ -125,6 +156,14 @@ def test_a_large_cancel_is_an_operation_the_pump_works(
         ({"action": "cancel", "filter": {"schedule_id": "nope"}}, "filter"),
         ({"action": "cancel", "filter": {"from": "yesterday"}}, "filter"),
         ({"action": "cancel", "filter": {"error": "x"}}, "filter"),
+        ({"action": "cancel", "filter": {"trigger": ["sometimes"]}}, "filter"),
+        (
+            {
+                "action": "cancel",
+                "filter": {"from": "2026-01-02T00:00:00Z", "to": "2026-01-01T00:00:00Z"},
+            },
+            "filter",
+        ),
     ],
 )
 def test_bad_requests_are_400_naming_the_field(
@@ -132,7 +171,8 @@ def test_bad_requests_are_400_naming_the_field(
 ) -> None:
     res = api.post("/v1/executions:bulk", body, format="json")
     assert res.status_code == 400, res.content
-    assert field in res.json()["error"]["detail"], res.json()
+    # The message names the field first (a filter's own fields as filter.<name>).
+    assert res.json()["error"]["message"].startswith(field), res.json()
     assert not Operation.objects.exists()
 
 
