@@ -153,3 +153,15 @@ def test_the_services_still_reach_the_per_item_conflicts(world: World) -> None:
     items = page[page.index('id="operation-items"') :]
     assert ">conflict</span>" in items and ">ok</span>" in items
     assert "execution is running" in items
+
+
+def test_the_trigger_filter_narrows_all_matching(world: World) -> None:
+    client = world.client("operator")
+    data = {"action": "cancel", "scope": "filter", "trigger": "manual", "reason": "freeze"}
+    text = client.post("/executions/bulk", data).content.decode()
+    assert "Cancel 1 execution matching the filter?" in text
+    response = client.post("/executions/bulk", data | {"confirm": "on"})
+    assert response.status_code == 302
+    world.execution.refresh_from_db()
+    assert world.execution.state == ExecutionState.CANCELLED
+    assert len(_dead(world)) == 2, "the cron-triggered dead runs were not part of it"
