@@ -113,8 +113,12 @@ def backfill_progress(
     request: HttpRequest, principal: Principal, backfill_id: uuid.UUID
 ) -> HttpResponse:
     """One backfill's progress fragment (the schedule page polls it)."""
-    backfill = _backfill_or_404(principal, backfill_id)
-    progress = selectors.backfill_progress(backfill)
+    try:
+        backfill, progress = selectors.backfill_summary(
+            tenant=principal.tenant, backfill_id=backfill_id
+        )
+    except NotFound:
+        raise Http404("backfill not found") from None
     ctx = base_context(
         request,
         principal,

@@ -244,11 +244,8 @@ def backfill_rows(
     page = selectors.backfill_list(
         tenant=principal.tenant, schedule=schedule, limit=BACKFILLS_SHOWN
     )
-    rows = []
-    for backfill in page.items:
-        progress = selectors.backfill_progress(backfill)
-        rows.append((backfill, progress, backfill_live(backfill, progress)))
-    return rows
+    progress = selectors.backfill_list_progress(page.items)
+    return [(b, progress[b.id], backfill_live(b, progress[b.id])) for b in page.items]
 
 
 def backfill_live(backfill: Backfill, progress: selectors.BackfillProgress) -> bool:

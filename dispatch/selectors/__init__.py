@@ -24,6 +24,7 @@ from dispatch.selectors.backfills import (
     backfill_occurrences,
     backfill_plan,
     backfill_progress,
+    backfill_summary,
     check_backfill_request,
 )
 from dispatch.selectors.executions import (
@@ -128,6 +129,7 @@ __all__ = [
     "backfill_occurrences",
     "backfill_plan",
     "backfill_progress",
+    "backfill_summary",
     "check_backfill_request",
     "cron_text",
     "definition_preview",
