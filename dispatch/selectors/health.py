@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.db.models import Count, Q
+
 from dispatch.models import Schedule
 from dispatch.selectors.schedules import schedule_next_runs
 from dispatch.sql import sql
@@ -141,11 +143,12 @@ class HealthRank:
 
 
 def schedules_by_health(
-    *, tenant: Tenant, now: datetime, limit: int, failing_only: bool = False
+    *, tenant: Tenant, now: datetime, limit: int, failing_only: bool = False, full: bool = True
 ) -> list[HealthRank]:
     """The tenant's live schedules least healthy first (see schedule_health_rank): the
     `limit` first only. Ranking needs every schedule's streak, so it cannot be a keyset
-    page of an index; it is a bounded triage list instead."""
+    page of an index; it is a bounded triage list instead. `full` loads what the API's
+    output of a schedule needs (its tenant and upstreams)."""
     rows = sql.rows(
         "schedule_health_rank", _params(tenant, now, limit=limit, failing_only=failing_only)
     )
@@ -288,6 +291,7 @@ def health_dashboard(*, tenant: Tenant, now: datetime, grid_past: int) -> Health
     failing = schedules_by_health(tenant=tenant, now=now, limit=TRIAGE_LIMIT + 1, failing_only=True)
     live = Schedule.objects.filter(tenant=tenant, deleted_at__isnull=True)
     paused_qs = live.filter(paused=True)
+    counts = live.aggregate(total=Count("id"), paused=Count("id", filter=Q(paused=True)))
     active = recently_active_schedules(tenant=tenant, now=now, limit=DASHBOARD_ROWS)
     grid = status_grid(tenant=tenant, schedules=active, now=now, past=grid_past, future=3)
     health = schedule_health_many(tenant=tenant, schedules=active, now=now)
@@ -297,7 +301,7 @@ def health_dashboard(*, tenant: Tenant, now: datetime, grid_past: int) -> Health
         failing=failing[:TRIAGE_LIMIT],
         failing_capped=len(failing) > TRIAGE_LIMIT,
         paused=list(paused_qs.order_by("-paused_at", "-id")[:TRIAGE_LIMIT]),
-        paused_total=paused_qs.count(),
-        schedules_total=live.count(),
+        paused_total=counts["paused"],
+        schedules_total=counts["total"],
         grid=grid,
     )
