@@ -251,7 +251,8 @@ def status_grid(
                 )
             )
     for s in schedules:
-        if future and not s.paused:
+        # Paused with no end: nothing is upcoming (paused until T: from T on).
+        if future and not (s.paused and s.paused_until is None):
             for o in schedule_next_runs(schedule=s, after=now, count=future):
                 grid[s.id].cells.append(
                     GridCell(

@@ -161,3 +161,10 @@ def test_dashboard_queries_do_not_grow_with_the_schedules(world: World) -> None:
         counts.append(_dashboard_queries(world))
     assert counts[0] == counts[1], counts
     assert 'id="grid-h"' in world.client("viewer").get("/dashboard/health").content.decode()
+
+
+def test_a_paused_schedule_has_no_upcoming_cells(world: World) -> None:
+    services.schedule_pause(actor=world.admin_p, schedule_id=world.schedule.id, reason="x")
+    html = world.client("viewer").get(f"/schedules/{world.schedule.id}/").content.decode()
+    assert 'id="health-h"' in html
+    assert 'data-outcome="upcoming"' not in html.split('class="sg-legend')[0]
