@@ -136,6 +136,13 @@ def test_list_sorted_by_health(world: World) -> None:
     names = re.findall(r'<td><a href="/schedules/[^"]+/">([^<]+)</a></td>', html)
 
     assert names[:2] == ["b-0001", "b-0002"]
+    worst = re.search(r"<tr>\s*<td><a [^>]*>b-0001</a></td>(.*?)</tr>", html, re.S)
+    assert worst
+    cells = [
+        re.sub(r"<[^>]+>", "", c).strip()
+        for c in re.findall(r"<td>(.*?)</td>", worst.group(1), re.S)
+    ]
+    assert cells[:3] == ["3", "0.0 % of 3", "0.0 % of 3"]  # streak, 24 h, 7 d
     assert sorted(names) == ["b-0000", "b-0001", "b-0002", "nightly"]
     assert 'id="sort-health"' in world.client("viewer").get("/schedules/").content.decode()
 
