@@ -1,7 +1,17 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from console.views import access, control, dashboard, executions, explain, ops, runs, schedules
+from console.views import (
+    access,
+    control,
+    dashboard,
+    executions,
+    explain,
+    health,
+    ops,
+    runs,
+    schedules,
+)
 from tenants.login import ConsoleLoginForm
 
 urlpatterns = [
@@ -15,10 +25,12 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", dashboard.home, name="console-home"),
     path("dashboard/live", dashboard.dashboard_live, name="console-dashboard-live"),
+    path("dashboard/health", health.dashboard_health, name="console-dashboard-health"),
     path("upcoming", dashboard.upcoming, name="console-upcoming"),
     path("tenant", access.tenant_switch, name="console-tenant-switch"),
     path("prefs/tz", access.set_timezone, name="console-set-tz"),
     path("schedules/", schedules.schedule_list, name="console-schedules"),
+    path("schedules/health", health.schedules_by_health, name="console-schedules-health"),
     path("schedules/new", schedules.schedule_create, name="console-schedule-new"),
     path("schedules/preview", schedules.schedule_preview, name="console-schedule-preview"),
     path("schedules/pick", schedules.schedule_pick, name="console-schedule-pick"),
