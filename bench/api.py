@@ -32,6 +32,7 @@ from bench.common import (
     BenchError,
     cleanup_tenant,
     execute,
+    explain_analyze,
     fetchall,
     percentile,
     ratio,
@@ -317,16 +318,7 @@ def _explain(tenant: Tenant, cursor: str | None) -> dict[str, Any]:
     with CaptureQueriesContext(connection) as queries:
         selectors.execution_list(tenant=tenant, cursor=cursor, limit=PAGE)
     sql = next(q["sql"] for q in queries.captured_queries if '"dispatch_execution"' in q["sql"])
-    plan = fetchall(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {sql}")[0][0]
-    plan = json.loads(plan) if isinstance(plan, str) else plan
-    nodes: list[dict[str, Any]] = []
-
-    def walk(node: dict[str, Any]) -> None:
-        nodes.append(node)
-        for child in node.get("Plans", []):
-            walk(child)
-
-    walk(plan[0]["Plan"])
+    plan, nodes = explain_analyze(sql)
     indexes = sorted({n["Index Name"] for n in nodes if "Index Name" in n})
     seq = any(n["Node Type"] == "Seq Scan" for n in nodes)
     sort = any(n["Node Type"] in ("Sort", "Incremental Sort") for n in nodes)

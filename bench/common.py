@@ -130,6 +130,21 @@ def fetchall(sql: str, params: dict[str, Any] | list[Any] | None = None) -> list
         return list(cur.fetchall())
 
 
+def explain_analyze(sql: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """EXPLAIN (ANALYZE, BUFFERS) of `sql`: the JSON plan and every node of it, flattened."""
+    raw = fetchall(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {sql}")[0][0]
+    plan: list[dict[str, Any]] = json.loads(raw) if isinstance(raw, str) else raw
+    nodes: list[dict[str, Any]] = []
+
+    def walk(node: dict[str, Any]) -> None:
+        nodes.append(node)
+        for child in node.get("Plans", []):
+            walk(child)
+
+    walk(plan[0]["Plan"])
+    return plan, nodes
+
+
 def bench_tenant(n: int, *, slug: str | None = None) -> Tenant:
     """A tenant of the bench's own, with quotas that never hold its rows back."""
     tenant = Tenant.objects.create(slug=slug or f"bench-{uuid.uuid4().hex[:8]}", name="bench")

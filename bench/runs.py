@@ -34,6 +34,7 @@ from bench.common import (
     bench_tenant,
     cleanup_tenant,
     execute,
+    explain_analyze,
     fetchall,
     insert_schedules,
     percentile,
@@ -348,16 +349,7 @@ def _count(tenant: Tenant, requests: int) -> list[dict[str, Any]]:
 
 
 def _explain(sql: str) -> dict[str, Any]:
-    plan = fetchall(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {sql}")[0][0]
-    plan = json.loads(plan) if isinstance(plan, str) else plan
-    nodes: list[dict[str, Any]] = []
-
-    def walk(node: dict[str, Any]) -> None:
-        nodes.append(node)
-        for child in node.get("Plans", []):
-            walk(child)
-
-    walk(plan[0]["Plan"])
+    plan, nodes = explain_analyze(sql)
     scans = [n for n in nodes if "Scan" in n["Node Type"]]
     return {
         "indexes": sorted({n["Index Name"] for n in nodes if "Index Name" in n}),

@@ -58,7 +58,11 @@ class ApiBodyGuardMiddleware:
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         if request.path.startswith("/v1/") and request.method in {"POST", "PUT", "PATCH"}:
-            limit = settings.API_MAX_BODY_BYTES
+            limit = (
+                settings.API_BULK_MAX_BODY_BYTES
+                if request.path.endswith(":bulk")
+                else settings.API_MAX_BODY_BYTES
+            )
             try:
                 length = int(request.META.get("CONTENT_LENGTH") or 0)
             except ValueError:

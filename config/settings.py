@@ -170,6 +170,9 @@ SECURE_REFERRER_POLICY = "same-origin"
 # Requests per token (or per client address when unauthenticated): "N/s|min|hour|day".
 API_RATE_LIMIT = get("API_RATE_LIMIT", "1200/min")
 API_MAX_BODY_BYTES = get_int("API_MAX_BODY_BYTES", 64 * 1024)
+# The bulk endpoints (`…:bulk`) take up to BULK_MAX_ITEMS ids: 10,000 UUIDs in JSON
+# are ~400 KB, so they have a limit of their own; every other endpoint keeps the one above.
+API_BULK_MAX_BODY_BYTES = get_int("API_BULK_MAX_BODY_BYTES", 512 * 1024)
 # Brute-force limits (tenants/limits.py): failed attempts per window, counted
 # atomically in Redis. A console or admin login is refused (inline message) once
 # its username or its client address is over the limit, even with the right
@@ -181,7 +184,9 @@ API_AUTH_FAILURES_PER_ADDRESS = get("API_AUTH_FAILURES_PER_ADDRESS", "100/15min"
 # Reverse proxies in front of the web process that append to X-Forwarded-For:
 # the client address is the entry this many hops from the right (0: REMOTE_ADDR).
 TRUSTED_PROXY_COUNT = get_int("TRUSTED_PROXY_COUNT", 0)
-DATA_UPLOAD_MAX_MEMORY_SIZE = API_MAX_BODY_BYTES
+# Django's own cap sits at the larger limit; ApiBodyGuardMiddleware applies the
+# per-endpoint one (413), chunked bodies included (config/chunked.py reads at most this).
+DATA_UPLOAD_MAX_MEMORY_SIZE = max(API_MAX_BODY_BYTES, API_BULK_MAX_BODY_BYTES)
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["tenants.api.authentication.ServiceTokenAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["tenants.api.permissions.HasTenantRole"],

@@ -1,7 +1,17 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from console.views import access, dashboard, executions, explain, ops, runs, schedules
+from console.views import (
+    access,
+    control,
+    dashboard,
+    executions,
+    explain,
+    health,
+    ops,
+    runs,
+    schedules,
+)
 from tenants.login import ConsoleLoginForm
 
 urlpatterns = [
@@ -15,13 +25,16 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", dashboard.home, name="console-home"),
     path("dashboard/live", dashboard.dashboard_live, name="console-dashboard-live"),
+    path("dashboard/health", health.dashboard_health, name="console-dashboard-health"),
     path("upcoming", dashboard.upcoming, name="console-upcoming"),
     path("tenant", access.tenant_switch, name="console-tenant-switch"),
     path("prefs/tz", access.set_timezone, name="console-set-tz"),
     path("schedules/", schedules.schedule_list, name="console-schedules"),
+    path("schedules/health", health.schedules_by_health, name="console-schedules-health"),
     path("schedules/new", schedules.schedule_create, name="console-schedule-new"),
     path("schedules/preview", schedules.schedule_preview, name="console-schedule-preview"),
     path("schedules/pick", schedules.schedule_pick, name="console-schedule-pick"),
+    path("schedules/bulk", schedules.schedule_bulk, name="console-schedules-bulk"),
     path("schedules/<uuid:schedule_id>/", schedules.schedule_detail, name="console-schedule"),
     path(
         "schedules/<uuid:schedule_id>/edit", schedules.schedule_edit, name="console-schedule-edit"
@@ -47,12 +60,44 @@ urlpatterns = [
         name="console-schedule-trigger",
     ),
     path(
+        "schedules/<uuid:schedule_id>/backfill",
+        schedules.schedule_backfill,
+        name="console-schedule-backfill",
+    ),
+    path(
         "schedules/<uuid:schedule_id>/delete",
         schedules.schedule_delete,
         name="console-schedule-delete",
     ),
     path("runs/", runs.runs_page, name="console-runs"),
+    path("executions/bulk", executions.execution_bulk, name="console-executions-bulk"),
     path("executions/<uuid:execution_id>/", executions.execution_detail, name="console-execution"),
+    path(
+        "executions/<uuid:execution_id>/cancel",
+        executions.execution_cancel,
+        name="console-execution-cancel",
+    ),
+    path(
+        "executions/<uuid:execution_id>/rerun",
+        executions.execution_rerun,
+        name="console-execution-rerun",
+    ),
+    path("operations/<uuid:operation_id>/", control.operation_detail, name="console-operation"),
+    path(
+        "operations/<uuid:operation_id>/cancel",
+        control.operation_cancel,
+        name="console-operation-cancel",
+    ),
+    path(
+        "backfills/<uuid:backfill_id>/progress",
+        control.backfill_progress,
+        name="console-backfill-progress",
+    ),
+    path(
+        "backfills/<uuid:backfill_id>/cancel",
+        control.backfill_cancel,
+        name="console-backfill-cancel",
+    ),
     path("explain", explain.explain_page, name="console-explain"),
     path("tokens/", access.tokens, name="console-tokens"),
     path("tokens/<int:token_id>/revoke", access.token_revoke, name="console-token-revoke"),

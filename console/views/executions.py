@@ -1,18 +1,68 @@
-"""Execution pages: one execution's row, events and timeline."""
+"""Execution pages: one execution's row, events and timeline; cancel and re-run,
+one at a time or in bulk from the runs page.
+
+Cancel and re-run each ask first on a page of their own (works without
+JavaScript, like revoking a token) that says what will happen; the POST does
+it. The services decide which states allow it: their 409 (naming the state)
+and 400 (naming the field) are shown on that page, never a 500."""
 
 from __future__ import annotations
 
 import uuid
+from functools import partial
+from typing import Any
+from urllib.parse import urlencode
 
-from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import render
-from django.views.decorators.http import require_GET
+from django.conf import settings
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from console.access import base_context, tenant_view
-from console.views.common import is_htmx
-from dispatch import selectors
-from dispatch.exceptions import NotFound
+from console import control_forms
+from console.access import base_context, tenant_view, viewer_zone
+from console.views.common import is_htmx, next_url
+from console.views.schedules import bulk_review
+from dispatch import selectors, services
+from dispatch.exceptions import DispatchError, NotFound
+from dispatch.models import Execution
+from dispatch.states import ACTIVE_STATES, FINAL_STATES, ExecutionState
 from tenants.roles import Principal, Role
+
+
+def _execution_or_404(principal: Principal, execution_id: uuid.UUID) -> Execution:
+    try:
+        return selectors.execution_get(tenant=principal.tenant, execution_id=execution_id)
+    except NotFound:
+        raise Http404("execution not found") from None
+
+
+def stop_bound_s() -> int:
+    """How long a worker may take to notice a cancel: its heartbeat (a third of
+    the lease) finds the token bumped and stops the attempt."""
+    return max(1, round(settings.EXECUTION_LEASE_S / 3))
+
+
+def control_state(principal: Principal, execution: Execution) -> dict[str, Any]:
+    """Which of cancel / re-run this viewer may do now, and why not."""
+    state = ExecutionState(execution.state)
+    label = state.value.replace("_", " ")
+    cancel_why = rerun_why = ""
+    if not principal.can(Role.OPERATOR):
+        cancel_why = rerun_why = (
+            f"Cancel and re-run need the operator role; you are {principal.role.label}."
+        )
+    else:
+        if state not in ACTIVE_STATES:
+            cancel_why = f"It is {label}: only a scheduled, queued, running or retrying execution can be cancelled."
+        if state not in FINAL_STATES:
+            rerun_why = f"It is {label}: only a final execution (succeeded, dead, skipped, cancelled) can be re-run."
+    return {
+        "can_cancel": not cancel_why,
+        "can_rerun": not rerun_why,
+        "cancel_why": cancel_why,
+        "rerun_why": rerun_why,
+    }
 
 
 @require_GET
@@ -20,10 +70,7 @@ from tenants.roles import Principal, Role
 def execution_detail(
     request: HttpRequest, principal: Principal, execution_id: uuid.UUID
 ) -> HttpResponse:
-    try:
-        execution = selectors.execution_get(tenant=principal.tenant, execution_id=execution_id)
-    except NotFound:
-        raise Http404("execution not found") from None
+    execution = _execution_or_404(principal, execution_id)
     events = list(selectors.execution_events(execution=execution))
     ctx = base_context(
         request,
@@ -32,7 +79,173 @@ def execution_detail(
         schedule=execution.schedule,
         timeline=selectors.execution_timeline(execution=execution, events=events),
         zone=execution.schedule.timezone,
+        message=request.GET.get("done", "")[:200],
+        **control_state(principal, execution),
     )
     if is_htmx(request) and request.headers.get("HX-Target") == "execution-live":
         return render(request, "console/execution_detail.html#live", ctx)
     return render(request, "console/execution_detail.html", ctx)
+
+
+def _done(execution_id: uuid.UUID, message: str) -> HttpResponse:
+    url = reverse("console-execution", kwargs={"execution_id": execution_id})
+    return HttpResponseRedirect(f"{url}?{urlencode({'done': message})}")
+
+
+@require_http_methods(["GET", "POST"])
+@tenant_view(Role.OPERATOR)
+def execution_cancel(
+    request: HttpRequest, principal: Principal, execution_id: uuid.UUID
+) -> HttpResponse:
+    """GET says what cancelling does to this execution now; POST cancels it."""
+    execution = _execution_or_404(principal, execution_id)
+    form = control_forms.CancelForm(request.POST if request.method == "POST" else None)
+    status = 200
+    if request.method == "POST":
+        status = 400
+        if form.is_valid():
+            try:
+                result = services.execution_cancel(
+                    actor=principal,
+                    execution_id=execution.id,
+                    reason=form.cleaned_data.get("reason") or "",
+                )
+            except NotFound:
+                raise Http404("execution not found") from None
+            except DispatchError as exc:
+                form.add_error(None, exc.message)
+                status = exc.status
+                execution = _execution_or_404(principal, execution_id)
+            else:
+                if not result.changed:
+                    return _done(execution.id, "It was already cancelled: nothing changed.")
+                return _done(execution.id, "Cancelled.")
+    ctx = base_context(
+        request,
+        principal,
+        execution=execution,
+        schedule=execution.schedule,
+        zone=execution.schedule.timezone,
+        form=form,
+        stop_s=stop_bound_s(),
+        running=execution.state == ExecutionState.RUNNING,
+        **control_state(principal, execution),
+    )
+    return render(request, "console/execution_cancel.html", ctx, status=status)
+
+
+@require_http_methods(["GET", "POST"])
+@tenant_view(Role.OPERATOR)
+def execution_rerun(
+    request: HttpRequest, principal: Principal, execution_id: uuid.UUID
+) -> HttpResponse:
+    """GET shows the re-run (attempt N+1, new token, same occurrence) with the
+    schedule's payload to edit for this run only; POST re-runs it."""
+    execution = _execution_or_404(principal, execution_id)
+    form = control_forms.RerunForm(
+        request.POST if request.method == "POST" else None, schedule=execution.schedule
+    )
+    status = 200
+    if request.method == "POST":
+        status = 400
+        if form.is_valid():
+            target = form.edited_target()
+            try:
+                services.execution_rerun(actor=principal, execution_id=execution.id, target=target)
+            except NotFound:
+                raise Http404("execution not found") from None
+            except DispatchError as exc:
+                control_forms.apply_error(form, exc, control_forms.rerun_field)
+                status = exc.status
+                execution = _execution_or_404(principal, execution_id)
+            else:
+                edited = " with the edited payload" if target is not None else ""
+                return _done(execution.id, f"Re-run as attempt {execution.attempt + 1}{edited}.")
+    ctx = base_context(
+        request,
+        principal,
+        execution=execution,
+        schedule=execution.schedule,
+        zone=execution.schedule.timezone,
+        form=form,
+        next_attempt=execution.attempt + 1,
+        next_token=execution.fencing_token + 1,
+        **control_state(principal, execution),
+    )
+    return render(request, "console/execution_rerun.html", ctx, status=status)
+
+
+@require_POST
+@tenant_view(Role.OPERATOR)
+def execution_bulk(request: HttpRequest, principal: Principal) -> HttpResponse:
+    """The runs page's bulk bar: a review first (what will happen, to how many),
+    then `confirm` does it as a bulk operation (its page shows each result)."""
+    form = control_forms.BulkExecutionsForm(request.POST, zone=viewer_zone(request))
+    review = partial(
+        bulk_review,
+        request,
+        principal,
+        form,
+        what="execution",
+        action_url=reverse("console-executions-bulk"),
+        back_url=next_url(request, reverse("console-runs")),
+    )
+    if not form.is_valid():
+        return review(preview=None, status=400)
+    d = form.cleaned_data
+    targets = form.targets()
+    try:
+        if not d.get("confirm"):
+            return review(preview=_bulk_preview(principal, d["action"], targets), status=200)
+        outcome = services.bulk_executions(
+            actor=principal, action=d["action"], reason=d.get("reason") or "", **targets
+        )
+    except DispatchError as exc:
+        control_forms.apply_error(form, exc, control_forms.bulk_field)
+        return review(preview=None, status=exc.status)
+    if outcome.operation is None:
+        return review(preview=outcome.preview, status=200)
+    return redirect("console-operation", operation_id=outcome.operation.id)
+
+
+def _bulk_preview(principal: Principal, action: str, targets: dict[str, Any]) -> dict[str, Any]:
+    """What the review page says: how many runs, and what the action does to each
+    (the bulk service has no dry run for executions; the count is the runs page's)."""
+    verb = {"cancel": "cancelling", "rerun": "re-running"}[action]
+    if "ids" in targets:
+        total = len(targets["ids"])
+        scope = "selected "
+    else:
+        flt = targets["filter"]
+        counted = selectors.execution_count(
+            tenant=principal.tenant,
+            flt=selectors.execution_filter(
+                state=flt.get("state"),
+                schedule_id=flt.get("schedule_id"),
+                trigger=flt.get("trigger"),
+                since=flt.get("from"),
+                until=flt.get("to"),
+            ),
+        )
+        total = counted[0] if counted else 0
+        scope = "" if not counted or not counted[1] else "at least "
+    return {
+        "total": total,
+        "found": total,
+        "text": f"{verb} {scope}{total} execution{'' if total == 1 else 's'}",
+        "items": [],
+        "notes": BULK_NOTES[action].format(stop_s=stop_bound_s()),
+    }
+
+
+BULK_NOTES = {
+    "cancel": (
+        "Each scheduled, queued, running or retrying one becomes cancelled (its token is "
+        "bumped; a running call is stopped within ~{stop_s} s and may already have reached "
+        "its target). Those already final are reported per item and left as they are."
+    ),
+    "rerun": (
+        "Each final one runs again as its next attempt with a new fencing token and the same "
+        "scheduled_for. Those not final yet are reported per item and left as they are."
+    ),
+}

@@ -144,6 +144,9 @@ def runs_page(request: HttpRequest, principal: Principal) -> HttpResponse:
         error_max=selectors.ERROR_TEXT_MAX,
         error_scan=selectors.ERROR_SCAN_ROWS,
         filtered=bool(raw),
+        # The table's filter for the bulk bar's "all matching" (the schedule as its id).
+        bulk_filter=[(k, v) for k, v in raw.items() if k != "schedule"]
+        + ([("schedule", str(schedule.id))] if schedule else []),
     )
     if is_htmx(request) and request.headers.get("HX-Target") == "runs-table":
         # 200 even with an error: htmx swaps in only 2xx answers, and the error

@@ -1,24 +1,31 @@
 """Schedule pages: the list, the form with its live preview, the detail page,
-the actions (pause, resume, trigger, delete) and the schedule picker."""
+the actions (pause, resume, trigger, delete), the schedule picker, and run
+control: the detail page's backfill (dry run, then confirm) and the list's
+bulk bar (a review page, then the operation)."""
 
 from __future__ import annotations
 
 import re
 import uuid
+from functools import partial
 from typing import Any
+from urllib.parse import urlencode
 
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from console import control_forms
 from console import forms as console_forms
 from console.access import base_context, tenant_view, viewer_zone
-from console.views.common import is_htmx, schedule_or_404
+from console.views.common import is_htmx, next_url, schedule_or_404
 from dispatch import selectors, services
 from dispatch.exceptions import DispatchError, InvalidSchedule
-from dispatch.models import Kind
+from dispatch.models import Backfill, Kind, Schedule
 from dispatch.schedule_fields import clean_schedule
+from dispatch.states import BackfillAction, ControlState
+from dispatch.timing import cron
 from tenants.roles import Principal, Role
 
 PICK_TARGET = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,40}")
@@ -57,6 +64,7 @@ def schedule_list(request: HttpRequest, principal: Principal) -> HttpResponse:
         kind=kind,
         status=status,
         error=error,
+        bulk_actions=[(a, BULK_VERBS[a]) for a in control_forms.BulkSchedulesForm.ACTIONS],
     )
     if is_htmx(request) and request.headers.get("HX-Target") == "schedule-rows":
         return render(request, "console/schedules.html#rows", ctx)
@@ -219,18 +227,39 @@ def schedule_detail(
         pause_form=console_forms.PauseForm(),
         zone=schedule.timezone,
         message=request.GET.get("done", "")[:200],
+        backfill_form=_backfill_form(schedule),
+        plan=None,
+        backfills=backfill_rows(principal, schedule),
     )
     return render(request, "console/schedule_detail.html", ctx)
 
 
-def _action_redirect(schedule_id: uuid.UUID, message: str) -> HttpResponse:
-    from urllib.parse import urlencode
+BACKFILLS_SHOWN = 10  # the schedule page lists its latest backfills (one count query each)
 
+
+def backfill_rows(
+    principal: Principal, schedule: Schedule
+) -> list[tuple[Backfill, selectors.BackfillProgress, bool]]:
+    """(backfill, progress, still live) of the schedule's latest backfills."""
+    page = selectors.backfill_list(
+        tenant=principal.tenant, schedule=schedule, limit=BACKFILLS_SHOWN
+    )
+    progress = selectors.backfill_list_progress(page.items)
+    return [(b, progress[b.id], backfill_live(b, progress[b.id])) for b in page.items]
+
+
+def backfill_live(backfill: Backfill, progress: selectors.BackfillProgress) -> bool:
+    """Worth polling: it is still releasing occurrences, or runs it released are active."""
+    return backfill.state == ControlState.RUNNING or progress.active > 0
+
+
+def action_redirect(schedule_id: uuid.UUID, message: str, *, anchor: str = "") -> HttpResponse:
+    """Back to the schedule page, saying what was done (at `anchor`, a section's id)."""
     url = reverse("console-schedule", kwargs={"schedule_id": schedule_id})
-    return HttpResponseRedirect(f"{url}?{urlencode({'done': message})}")
+    return HttpResponseRedirect(f"{url}?{urlencode({'done': message})}{anchor and '#' + anchor}")
 
 
-def _action_error(
+def action_error(
     request: HttpRequest, principal: Principal, exc: DispatchError, status: int
 ) -> HttpResponse:
     ctx = base_context(request, principal, error=exc.message)
@@ -245,7 +274,7 @@ def schedule_pause(
     schedule = schedule_or_404(principal, schedule_id)
     form = console_forms.PauseForm(request.POST)
     if not form.is_valid():
-        return _action_error(request, principal, InvalidSchedule("reason: too long"), 400)
+        return action_error(request, principal, InvalidSchedule("reason: too long"), 400)
     until = None
     raw = form.cleaned_data.get("until") or ""
     try:
@@ -258,12 +287,12 @@ def schedule_pause(
             until=until,
         )
     except ValueError:
-        return _action_error(
+        return action_error(
             request, principal, InvalidSchedule("until: is not a date and time"), 400
         )
     except DispatchError as exc:
-        return _action_error(request, principal, exc, exc.status)
-    return _action_redirect(schedule.id, "Pause changed." if schedule.paused else "Paused.")
+        return action_error(request, principal, exc, exc.status)
+    return action_redirect(schedule.id, "Pause changed." if schedule.paused else "Paused.")
 
 
 @require_POST
@@ -276,11 +305,11 @@ def schedule_resume(
     try:
         services.schedule_resume(actor=principal, schedule_id=schedule.id)
     except DispatchError as exc:
-        return _action_error(request, principal, exc, exc.status)
+        return action_error(request, principal, exc, exc.status)
     if not schedule.paused:
         # Resume is idempotent (a double click, a stale page): nothing was changed.
-        return _action_redirect(schedule.id, "It was not paused: nothing changed.")
-    return _action_redirect(schedule.id, f"Resumed. {plan}".strip())
+        return action_redirect(schedule.id, "It was not paused: nothing changed.")
+    return action_redirect(schedule.id, f"Resumed. {plan}".strip())
 
 
 @require_POST
@@ -292,7 +321,7 @@ def schedule_trigger(
     try:
         execution = services.schedule_trigger(actor=principal, schedule_id=schedule.id)
     except DispatchError as exc:
-        return _action_error(request, principal, exc, exc.status)
+        return action_error(request, principal, exc, exc.status)
     return redirect("console-execution", execution_id=execution.id)
 
 
@@ -306,7 +335,7 @@ def schedule_delete(
         try:
             services.schedule_delete(actor=principal, schedule_id=schedule.id)
         except DispatchError as exc:
-            return _action_error(request, principal, exc, exc.status)
+            return action_error(request, principal, exc, exc.status)
         return redirect("console-schedules")
     ctx = base_context(request, principal, schedule=schedule)
     return render(request, "console/schedule_delete.html", ctx)
@@ -335,3 +364,156 @@ def schedule_pick(request: HttpRequest, principal: Principal) -> HttpResponse:
         "results_id": f"{target}-results" if target else "pick-results",
     }
     return render(request, "console/schedule_pick.html", ctx)
+
+
+# --- run control: backfill and bulk actions ---------------------------------------------
+
+BULK_VERBS = {
+    "pause": "Pause",
+    "resume": "Resume",
+    "trigger": "Trigger",
+    "delete": "Delete",
+    "cancel": "Cancel",
+    "rerun": "Re-run",
+}
+REVIEW_ITEMS = 200  # the review page lists this many items by name; the counts cover all
+
+
+def bulk_review(
+    request: HttpRequest,
+    principal: Principal,
+    form: control_forms.BulkForm,
+    *,
+    what: str,
+    action_url: str,
+    back_url: str,
+    preview: dict[str, Any] | None,
+    status: int,
+) -> HttpResponse:
+    """The page between a bulk bar and its confirm button: what the action would do
+    (the service's dry run), or the error naming what is wrong with the request."""
+    action = str(form.cleaned_data.get("action") or form.data.get("action") or "")
+    items = list((preview or {}).get("items") or [])
+    ctx = base_context(
+        request,
+        principal,
+        form=form,
+        what=what,
+        verb=BULK_VERBS.get(action, action),
+        action=action,
+        preview=preview,
+        count=int((preview or {}).get("found", (preview or {}).get("total", 0)) or 0),
+        items=items[:REVIEW_ITEMS],
+        items_hidden=max(0, len(items) - REVIEW_ITEMS),
+        carried=form.carried(),
+        action_url=action_url,
+        back_url=back_url,
+        filtered=form.cleaned_data.get("scope") == "filter",
+        errors=control_forms.named_errors(form),
+    )
+    return render(request, "console/bulk_review.html", ctx, status=status)
+
+
+@require_POST
+@tenant_view(Role.OPERATOR)
+def schedule_bulk(request: HttpRequest, principal: Principal) -> HttpResponse:
+    """The schedule list's bulk bar: first a review (dry run), then `confirm` does it."""
+    form = control_forms.BulkSchedulesForm(request.POST, zone=viewer_zone(request))
+    review = partial(
+        bulk_review,
+        request,
+        principal,
+        form,
+        what="schedule",
+        action_url=reverse("console-schedules-bulk"),
+        back_url=next_url(request, reverse("console-schedules")),
+    )
+    if not form.is_valid():
+        return review(preview=None, status=400)
+    d = form.cleaned_data
+    kwargs: dict[str, Any] = {
+        "actor": principal,
+        "action": d["action"],
+        "reason": d.get("reason") or "",
+        "until": d.get("until"),
+        **form.targets(),
+    }
+    try:
+        if not d.get("confirm"):
+            outcome = services.bulk_schedules(**kwargs, dry_run=True)
+            return review(preview=outcome.preview, status=200)
+        outcome = services.bulk_schedules(**kwargs)
+    except DispatchError as exc:
+        control_forms.apply_error(form, exc, control_forms.bulk_field)
+        return review(preview=None, status=exc.status)
+    if outcome.operation is None:  # a run always records an operation; a preview shows
+        return review(preview=outcome.preview, status=200)
+    return redirect("console-operation", operation_id=outcome.operation.id)
+
+
+PLAN_ROWS = 1000  # the dry run's table lists this many occurrences; its counts cover all
+
+
+def _backfill_form(schedule: Schedule, data: Any = None) -> control_forms.BackfillForm:
+    return control_forms.BackfillForm(data, zone=cron.get_zone(schedule.timezone))
+
+
+def _plan_context(plan: selectors.BackfillPlan, form: control_forms.BackfillForm) -> dict[str, Any]:
+    items = plan.items
+    return {
+        "total": len(items),
+        "counts": [(action, n) for action, n in plan.counts.items() if n],
+        "rows": [
+            {
+                "scheduled_for": item.scheduled_for,
+                "action": str(item.action),
+                "meaning": BackfillAction(item.action).label,
+            }
+            for item in items[:PLAN_ROWS]
+        ],
+        "hidden": max(0, len(items) - PLAN_ROWS),
+        "runs": _runs(plan),
+        "params": form.carried(),
+    }
+
+
+def _runs(plan: selectors.BackfillPlan) -> int:
+    """The occurrences a backfill of this plan runs: the ones it creates or re-runs."""
+    return plan.counts.get(BackfillAction.CREATE, 0) + plan.counts.get(BackfillAction.RERUN, 0)
+
+
+@require_POST
+@tenant_view(Role.OPERATOR)
+def schedule_backfill(
+    request: HttpRequest, principal: Principal, schedule_id: uuid.UUID
+) -> HttpResponse:
+    """The backfill form's dry run (the table of occurrences and what happens to
+    each, then the confirm button); with `confirm`, the backfill itself."""
+    schedule = schedule_or_404(principal, schedule_id)
+    form = _backfill_form(schedule, request.POST)
+    plan: dict[str, Any] | None = None
+    status = 400
+    if form.is_valid():
+        confirm = bool(form.cleaned_data.get("confirm"))
+        try:
+            result = services.backfill_create(
+                actor=principal,
+                schedule_id=schedule.id,
+                dry_run=not confirm,
+                **form.service_params(),
+            )
+        except DispatchError as exc:
+            control_forms.apply_error(form, exc, control_forms.backfill_field)
+            status = exc.status
+        else:
+            if result.backfill is not None:
+                message = f"Backfill started: {_runs(result.plan)} to run."
+                return action_redirect(schedule.id, message, anchor="backfills")
+            plan, status = _plan_context(result.plan, form), 200
+    ctx = base_context(
+        request, principal, schedule=schedule, backfill_form=form, plan=plan, zone=schedule.timezone
+    )
+    if is_htmx(request):
+        # htmx swaps only 2xx answers: the errors come back in the section, as a 200.
+        return render(request, "console/schedule_backfill.html#section", ctx)
+    return render(request, "console/schedule_backfill.html", ctx, status=status)

@@ -31,9 +31,9 @@ OPERATION_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH)
 ITEMS_PAGE = 100
 
 IDS_HELP = (
-    f"the objects, at most {settings.BULK_MAX_ITEMS} (and as many as fit in the request body "
-    f"limit, {settings.API_MAX_BODY_BYTES} bytes: about "
-    f"{settings.API_MAX_BODY_BYTES // 40} ids; larger sets by filter); another tenant's (or "
+    f"the objects, at most {settings.BULK_MAX_ITEMS} (the bulk endpoints' body limit, "
+    f"API_BULK_MAX_BODY_BYTES = {settings.API_BULK_MAX_BODY_BYTES} bytes, holds about "
+    f"{settings.API_BULK_MAX_BODY_BYTES // 40} ids); another tenant's (or "
     "an unknown) id is `not_found` in the results and nothing is touched. Give ids or "
     "filter, not both."
 )
@@ -58,8 +58,8 @@ def _ids_field() -> serializers.ListField:
         child=serializers.CharField(max_length=64),
         required=False,
         min_length=1,
-        # No maxItems: the request body limit (413) comes first; the service's own
-        # bound (BULK_MAX_ITEMS, a 400 naming ids) holds for every caller.
+        # No maxItems: the service's bound (BULK_MAX_ITEMS, a 400 naming ids) holds
+        # for every caller, and the body limit (413) for the bytes.
         help_text=IDS_HELP,
     )
 

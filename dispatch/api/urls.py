@@ -1,6 +1,6 @@
 from django.urls import path, re_path
 
-from dispatch.api import alerts, backfills, bulk, jobs, runs, views
+from dispatch.api import alerts, backfills, bulk, health, jobs, runs, views
 
 urlpatterns = [
     path("schedules", views.ScheduleListView.as_view(), name="api-schedules"),
@@ -44,6 +44,11 @@ urlpatterns = [
         r"^schedules/(?P<pk>[^/:]+)/preview$",
         views.SchedulePreviewView.as_view(),
         name="api-schedule-preview",
+    ),
+    re_path(
+        r"^schedules/(?P<pk>[^/:]+)/health$",
+        health.ScheduleHealthView.as_view(),
+        name="api-schedule-health",
     ),
     re_path(
         r"^schedules/(?P<pk>[^/:]+)/explain$",

@@ -16,6 +16,7 @@ from rest_framework.response import Response
 from core.api import inputs
 from core.api.views import StrictQueryView
 from dispatch import explain, selectors, services
+from dispatch.api.health_out import ScheduleWithHealthDoc, health_out
 from dispatch.api.serializers import (
     EmptySerializer,
     ExecutionDetailDoc,
@@ -129,7 +130,9 @@ def _schedule_response(schedule: Any, code: int = status.HTTP_200_OK) -> Respons
 
 
 class ScheduleListView(StrictQueryView):
-    query_params_allowed = {"get": frozenset({"cursor", "limit", "search", "kind", "paused"})}
+    query_params_allowed = {
+        "get": frozenset({"cursor", "limit", "search", "kind", "paused", "sort"})
+    }
 
     @extend_schema(
         operation_id="schedules_list",
@@ -140,9 +143,23 @@ class ScheduleListView(StrictQueryView):
             OpenApiParameter("search", str, description="substring of the name"),
             OpenApiParameter("kind", str, enum=["cron", "once"]),
             OpenApiParameter("paused", bool),
+            OpenApiParameter(
+                "sort",
+                str,
+                enum=["created", "health"],
+                description="created (default): newest first, paged. health: least healthy "
+                "first (most consecutive failures, then most dead runs in 24 h, then name): "
+                "the first `limit` schedules only (next_cursor is null), since ranking needs "
+                "every schedule's streak; takes no cursor, search, kind or paused",
+            ),
         ],
     )
     def get(self, request: Request) -> Response:
+        sort = request.query_params.get("sort", "created")
+        if sort not in ("created", "health"):
+            raise InvalidSchedule.field("sort", "must be created or health")
+        if sort == "health":
+            return self._by_health(request)
         page = selectors.schedule_list(
             tenant=principal(request).tenant,
             cursor=request.query_params.get("cursor"),
@@ -155,6 +172,19 @@ class ScheduleListView(StrictQueryView):
             {"results": [schedule_out(s) for s in page.items], "next_cursor": page.next_cursor}
         )
 
+    def _by_health(self, request: Request) -> Response:
+        for name in ("cursor", "search", "kind", "paused"):
+            if name in request.query_params:
+                raise InvalidSchedule.field(name, "is not supported with sort=health")
+        ranked = selectors.schedules_by_health(
+            tenant=principal(request).tenant,
+            now=services.db_now(),
+            limit=_int_param(request, "limit", 50, 1, selectors.MAX_PAGE),
+        )
+        return Response(
+            {"results": [schedule_out(r.schedule) for r in ranked], "next_cursor": None}
+        )
+
     @extend_schema(request=ScheduleInSerializer, responses={201: ScheduleOutDoc})
     def post(self, request: Request) -> Response:
         data = _api_data(_validated(ScheduleInSerializer, request))
@@ -165,11 +195,14 @@ class ScheduleListView(StrictQueryView):
 
 
 class ScheduleDetailView(StrictQueryView):
-    @extend_schema(parameters=[SCHEDULE_ID], responses={200: ScheduleOutDoc})
+    @extend_schema(parameters=[SCHEDULE_ID], responses={200: ScheduleWithHealthDoc})
     def get(self, request: Request, pk: str) -> Response:
-        return _schedule_response(
-            selectors.schedule_get(tenant=principal(request).tenant, schedule_id=pk)
-        )
+        tenant = principal(request).tenant
+        schedule = selectors.schedule_get(tenant=tenant, schedule_id=pk)
+        response = _schedule_response(schedule)
+        health = selectors.schedule_health(tenant=tenant, schedule=schedule, now=services.db_now())
+        response.data["health"] = health_out(health)
+        return response
 
     @extend_schema(
         request=SchedulePatchSerializer,

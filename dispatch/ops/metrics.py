@@ -21,8 +21,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from dispatch.queues import ALL_QUEUES
+from dispatch.selectors.ops import LAG_EXCLUDED_TRIGGERS
 from dispatch.sql import sql
-from dispatch.states import Trigger
 
 LAG_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0)
 WINDOW = "15 minutes"
@@ -32,8 +32,8 @@ DAY_S = 24 * 3600
 BEAT_ALIVE_S = 30
 QUEUES = list(ALL_QUEUES)
 # Lag histograms measure promptness for occurrences fired at their due time:
-# catch-up runs (late on purpose) and manual runs are left out (as on /ops).
-LAG_EXCLUDED = [str(Trigger.CATCH_UP.value), str(Trigger.MANUAL.value)]
+# the triggers /ops leaves out (catch-up, manual, backfill) are left out here too.
+LAG_EXCLUDED = [str(t.value) for t in LAG_EXCLUDED_TRIGGERS]
 
 
 def _histogram(name: str, doc: str, measure: str) -> HistogramMetricFamily:
@@ -59,13 +59,13 @@ class DatabaseCollector(Collector):
         yield _histogram(
             "scheduler_fire_lag_seconds",
             f"Due time to first publish, executions published in the last {WINDOW} "
-            "(not catch-up or manual runs)",
+            "(not catch-up, manual or backfill runs)",
             "fire",
         )
         yield _histogram(
             "scheduler_start_lag_seconds",
             f"Due time to worker start, executions started in the last {WINDOW} "
-            "(not catch-up or manual runs)",
+            "(not catch-up, manual or backfill runs)",
             "start",
         )
         states = GaugeMetricFamily(

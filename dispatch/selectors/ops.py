@@ -15,14 +15,16 @@ from dispatch.sql import sql
 from tenants.models import Tenant
 
 # Fire lag measures how promptly the beat publishes what falls due. Catch-up runs
-# (missed occurrences fired late on purpose, e.g. after a pause) and manual runs
-# are not timed occurrences: they are counted apart, not in the percentiles.
-LAG_EXCLUDED_TRIGGERS = (Trigger.CATCH_UP, Trigger.MANUAL)
+# (missed occurrences fired late on purpose, e.g. after a pause), manual runs and
+# backfill runs (released on demand, paced by the backfill's own cap) are not timed
+# occurrences: they are counted apart, not in the percentiles. /ops and /metrics
+# share this list.
+LAG_EXCLUDED_TRIGGERS = (Trigger.CATCH_UP, Trigger.MANUAL, Trigger.BACKFILL)
 
 
 def ops_fire_lag(*, since: datetime) -> dict[str, float | int | None]:
     """p50 / p99 / max of enqueued_at - due_at (seconds) for executions published since
-    `since`, without catch-up and manual runs (`excluded` counts those)."""
+    `since`, without catch-up, manual and backfill runs (`excluded` counts those)."""
     params = {"excluded": [str(t.value) for t in LAG_EXCLUDED_TRIGGERS], "since": since}
     row = sql.rows("ops_fire_lag", params)[0]  # aggregates: always one row
     count, p50, p99, worst, excluded = row.timed, row.p50, row.p99, row.worst, row.excluded

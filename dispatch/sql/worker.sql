@@ -18,7 +18,7 @@ WITH claimed AS (
        AND state IN ('scheduled', 'queued', 'retry_scheduled')
        AND attempt = %(attempt)s
        AND COALESCE(next_attempt_at, due_at) <= now()
- RETURNING id, tenant_id, schedule_id, attempt, attempt_base, fencing_token, scheduled_for,
+ RETURNING id, tenant_id, schedule_id, attempt, attempt_base, reruns, fencing_token, scheduled_for,
            target_override
 ), event AS (
     INSERT INTO dispatch_executionevent (tenant_id, schedule_id, execution_id, kind, message, data, actor)
@@ -29,7 +29,7 @@ WITH claimed AS (
       FROM claimed
 )
 -- A re-run with an edited target runs that target (and its timeout) this once.
-SELECT c.id AS execution_id, c.attempt, c.attempt_base, c.fencing_token, c.scheduled_for,
+SELECT c.id AS execution_id, c.attempt, c.attempt_base, c.reruns, c.fencing_token, c.scheduled_for,
        s.id AS schedule_id, s.name AS schedule_name,
        COALESCE(c.target_override, s.target) AS target, s.retry,
        COALESCE((c.target_override->>'timeout_s')::int, s.timeout_s) AS timeout_s,

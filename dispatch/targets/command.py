@@ -97,6 +97,7 @@ def run(ctx: RunContext) -> Outcome:
             "SCHED_EXECUTION_ID": ctx.execution_id,
             "SCHED_SCHEDULED_FOR": ctx.scheduled_for.astimezone(UTC).isoformat(),
             "SCHED_ATTEMPT": str(ctx.attempt),
+            "SCHED_RUN": str(ctx.run),
             "SCHED_FENCING_TOKEN": str(ctx.fencing_token),
         }
     )

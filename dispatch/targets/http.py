@@ -377,6 +377,7 @@ def run(ctx: RunContext) -> Outcome:
             "X-Execution-Id": ctx.execution_id,
             "X-Scheduled-For": ctx.scheduled_for.astimezone(UTC).isoformat().replace("+00:00", "Z"),
             "X-Attempt": str(ctx.attempt),
+            "X-Run": str(ctx.run),
             "X-Fencing-Token": str(ctx.fencing_token),
             "X-Signature-Timestamp": str(timestamp),
             "X-Signature": sign(ctx.signing_key, timestamp, ctx.execution_id, body),

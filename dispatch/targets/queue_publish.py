@@ -94,6 +94,7 @@ def message_for(ctx: RunContext) -> dict[str, Any]:
         "execution_id": ctx.execution_id,
         "scheduled_for": ctx.scheduled_for.astimezone(UTC).isoformat().replace("+00:00", "Z"),
         "attempt": ctx.attempt,
+        "run": ctx.run,
         "fencing_token": ctx.fencing_token,
         "body": ctx.target.get("body", {}),
     }
@@ -130,6 +131,7 @@ def run(ctx: RunContext) -> Outcome:
     headers = {
         "execution_id": ctx.execution_id,
         "attempt": ctx.attempt,
+        "run": ctx.run,
         "fencing_token": ctx.fencing_token,
     }
     timeout = max(0.5, ctx.remaining())

@@ -89,6 +89,9 @@ class RunContext:
     timeout_s: float
     excerpt_bytes: int
     resolve_secret: Callable[[str], str]
+    # 1 + the occurrence's re-runs: a duplicate delivery repeats (execution_id, run);
+    # a deliberate re-run comes with the next run number.
+    run: int = 1
     started: float = field(default_factory=time.monotonic)
     abort_reason: str = ""
     secret_values: list[str] = field(default_factory=list)

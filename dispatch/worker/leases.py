@@ -60,6 +60,9 @@ class Claim:
     # The attempt the current chain started after: 0, or the attempt a re-run
     # continued from. Retries count `attempt - attempt_base` against the policy.
     attempt_base: int = 0
+    # How many times a person (or a backfill) re-ran this occurrence: the target
+    # sees run = reruns + 1 (X-Run), so it can tell a deliberate re-run from a duplicate.
+    reruns: int = 0
     # Read at claim time: whether finishing must also fire or skip dependents. A
     # dependent created while this attempt runs takes its first occurrence from
     # the upstream's next run, as it would had it been created a moment later.
@@ -139,6 +142,7 @@ def execution_claim(*, execution_id: str, attempt: int, owner: str, lease_s: flo
         tenant_active=row.tenant_active,
         owner=owner,
         attempt_base=row.attempt_base,
+        reruns=row.reruns,
         has_dependents=row.has_dependents,
         alert_failing=row.alert_failing,
     )

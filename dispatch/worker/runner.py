@@ -206,6 +206,7 @@ def _context(claim: Claim) -> RunContext:
         execution_id=claim.execution_id,
         scheduled_for=claim.scheduled_for,
         attempt=claim.attempt,
+        run=claim.reruns + 1,
         fencing_token=claim.fencing_token,
         tenant_id=claim.tenant_id,
         tenant_slug=claim.tenant_slug,

@@ -1,6 +1,6 @@
 // The console's only script of its own (CSP: no inline scripts). Everything
-// works without it; it adds the browser's time zone, copy buttons and the
-// schedule pickers' keyboard handling.
+// works without it; it adds the browser's time zone, copy buttons, the
+// schedule pickers' keyboard handling and the bulk bars' select-all.
 (function () {
   "use strict";
   try {
@@ -88,6 +88,32 @@
       if (el) { el.scrollTop = scrolled[id][0]; el.scrollLeft = scrolled[id][1]; }
     });
     scrolled = {};
+  });
+
+  // Bulk bars: rows' checkboxes belong to a bar's form (form="…"); a header
+  // checkbox selects the page's rows, and the bar counts what is selected.
+  function bulkCount(formId) {
+    var boxes = document.querySelectorAll('input[type=checkbox][name=ids][form="' + formId + '"]');
+    var checked = Array.prototype.filter.call(boxes, function (b) { return b.checked; }).length;
+    var form = document.getElementById(formId);
+    var out = form && form.querySelector("[data-selected-count]");
+    if (out) { out.textContent = String(checked); out.parentElement.hidden = false; }
+    var all = document.querySelector('[data-select-all="' + formId + '"]');
+    if (all) { all.hidden = false; all.checked = boxes.length > 0 && checked === boxes.length; }
+  }
+  function bulkForms() {
+    Array.prototype.forEach.call(document.querySelectorAll("form[data-bulk]"), function (f) { bulkCount(f.id); });
+  }
+  bulkForms();
+  document.addEventListener("htmx:afterSettle", bulkForms);
+  document.addEventListener("change", function (event) {
+    var el = event.target;
+    var formId = el.getAttribute && (el.getAttribute("data-select-all") || (el.name === "ids" && el.getAttribute("form")));
+    if (!formId) { return; }
+    if (el.hasAttribute("data-select-all")) {
+      Array.prototype.forEach.call(document.querySelectorAll('input[type=checkbox][name=ids][form="' + formId + '"]'), function (b) { b.checked = el.checked; });
+    }
+    bulkCount(formId);
   });
 
   document.addEventListener("click", function (event) {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 import pytest
@@ -263,3 +264,18 @@ def test_bad_if_match_is_400(api: APIClient, seed_example: dict[str, Any]) -> No
 def test_bad_cursor_and_limit_are_400(api: APIClient) -> None:
     assert_error(api.get("/v1/schedules?cursor=@@@"), 400, "cursor")
     assert_error(api.get("/v1/executions?limit=100000"), 400, "limit")
+
+
+def test_bulk_endpoints_take_ten_thousand_ids_and_others_keep_their_limit(
+    api: APIClient, settings: Any
+) -> None:
+    """10,000 ids (~400 KB) fit the bulk endpoints' own body limit; the same bytes
+    sent to any other endpoint are still a 413."""
+    ids = [str(uuid.uuid4()) for _ in range(10_000)]
+    body = json.dumps({"action": "cancel", "ids": ids})
+    assert settings.API_MAX_BODY_BYTES < len(body) < settings.API_BULK_MAX_BODY_BYTES
+    res = api.post("/v1/executions:bulk", body, content_type="application/json")
+    assert res.status_code == 202, res.content
+    assert res.json()["total"] == 10_000
+    res = api.post("/v1/schedules", body, content_type="application/json")
+    assert_error(res, 413, code="payload_too_large")

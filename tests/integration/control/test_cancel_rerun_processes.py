@@ -321,6 +321,8 @@ def test_rerun_of_a_dead_execution_runs_to_success_with_its_own_retries(
     attempts = [header(r, "X-Attempt") for r in ledger.requests]
     tokens = [int(header(r, "X-Fencing-Token")) for r in ledger.requests]
     assert attempts == ["1", "2", "3", "4"]
+    # X-Run tells the deliberate re-run (run 2) from the first chain's retries (run 1).
+    assert [header(r, "X-Run") for r in ledger.requests] == ["1", "1", "2", "2"]
     assert tokens == sorted(tokens) and len(set(tokens)) == 4
     assert len({header(r, "X-Scheduled-For") for r in ledger.requests}) == 1
     assert len({header(r, "X-Execution-Id") for r in ledger.requests}) == 1

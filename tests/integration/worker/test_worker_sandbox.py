@@ -172,6 +172,7 @@ def test_command_cannot_see_or_touch_the_worker(worker: Proc, admin_principal: P
         "SCHED_EXECUTION_ID",
         "SCHED_SCHEDULED_FOR",
         "SCHED_ATTEMPT",
+        "SCHED_RUN",
         "SCHED_FENCING_TOKEN",
     }, names
     assert "procs=" in out and int(out.split("procs=")[1].split()[0]) < 10

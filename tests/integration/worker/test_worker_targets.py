@@ -62,6 +62,7 @@ def test_queue_target_publishes_the_ids_and_body(worker: Proc, admin_principal: 
         "execution_id": str(execution.id),
         "scheduled_for": execution.scheduled_for.isoformat().replace("+00:00", "Z"),
         "attempt": 1,
+        "run": 1,
         "fencing_token": 1,
         "body": {"invoice": 42},
     }

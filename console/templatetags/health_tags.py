@@ -1,0 +1,81 @@
+"""The health blocks of the console, as inclusion tags: the schedule page's health card
+and status grid (`{% schedule_health schedule %}`), its block reads what it shows
+itself, so the page includes it with one line and its view stays as it is. (The
+dashboard's block is its own request, console/views/health.py, loaded after the page.)"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import template
+
+from console.access import viewer_zone
+from console.templatetags.console_tags import _zone as zone_of
+from console.templatetags.console_tags import fmt
+from dispatch import selectors, services
+
+register = template.Library()
+
+# The schedule page's grid: its newest executions and the next occurrences.
+SCHEDULE_PAST = 48
+SCHEDULE_FUTURE = 6
+
+
+def _zone(context: template.Context) -> Any:
+    return context.get("zone") or context.get("viewer_tz") or viewer_zone(context["request"])
+
+
+@register.inclusion_tag("console/_health.html", takes_context=True)
+def schedule_health(context: template.Context, schedule: Any) -> dict[str, Any]:
+    tenant = context["principal"].tenant
+    now = services.db_now()
+    health = selectors.schedule_health(tenant=tenant, schedule=schedule, now=now)
+    grid = selectors.status_grid(
+        tenant=tenant, schedules=[schedule], now=now, past=SCHEDULE_PAST, future=SCHEDULE_FUTURE
+    )
+    return {
+        "request": context["request"],
+        "zone": _zone(context),
+        "schedule": schedule,
+        "health": health,
+        "windows": list(health.windows.items()),
+        "rows": grid,
+        "outcomes": selectors.OUTCOMES,
+        "show_names": False,
+        "scan": selectors.HEALTH_SCAN,
+    }
+
+
+@register.filter
+def outcome_label(outcome: str) -> str:
+    return selectors.OUTCOMES.get(outcome, (outcome, ""))[0]
+
+
+@register.filter
+def outcome_symbol(outcome: str) -> str:
+    return selectors.OUTCOMES.get(outcome, (outcome, "?"))[1]
+
+
+@register.filter
+def percent(rate: float | None) -> str:
+    return "—" if rate is None else f"{rate * 100:.1f} %"
+
+
+@register.filter
+def seconds(value: float | None) -> str:
+    if value is None:
+        return "—"
+    return f"{value:.1f} s" if value < 120 else f"{value / 60:.1f} min"
+
+
+@register.filter
+def cell_label(cell: selectors.GridCell, zone: Any) -> str:
+    """What a cell says to a screen reader and on hover: time, outcome, and the reason."""
+    at = fmt(cell.scheduled_for, zone_of(zone), seconds=False)
+    text = f"{at}: {outcome_label(cell.outcome)}"
+    return f"{text} ({cell.detail})" if cell.detail else text
+
+
+@register.filter
+def day_rate(health: selectors.ScheduleHealth | None) -> float | None:
+    return None if health is None else health.windows["24h"].success_rate
