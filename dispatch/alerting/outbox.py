@@ -88,11 +88,14 @@ def _channels(tenant_id: int, schedule_id: str) -> list[AlertChannel]:
     return chosen
 
 
+def _json(value: Any) -> Any:
+    # Named statements leave jsonb undecoded (str) outside the ORM.
+    return json.loads(value) if isinstance(value, (str, bytes)) else value
+
+
 def _deliver(row: Any) -> None:
-    payload = row.payload if isinstance(row.payload, dict) else json.loads(row.payload)
-    delivered = list(
-        row.delivered if isinstance(row.delivered, list) else json.loads(row.delivered)
-    )
+    payload = _json(row.payload)
+    delivered = list(_json(row.delivered))
     tenant = Tenant.objects.get(pk=row.tenant_id)
     message = message_for(row.kind, payload)
     # The alert's own id: the same on every retry, so receivers can dedupe on it.
@@ -170,6 +173,18 @@ def pump_once() -> int:
         try:
             _deliver(row)
         except Exception as exc:
-            # The claim stands: the alert is taken up again when its lease lapses.
+            # The claim stands: the alert is taken up again when its lease lapses,
+            # unless that was its last try.
             log.warning("alert %s: delivery attempt failed: %s", row.id, exc)
+            if row.attempts >= int(settings.ALERT_MAX_ATTEMPTS):
+                sql.execute(
+                    "alert_result",
+                    {
+                        "id": str(row.id),
+                        "state": str(AlertState.FAILED),
+                        "retry_s": 0.0,
+                        "delivered": json.dumps(list(_json(row.delivered))),
+                        "error": f"{type(exc).__name__}: {exc}",
+                    },
+                )
     return len(rows)
