@@ -615,6 +615,10 @@ class AlertPolicy(models.Model):
     # The circuit breaker: after this many consecutive failures (counted since the last
     # auto-pause) pause the schedule until a person resumes it (0: never).
     auto_pause_after = models.PositiveIntegerField(default=0)
+    # Dead-man alerts: an occurrence not started this long after its due time, or still
+    # running this long after it started (0: never).
+    late_after_s = models.PositiveIntegerField(default=0)
+    max_duration_s = models.PositiveIntegerField(default=0)
     # Where: these channels; none chosen means every enabled channel of the tenant.
     channels = models.ManyToManyField(AlertChannel, blank=True, related_name="+")
     updated_at = models.DateTimeField(db_default=Now())

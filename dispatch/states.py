@@ -264,6 +264,7 @@ class AlertKind(models.TextChoices):
     FAILURE = "failure"  # the Nth consecutive dead/timed_out occurrence (or a re-alert)
     RECOVERY = "recovery"  # the first success after a failure alert
     AUTO_PAUSED = "auto_paused"  # the circuit breaker paused the schedule
+    LATE = "late"  # not started within late_after_s of its due time, or running past max_duration_s
 
 
 class AlertState(models.TextChoices):

@@ -24,8 +24,9 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
+from dispatch import explain
 from dispatch.alerting import delivery
-from dispatch.models import AlertChannel, AlertPolicy, ExecutionEvent
+from dispatch.models import AlertChannel, AlertPolicy, Execution, ExecutionEvent, Schedule
 from dispatch.sql import sql
 from dispatch.states import AlertKind, AlertState, EventKind
 from tenants.models import Tenant
@@ -49,6 +50,19 @@ def message_for(kind: str, payload: dict[str, Any]) -> delivery.Message:
             event="schedule.recovered",
             title=f"{name}: recovered",
             text=f"{name} succeeded again (occurrence {when}) after failing.",
+            data=payload,
+        )
+    if kind == AlertKind.LATE:
+        limit = payload.get("limit_s")
+        what = (
+            f"has not started {limit} s after its due time"
+            if payload.get("late") == "not_started"
+            else f"is still running {limit} s after it started"
+        )
+        return delivery.Message(
+            event="schedule.late",
+            title=f"{name}: late",
+            text=f"{name}'s occurrence {when} {what}. Why: {payload.get('why', 'unknown')}",
             data=payload,
         )
     if kind == AlertKind.AUTO_PAUSED:
@@ -93,10 +107,21 @@ def _json(value: Any) -> Any:
     return json.loads(value) if isinstance(value, (str, bytes)) else value
 
 
+def _explained(row: Any) -> str:
+    """The explainer's answer for the late occurrence, as of now."""
+    schedule = Schedule.objects.filter(pk=row.schedule_id).first()
+    execution = Execution.objects.filter(pk=row.execution_id).first()
+    if schedule is None or execution is None:
+        return "the occurrence is gone"
+    return explain.explain(schedule=schedule, at=execution.scheduled_for).sentence
+
+
 def _deliver(row: Any) -> None:
     payload = _json(row.payload)
     delivered = list(_json(row.delivered))
     tenant = Tenant.objects.get(pk=row.tenant_id)
+    if row.kind == AlertKind.LATE and "why" not in payload:
+        payload["why"] = _explained(row)
     message = message_for(row.kind, payload)
     # The alert's own id: the same on every retry, so receivers can dedupe on it.
     message = delivery.Message(

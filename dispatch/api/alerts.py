@@ -173,6 +173,10 @@ POLICY_HELP = {
     "auto_pause_after": "pause the schedule after this many consecutive failures, until a "
     "person resumes it (0: never)",
     "channels": "alert channel ids; empty: every enabled channel of the tenant",
+    "late_after_s": "alert when an occurrence has not started this long after its due time "
+    "(0: never)",
+    "max_duration_s": "alert when an occurrence is still running this long after it started "
+    "(0: never)",
 }
 
 
@@ -189,6 +193,12 @@ class PolicyInSerializer(StrictSerializer):
     auto_pause_after = serializers.IntegerField(
         required=False, min_value=0, max_value=1000, help_text=POLICY_HELP["auto_pause_after"]
     )
+    late_after_s = serializers.IntegerField(
+        required=False, min_value=0, max_value=7 * 86400, help_text=POLICY_HELP["late_after_s"]
+    )
+    max_duration_s = serializers.IntegerField(
+        required=False, min_value=0, max_value=7 * 86400, help_text=POLICY_HELP["max_duration_s"]
+    )
     channels = serializers.ListField(
         child=serializers.UUIDField(),
         required=False,
@@ -202,6 +212,8 @@ class PolicyOutDoc(serializers.Serializer[Any]):
     recovery = serializers.BooleanField(help_text=POLICY_HELP["recovery"])
     realert_s = serializers.IntegerField(help_text=POLICY_HELP["realert_s"])
     auto_pause_after = serializers.IntegerField(help_text=POLICY_HELP["auto_pause_after"])
+    late_after_s = serializers.IntegerField(help_text=POLICY_HELP["late_after_s"])
+    max_duration_s = serializers.IntegerField(help_text=POLICY_HELP["max_duration_s"])
     channels = serializers.ListField(
         child=serializers.UUIDField(), help_text=POLICY_HELP["channels"]
     )

@@ -31,10 +31,10 @@ Step = Callable[[], int]
 
 def steps() -> list[Step]:
     """The pump's steps, imported late: they import the services, which import the beat's modules."""
-    from dispatch.alerting import outbox
+    from dispatch.alerting import lateness, outbox
     from dispatch.scheduler import backfills, operations
 
-    return [backfills.pump_once, operations.pump_once, outbox.pump_once]
+    return [backfills.pump_once, operations.pump_once, lateness.scan_once, outbox.pump_once]
 
 
 def pump_once() -> int:

@@ -27,7 +27,14 @@ def alert_channel_get(*, tenant: Tenant, channel_id: uuid.UUID | str) -> AlertCh
 
 
 # What applies when neither the schedule nor the tenant has a policy (the model's defaults).
-BUILT_IN = {"failure_threshold": 1, "recovery": True, "realert_s": 0, "auto_pause_after": 0}
+BUILT_IN = {
+    "failure_threshold": 1,
+    "recovery": True,
+    "realert_s": 0,
+    "auto_pause_after": 0,
+    "late_after_s": 0,
+    "max_duration_s": 0,
+}
 
 
 @dataclass(frozen=True)

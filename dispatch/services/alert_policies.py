@@ -24,6 +24,8 @@ LIMITS = {
     "failure_threshold": (1, 1000),
     "realert_s": (0, 30 * 86400),
     "auto_pause_after": (0, 1000),
+    "late_after_s": (0, 7 * 86400),
+    "max_duration_s": (0, 7 * 86400),
 }
 
 

@@ -172,3 +172,60 @@ UPDATE dispatch_alert
        last_error = left(%(error)s::text, 500),
        sent_at = CASE WHEN %(state)s::text = 'sent' THEN now() END
  WHERE id = %(id)s::uuid
+
+-- name: alert_late_scan
+-- Dead-man alerts: an occurrence of the last day not started within late_after_s of its due time (held, queued, never claimed), or running past max_duration_s; one per occurrence (the sender adds the explainer's reason).
+-- Looks only at tenants with such a policy, and only at occurrences not alerted yet.
+WITH pol AS (
+    SELECT s.id AS schedule_id, s.tenant_id, s.name AS schedule_name, t.slug AS tenant_slug,
+           p.late_after_s, p.max_duration_s
+      FROM (SELECT DISTINCT tenant_id FROM dispatch_alertpolicy
+             WHERE late_after_s > 0 OR max_duration_s > 0) lt
+      JOIN dispatch_schedule s ON s.tenant_id = lt.tenant_id
+      JOIN tenants_tenant t ON t.id = s.tenant_id
+     CROSS JOIN LATERAL (
+            SELECT late_after_s, max_duration_s
+              FROM dispatch_alertpolicy p
+             WHERE p.tenant_id = s.tenant_id
+               AND (p.schedule_id = s.id OR p.schedule_id IS NULL)
+             ORDER BY p.schedule_id NULLS LAST
+             LIMIT 1) p
+     WHERE s.deleted_at IS NULL AND NOT s.paused AND t.active
+       AND (s.alert_snoozed_until IS NULL OR s.alert_snoozed_until <= now())
+       AND (p.late_after_s > 0 OR p.max_duration_s > 0)
+       AND EXISTS (SELECT 1 FROM dispatch_alertchannel c
+                    WHERE c.tenant_id = s.tenant_id AND c.enabled)
+), late AS (
+    SELECT pol.*, x.id AS execution_id, x.scheduled_for, x.state, x.due_at, x.started_at,
+           x.started_at IS NULL AS not_started
+      FROM pol
+      JOIN dispatch_execution x ON x.schedule_id = pol.schedule_id
+     WHERE x.scheduled_for > now() - interval '1 day'
+       AND ((pol.late_after_s > 0 AND x.started_at IS NULL
+             AND x.state IN ('scheduled', 'queued', 'retry_scheduled')
+             AND x.due_at < now() - make_interval(secs => pol.late_after_s))
+            OR (pol.max_duration_s > 0 AND x.state = 'running'
+                AND x.started_at < now() - make_interval(secs => pol.max_duration_s)))
+       AND NOT EXISTS (SELECT 1 FROM dispatch_alert a
+                        WHERE a.schedule_id = x.schedule_id AND a.scheduled_for = x.scheduled_for
+                          AND a.kind = 'late')
+     LIMIT %(batch)s
+)
+INSERT INTO dispatch_alert (id, tenant_id, schedule_id, execution_id, scheduled_for, kind, payload,
+                            state, attempts, next_attempt_at, delivered, last_error, created_at)
+SELECT gen_random_uuid(), l.tenant_id, l.schedule_id, l.execution_id, l.scheduled_for, 'late',
+       jsonb_build_object(
+           'tenant', l.tenant_slug,
+           'schedule_id', l.schedule_id,
+           'schedule_name', l.schedule_name,
+           'execution_id', l.execution_id,
+           'scheduled_for', l.scheduled_for,
+           'state', l.state,
+           'late', CASE WHEN l.not_started THEN 'not_started' ELSE 'overrun' END,
+           'due_at', l.due_at,
+           'started_at', l.started_at,
+           'limit_s', CASE WHEN l.not_started THEN l.late_after_s ELSE l.max_duration_s END),
+       'pending', 0, now(), '[]'::jsonb, '', now()
+  FROM late l
+ON CONFLICT (schedule_id, scheduled_for, kind) DO NOTHING
+RETURNING id

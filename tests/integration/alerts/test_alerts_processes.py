@@ -197,3 +197,63 @@ def test_the_breaker_pauses_after_k_failures_and_a_resume_clears_it(
     assert list(Alert.objects.filter(schedule=schedule).values_list("kind", flat=True)) == [
         "auto_paused"
     ]
+
+
+def test_an_occurrence_held_by_the_concurrency_cap_alerts_late_with_the_reason(
+    platform: Callable[..., Proc],
+    api: APIClient,
+    admin_principal: Principal,
+    tenant: Tenant,
+    target: Ledger,
+    ledger: Ledger,
+    settings: Any,
+) -> None:
+    import threading
+
+    settings.TARGET_TEST_ALLOW = [ledger.allow_entry]
+    assert (
+        api.post(
+            "/v1/alert-channels",
+            {"name": "hook", "kind": "webhook", "config": {"url": f"{ledger.url}/alerts"}},
+            format="json",
+        ).status_code
+        == 201
+    )
+    assert api.put("/v1/alert-policy", {"late_after_s": 1}, format="json").status_code == 200
+    tenant.quota.max_concurrent = 1
+    tenant.quota.save()
+    release = threading.Event()
+
+    def hold(req: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
+        release.wait(60)
+        return 200, {}, b"ok"
+
+    target.respond = hold
+    try:
+        busy = make_schedule(
+            admin_principal, {"type": "http", "url": f"{target.url}/slow"}, retry=ONE_SHOT
+        )
+        res = api.post(f"/v1/schedules/{busy.id}:trigger")
+        assert res.status_code == 202, res.content
+        wait_for(lambda: target.requests, timeout=30, what="the slow job to start")
+        # A one-off job due now: the beat holds it at the tenant's limit of 1.
+        job = api.post(
+            "/v1/jobs",
+            {"name": "held-job", "target": {"type": "http", "url": "https://billing.internal/x"}},
+            format="json",
+        )
+        assert job.status_code in (200, 201, 202), job.content
+        wait_for(lambda: ledger.requests, timeout=60, what="the late alert")
+    finally:
+        release.set()
+    [request] = ledger.requests[:1]
+    event = verified(request, tenant)
+    assert (event["event"], event["schedule_name"], event["late"]) == (
+        "schedule.late",
+        "held-job",
+        "not_started",
+    )
+    assert "has not started 1 s after its due time" in event["text"], event
+    assert "concurrency" in event["why"], event["why"]
+    [alert] = Alert.objects.filter(kind="late")
+    assert alert.state == "sent" and alert.payload["late"] == "not_started"
