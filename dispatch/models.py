@@ -664,6 +664,8 @@ class Alert(models.Model):
     # Channel ids that already took this alert: a retry sends only to the others.
     delivered = models.JSONField(default=list, blank=True)
     last_error = models.CharField(max_length=500, blank=True)
+    # The maintenance window that held it: sent in that window's summary once it is over.
+    held_by = models.CharField(max_length=100, blank=True, db_default="")
     created_at = models.DateTimeField(db_default=Now())
     sent_at = models.DateTimeField(null=True, blank=True)
 
@@ -687,3 +689,28 @@ class Alert(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} alert {self.id} {self.state}"
+
+
+class MaintenanceWindow(models.Model):
+    """A time when a tenant's alerts are held (and summarised after): a one-off range
+    (`starts_at`..`ends_at`) or a recurring one (`cron` in `timezone`, open for
+    `duration_s` from each occurrence)."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+", db_index=False)
+    name = models.CharField(max_length=100)
+    starts_at = models.DateTimeField(null=True, blank=True)
+    ends_at = models.DateTimeField(null=True, blank=True)
+    cron = models.CharField(max_length=200, blank=True)
+    timezone = models.CharField(max_length=64, default="UTC")
+    duration_s = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        ordering = ["tenant", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "name"], name="maintenance_window_name")
+        ]
+
+    def __str__(self) -> str:
+        return f"maintenance window {self.name}"

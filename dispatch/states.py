@@ -126,6 +126,7 @@ class EventKind(models.TextChoices):
     FENCING_REJECTED = "fencing_rejected"
     ALERT_SENT = "alert_sent"
     ALERT_FAILED = "alert_failed"
+    ALERT_HELD = "alert_held"  # held by a maintenance window, summarised when it ends
     # Run control (dispatch/services/runs.py, backfills.py, bulk.py): a user's
     # re-run of a final execution starts a new attempt chain of the same row.
     RERUN = "rerun"
@@ -248,6 +249,9 @@ class AuditAction(models.TextChoices):
     ALERT_POLICY_SET = "alert_policy.set"
     ALERT_POLICY_DELETE = "alert_policy.delete"
     SCHEDULE_SNOOZE = "schedule.snooze"
+    # Maintenance windows (object_type "maintenance_window").
+    MAINTENANCE_WINDOW_CREATE = "maintenance_window.create"
+    MAINTENANCE_WINDOW_DELETE = "maintenance_window.delete"
 
 
 class ChannelKind(models.TextChoices):

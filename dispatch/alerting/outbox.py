@@ -25,7 +25,7 @@ from django.conf import settings
 from django.db import transaction
 
 from dispatch import explain
-from dispatch.alerting import delivery
+from dispatch.alerting import delivery, maintenance
 from dispatch.models import AlertChannel, AlertPolicy, Execution, ExecutionEvent, Schedule
 from dispatch.sql import sql
 from dispatch.states import AlertKind, AlertState, EventKind
@@ -116,64 +116,90 @@ def _explained(row: Any) -> str:
     return explain.explain(schedule=schedule, at=execution.scheduled_for).sentence
 
 
-def _deliver(row: Any) -> None:
+def _row_message(row: Any) -> delivery.Message:
     payload = _json(row.payload)
-    delivered = list(_json(row.delivered))
-    tenant = Tenant.objects.get(pk=row.tenant_id)
     if row.kind == AlertKind.LATE and "why" not in payload:
         payload["why"] = _explained(row)
     message = message_for(row.kind, payload)
     # The alert's own id: the same on every retry, so receivers can dedupe on it.
-    message = delivery.Message(
+    return delivery.Message(
         event=message.event,
         title=message.title,
         text=message.text,
         data=payload,
         alert_id=str(row.id),
     )
+
+
+def summary_message(rows: list[Any], window: str) -> delivery.Message:
+    """One message for the alerts a maintenance window held, sent when it is over."""
+    titles = [_row_message(row).title for row in rows]
+    return delivery.Message(
+        event="alerts.summary",
+        title=f"{len(rows)} alert{'s' * (len(rows) != 1)} held during maintenance window {window}",
+        text="Held while the window was open:\n" + "\n".join(f"- {t}" for t in titles),
+        data={"window": window, "alerts": [{"alert_id": str(r.id), "kind": r.kind} for r in rows]},
+        # Stable for this set of alerts: a retried summary dedupes like one alert.
+        alert_id=str(rows[0].id),
+    )
+
+
+def _deliver(rows: list[Any], message: delivery.Message) -> None:
+    """Send `message` for `rows` (one alert, or a window's summary of several) over
+    their channels, each channel once, skipping those that already took all of them;
+    then record the attempt on every row and its execution's timeline."""
+    tenant = Tenant.objects.get(pk=rows[0].tenant_id)
+    delivered = [set(_json(row.delivered)) for row in rows]
+    channels: dict[str, AlertChannel] = {}
+    for row in rows:
+        for channel in _channels(row.tenant_id, str(row.schedule_id)):
+            channels.setdefault(str(channel.id), channel)
     sent: list[str] = []
     failed: list[str] = []
-    for channel in _channels(row.tenant_id, str(row.schedule_id)):
-        if str(channel.id) in delivered:
+    for cid, channel in channels.items():
+        if all(cid in done for done in delivered):
             continue
         result = delivery.send(channel, message, tenant=tenant)
         label = f"{channel.kind} {channel.name} ({result.detail})"
         if result.ok:
-            delivered.append(str(channel.id))
+            for done in delivered:
+                done.add(cid)
             sent.append(label)
         else:
             failed.append(label)
-    if failed and row.attempts < int(settings.ALERT_MAX_ATTEMPTS):
-        state, retry_s = AlertState.PENDING, backoff_s(row.attempts)
-    else:
-        state, retry_s = (AlertState.FAILED if failed else AlertState.SENT), 0.0
     with transaction.atomic():
-        sql.execute(
-            "alert_result",
-            {
-                "id": str(row.id),
-                "state": str(state),
-                "retry_s": retry_s,
-                "delivered": json.dumps(delivered),
-                "error": "; ".join(failed),
-            },
-        )
-        if row.execution_id is not None:
-            ExecutionEvent.objects.create(
-                tenant_id=row.tenant_id,
-                schedule_id=row.schedule_id,
-                execution_id=row.execution_id,
-                kind=EventKind.ALERT_FAILED if failed else EventKind.ALERT_SENT,
-                message=_event_message(row, sent, failed, state, retry_s),
-                data={
-                    "alert_id": str(row.id),
-                    "alert_kind": row.kind,
-                    "try": row.attempts,
-                    "sent": sent,
-                    "failed": failed,
+        for row, done in zip(rows, delivered, strict=True):
+            if failed and row.attempts < int(settings.ALERT_MAX_ATTEMPTS):
+                state, retry_s = AlertState.PENDING, backoff_s(row.attempts)
+            else:
+                state, retry_s = (AlertState.FAILED if failed else AlertState.SENT), 0.0
+            sql.execute(
+                "alert_result",
+                {
+                    "id": str(row.id),
+                    "state": str(state),
+                    "retry_s": retry_s,
+                    "delivered": json.dumps(sorted(done)),
+                    "error": "; ".join(failed),
                 },
-                actor=ACTOR,
             )
+            if row.execution_id is not None:
+                ExecutionEvent.objects.create(
+                    tenant_id=row.tenant_id,
+                    schedule_id=row.schedule_id,
+                    execution_id=row.execution_id,
+                    kind=EventKind.ALERT_FAILED if failed else EventKind.ALERT_SENT,
+                    message=_event_message(row, sent, failed, state, retry_s)
+                    + (f" (in the summary of {len(rows)})" if len(rows) > 1 else ""),
+                    data={
+                        "alert_id": str(row.id),
+                        "alert_kind": row.kind,
+                        "try": row.attempts,
+                        "sent": sent,
+                        "failed": failed,
+                    },
+                    actor=ACTOR,
+                )
 
 
 def _event_message(row: Any, sent: list[str], failed: list[str], state: str, retry_s: float) -> str:
@@ -188,28 +214,66 @@ def _event_message(row: Any, sent: list[str], failed: list[str], state: str, ret
     return f"{what} try {row.attempts} failed: {', '.join(failed)}{after}"[:1000]
 
 
+def _hold(row: Any, window: maintenance.Open) -> None:
+    with transaction.atomic():
+        sql.execute(
+            "alert_hold",
+            {"id": str(row.id), "until": window.ends_at, "window": window.name},
+        )
+        if row.execution_id is not None:
+            ExecutionEvent.objects.create(
+                tenant_id=row.tenant_id,
+                schedule_id=row.schedule_id,
+                execution_id=row.execution_id,
+                kind=EventKind.ALERT_HELD,
+                message=f"{row.kind} alert held by maintenance window {window.name} until "
+                f"{window.ends_at.isoformat()}; a summary is sent when it ends",
+                data={"alert_id": str(row.id), "alert_kind": row.kind, "window": window.name},
+                actor=ACTOR,
+            )
+
+
 def pump_once() -> int:
-    """Claim one batch of due alerts (committed) and deliver each; returns how many."""
+    """Claim one batch of due alerts (committed) and deliver each: held while its
+    tenant is in a maintenance window, summarised per tenant once the window is over."""
     with transaction.atomic():
         rows = sql.rows(
             "alert_claim", {"batch": BATCH, "lease_s": float(settings.ALERT_SEND_LEASE_S)}
         )
+    windows = maintenance.open_now(tenant_ids={row.tenant_id for row in rows})
+    summaries: dict[tuple[int, str], list[Any]] = {}
     for row in rows:
         try:
-            _deliver(row)
+            window = windows.get(row.tenant_id)
+            if window is not None:
+                _hold(row, window)
+            elif row.held_by:
+                summaries.setdefault((row.tenant_id, row.held_by), []).append(row)
+            else:
+                _deliver([row], _row_message(row))
         except Exception as exc:
-            # The claim stands: the alert is taken up again when its lease lapses,
-            # unless that was its last try.
-            log.warning("alert %s: delivery attempt failed: %s", row.id, exc)
-            if row.attempts >= int(settings.ALERT_MAX_ATTEMPTS):
-                sql.execute(
-                    "alert_result",
-                    {
-                        "id": str(row.id),
-                        "state": str(AlertState.FAILED),
-                        "retry_s": 0.0,
-                        "delivered": json.dumps(list(_json(row.delivered))),
-                        "error": f"{type(exc).__name__}: {exc}",
-                    },
-                )
+            _given_up(row, exc)
+    for (_, window_name), held in summaries.items():
+        try:
+            _deliver(held, summary_message(held, window_name))
+        except Exception as exc:
+            for row in held:
+                _given_up(row, exc)
     return len(rows)
+
+
+def _given_up(row: Any, exc: Exception) -> None:
+    # The claim stands: the alert is taken up again when its lease lapses, unless that
+    # was its last try.
+    log.warning("alert %s: delivery attempt failed: %s", row.id, exc)
+    if row.attempts >= int(settings.ALERT_MAX_ATTEMPTS):
+        sql.execute(
+            "alert_result",
+            {
+                "id": str(row.id),
+                "state": str(AlertState.FAILED),
+                "retry_s": 0.0,
+                "delivered": json.dumps(list(_json(row.delivered))),
+                "error": f"{type(exc).__name__}: {exc}",
+            },
+        )

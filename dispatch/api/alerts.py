@@ -23,7 +23,7 @@ from core.api.views import StrictQueryView
 from dispatch import selectors, services
 from dispatch.api import views
 from dispatch.api.serializers import EmptySerializer, InstantField, StrictSerializer, iso_z
-from dispatch.models import AlertChannel, Schedule
+from dispatch.models import AlertChannel, MaintenanceWindow, Schedule
 from dispatch.states import ChannelKind
 from tenants.roles import Role
 
@@ -323,3 +323,76 @@ class ScheduleSnoozeView(StrictQueryView):
         schedule = services.schedule_snooze(actor=actor, schedule_id=pk, until=data["until"])
         policy = selectors.policy_effective(tenant=actor.tenant, schedule=schedule)
         return Response(schedule_policy_out(policy, schedule))
+
+
+# --- Maintenance windows ---------------------------------------------------------
+
+WINDOW_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH)
+
+
+class WindowInSerializer(StrictSerializer):
+    name = serializers.CharField(max_length=100)
+    starts_at = InstantField(required=False, help_text="a one-off window's start")
+    ends_at = InstantField(required=False, help_text="a one-off window's end (in the future)")
+    cron = serializers.CharField(
+        max_length=200, required=False, help_text="a recurring window: when each one opens"
+    )
+    timezone = serializers.CharField(max_length=64, required=False, help_text="of the cron")
+    duration_s = serializers.IntegerField(
+        required=False, min_value=60, max_value=7 * 86400, help_text="how long each stays open"
+    )
+
+
+class WindowOutDoc(serializers.Serializer[Any]):
+    id = serializers.UUIDField()
+    name = serializers.CharField()
+    starts_at = serializers.DateTimeField(allow_null=True)
+    ends_at = serializers.DateTimeField(allow_null=True)
+    cron = serializers.CharField(allow_null=True)
+    timezone = serializers.CharField()
+    duration_s = serializers.IntegerField()
+
+
+class WindowListDoc(serializers.Serializer[Any]):
+    results = WindowOutDoc(many=True)
+
+
+def window_out(window: MaintenanceWindow) -> dict[str, Any]:
+    return {
+        "id": str(window.id),
+        "name": window.name,
+        "starts_at": iso_z(window.starts_at) if window.starts_at else None,
+        "ends_at": iso_z(window.ends_at) if window.ends_at else None,
+        "cron": window.cron or None,
+        "timezone": window.timezone,
+        "duration_s": window.duration_s,
+    }
+
+
+class MaintenanceWindowListView(StrictQueryView):
+    @extend_schema(operation_id="maintenance_windows_list", responses={200: WindowListDoc})
+    def get(self, request: Request) -> Response:
+        windows = MaintenanceWindow.objects.filter(tenant=views.principal(request).tenant)
+        return Response({"results": [window_out(w) for w in windows]})
+
+    @extend_schema(
+        operation_id="maintenance_windows_create",
+        request=WindowInSerializer,
+        responses={201: WindowOutDoc},
+        description="While a window is open the tenant's alerts are held; when it closes "
+        "they are sent as one summary per tenant (and per batch of 20).",
+    )
+    def post(self, request: Request) -> Response:
+        data = views._validated(WindowInSerializer, request)
+        data |= {k: request.data[k] for k in ("duration_s",) if k in request.data}
+        window = services.maintenance_window_create(actor=views.principal(request), data=data)
+        return Response(window_out(window), status=status.HTTP_201_CREATED)
+
+
+class MaintenanceWindowDetailView(StrictQueryView):
+    @extend_schema(
+        operation_id="maintenance_windows_delete", parameters=[WINDOW_ID], responses={204: None}
+    )
+    def delete(self, request: Request, pk: str) -> Response:
+        services.maintenance_window_delete(actor=views.principal(request), window_id=pk)
+        return Response(status=status.HTTP_204_NO_CONTENT)

@@ -92,6 +92,16 @@ urlpatterns = [
         r"^operations/(?P<pk>[^/:]+)$", bulk.OperationDetailView.as_view(), name="api-operation"
     ),
     path("alert-policy", alerts.TenantPolicyView.as_view(), name="api-alert-policy"),
+    path(
+        "maintenance-windows",
+        alerts.MaintenanceWindowListView.as_view(),
+        name="api-maintenance-windows",
+    ),
+    re_path(
+        r"^maintenance-windows/(?P<pk>[^/:]+)$",
+        alerts.MaintenanceWindowDetailView.as_view(),
+        name="api-maintenance-window",
+    ),
     path("alert-channels", alerts.AlertChannelListView.as_view(), name="api-alert-channels"),
     re_path(
         r"^alert-channels/(?P<pk>[^/:]+):test$",

@@ -12,6 +12,7 @@ with NOTIFY, which PostgreSQL delivers only when the transaction commits.
   job_cancel.py cancel a one-off job that has not started
   alert_channels.py  alert channels: create, update, delete, send a test (admins)
   alert_policies.py  alert policies (tenant default, schedule override), a schedule's snooze
+  maintenance_windows.py  a tenant's maintenance windows (alerts held, summarised after)
   bulk.py       bulk actions by ids or filter, as operations (worked here or by the control pump)
 
 Callers use `from dispatch import services; services.x`: every public name is here.
@@ -53,6 +54,10 @@ from dispatch.services.jobs import (
     job_create,
     request_digest,
 )
+from dispatch.services.maintenance_windows import (
+    maintenance_window_create,
+    maintenance_window_delete,
+)
 from dispatch.services.runs import (
     CancelResult,
     execution_cancel,
@@ -93,6 +98,8 @@ __all__ = [
     "execution_rerun",
     "job_cancel",
     "job_create",
+    "maintenance_window_create",
+    "maintenance_window_delete",
     "operation_cancel",
     "request_digest",
     "schedule_create",

@@ -83,7 +83,7 @@ WITH e AS (
 ), inserted AS (
     INSERT INTO dispatch_alert (id, tenant_id, schedule_id, execution_id, scheduled_for, kind,
                                 payload, state, attempts, next_attempt_at, delivered, last_error,
-                                created_at)
+                                held_by, created_at)
     SELECT gen_random_uuid(), o.tenant_id, o.schedule_id, o.id, o.scheduled_for, k.kind,
            jsonb_build_object(
                'tenant', o.tenant_slug,
@@ -99,7 +99,7 @@ WITH e AS (
                'reason', o.reason,
                'pause_note', CASE WHEN k.kind = 'auto_paused' THEN o.pause_reason END,
                'finished_at', o.finished_at),
-           'pending', 0, now(), '[]'::jsonb, '', now()
+           'pending', 0, now(), '[]'::jsonb, '', '', now()
       FROM owed o
      CROSS JOIN LATERAL (
             SELECT o.kind WHERE o.kind IS NOT NULL
@@ -160,7 +160,7 @@ UPDATE dispatch_alert a
            FOR UPDATE SKIP LOCKED) due
  WHERE a.id = due.id
 RETURNING a.id, a.tenant_id, a.schedule_id, a.execution_id, a.kind, a.payload, a.attempts,
-          a.delivered
+          a.delivered, a.held_by
 
 -- name: alert_result
 -- Record one delivery attempt: `state` sent / failed, or pending again at now() + retry_s; `delivered` lists the channels that took it.
@@ -212,7 +212,8 @@ WITH pol AS (
      LIMIT %(batch)s
 )
 INSERT INTO dispatch_alert (id, tenant_id, schedule_id, execution_id, scheduled_for, kind, payload,
-                            state, attempts, next_attempt_at, delivered, last_error, created_at)
+                            state, attempts, next_attempt_at, delivered, last_error, held_by,
+                            created_at)
 SELECT gen_random_uuid(), l.tenant_id, l.schedule_id, l.execution_id, l.scheduled_for, 'late',
        jsonb_build_object(
            'tenant', l.tenant_slug,
@@ -225,7 +226,15 @@ SELECT gen_random_uuid(), l.tenant_id, l.schedule_id, l.execution_id, l.schedule
            'due_at', l.due_at,
            'started_at', l.started_at,
            'limit_s', CASE WHEN l.not_started THEN l.late_after_s ELSE l.max_duration_s END),
-       'pending', 0, now(), '[]'::jsonb, '', now()
+       'pending', 0, now(), '[]'::jsonb, '', '', now()
   FROM late l
 ON CONFLICT (schedule_id, scheduled_for, kind) DO NOTHING
 RETURNING id
+
+-- name: alert_hold
+-- Hold a claimed alert until its tenant's maintenance window ends: not a delivery try (attempts back), remembered for the summary.
+UPDATE dispatch_alert
+   SET attempts = attempts - 1,
+       next_attempt_at = %(until)s,
+       held_by = %(window)s::text
+ WHERE id = %(id)s::uuid
