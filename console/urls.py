@@ -3,6 +3,7 @@ from django.urls import path
 
 from console.views import (
     access,
+    alerts,
     control,
     dashboard,
     executions,
@@ -68,6 +69,46 @@ urlpatterns = [
         "schedules/<uuid:schedule_id>/delete",
         schedules.schedule_delete,
         name="console-schedule-delete",
+    ),
+    path(
+        "schedules/<uuid:schedule_id>/alerts/policy",
+        alerts.schedule_policy_set,
+        name="console-schedule-alert-policy",
+    ),
+    path(
+        "schedules/<uuid:schedule_id>/alerts/policy/delete",
+        alerts.schedule_policy_delete,
+        name="console-schedule-alert-policy-delete",
+    ),
+    path(
+        "schedules/<uuid:schedule_id>/alerts/snooze",
+        alerts.schedule_snooze,
+        name="console-schedule-snooze",
+    ),
+    path("alerts/", alerts.alerts_page, name="console-alerts"),
+    path("alerts/channels/new", alerts.channel_create, name="console-alert-channel-new"),
+    path("alerts/channels/<uuid:channel_id>/", alerts.channel_edit, name="console-alert-channel"),
+    path(
+        "alerts/channels/<uuid:channel_id>/toggle",
+        alerts.channel_toggle,
+        name="console-alert-channel-toggle",
+    ),
+    path(
+        "alerts/channels/<uuid:channel_id>/delete",
+        alerts.channel_delete,
+        name="console-alert-channel-delete",
+    ),
+    path(
+        "alerts/channels/<uuid:channel_id>/test",
+        alerts.channel_test,
+        name="console-alert-channel-test",
+    ),
+    path("alerts/policy", alerts.policy_set, name="console-alert-policy"),
+    path("alerts/windows/new", alerts.window_create, name="console-maintenance-window-new"),
+    path(
+        "alerts/windows/<uuid:window_id>/delete",
+        alerts.window_delete,
+        name="console-maintenance-window-delete",
     ),
     path("runs/", runs.runs_page, name="console-runs"),
     path("executions/bulk", executions.execution_bulk, name="console-executions-bulk"),
