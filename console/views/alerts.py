@@ -40,6 +40,8 @@ POLICY_INPUTS = (*NUMBERS, "recovery", "channels")
 CHANNEL_INPUTS = ("name", "kind", "to", "url", "enabled")
 WINDOW_INPUTS = ("name", "starts_at", "ends_at", "cron", "timezone", "duration_s")
 SNOOZE_INPUTS = ("until",)
+# Who the circuit breaker pauses a schedule as (written by dispatch/sql/alerts.sql).
+AUTO_PAUSE_ACTOR = "alerts (auto-pause)"
 # The service names config fields "config.<key>"; the form's inputs are named by key.
 CONFIG_FIELDS = {"config.to": "to", "config.url": "url", "config": "url"}
 
@@ -333,7 +335,7 @@ def schedule_alerts_context(principal: Principal, schedule: Schedule) -> dict[st
         "alert_numbers": [(n, LABELS[n]) for n in NUMBERS],
         "snooze_errors": {},
         "snooze_value": "",
-        "auto_paused": schedule.paused and schedule.paused_by == "alerts (auto-pause)",
+        "auto_paused": schedule.paused and schedule.paused_by == AUTO_PAUSE_ACTOR,
     }
 
 

@@ -310,3 +310,16 @@ def test_every_alerts_form_needs_the_csrf_token(world: World) -> None:
     assert token and "X-CSRFToken" in page
     ok = client.post("/alerts/policy", POLICY | {"csrfmiddlewaretoken": token.group(1)})
     assert ok.status_code == 302
+
+
+def test_schedule_page_shows_failing_and_auto_paused(world: World) -> None:
+    sid = world.schedule.id
+    client = world.client("viewer")
+    page = client.get(f"/schedules/{sid}/").content.decode()
+    assert 'id="auto-paused"' not in page and "a failure alert went out" not in page
+    # What the alert decision (dispatch/sql/alerts.sql) leaves after tripping the breaker.
+    Schedule.objects.filter(pk=sid).update(
+        alert_failing=True, paused=True, paused_by="alerts (auto-pause)"
+    )
+    page = client.get(f"/schedules/{sid}/").content.decode()
+    assert "a failure alert went out" in page and 'id="auto-paused"' in page
