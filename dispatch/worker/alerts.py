@@ -1,4 +1,6 @@
-"""The notice a tenant gets when one of its executions ends `dead`.
+"""The notice a tenant gets when one of its executions ends `dead` — the tenant's
+own `alert_webhook_url` / `alert_email`, for a tenant with no alert channel (one
+with channels is told by the alert outbox, dispatch/alerting/, instead).
 
 Sent after the commit that made it dead (a rolled-back transaction must not
 alert), by a separate Celery task, so neither a worker slot nor a beat cycle
@@ -19,7 +21,7 @@ from typing import Any
 from django.conf import settings
 from django.core.mail import send_mail
 
-from dispatch.models import Execution, ExecutionEvent
+from dispatch.models import AlertChannel, Execution, ExecutionEvent
 from dispatch.queues import queue_name
 from dispatch.states import EventKind, ExecutionState
 from dispatch.targets import http as http_target
@@ -77,6 +79,11 @@ def send_dead_notice(*, execution_id: str) -> list[str]:
     ).exists():
         return []
     tenant = execution.tenant
+    # A tenant with an enabled alert channel is told through the alert outbox
+    # (dispatch/alerting/: failure alert, its policy, retries); this older notice
+    # to the tenant's own webhook / address would say the same thing twice.
+    if AlertChannel.objects.filter(tenant=tenant, enabled=True).exists():
+        return []
     payload = notice_payload(execution)
     sent: list[str] = []
     failed: list[str] = []

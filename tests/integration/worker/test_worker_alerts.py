@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from django.core import mail
 
-from dispatch.models import Execution, ExecutionEvent
+from dispatch.models import AlertChannel, Execution, ExecutionEvent
 from dispatch.worker import alerts
 from tenants.roles import Principal
 from tests.support.worker_support import make_execution, make_schedule
@@ -59,3 +59,25 @@ def test_no_notice_for_an_execution_that_is_not_dead(admin_principal: Principal)
     tenant.save(update_fields=["alert_email"])
     execution = make_execution(make_schedule(admin_principal, TARGET))
     assert alerts.send_dead_notice(execution_id=str(execution.id)) == []
+
+
+def test_a_tenant_with_an_alert_channel_gets_no_second_notice(
+    admin_principal: Principal, settings: Any
+) -> None:
+    """Channels supersede the tenant's own address: the outbox's failure alert is the
+    one notice, not this one as well."""
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    tenant = admin_principal.tenant
+    tenant.alert_email = "ops@billing.test"
+    tenant.save(update_fields=["alert_email"])
+    AlertChannel.objects.create(
+        tenant=tenant, name="oncall", kind="email", config={"to": ["oncall@billing.test"]}
+    )
+    execution = dead(admin_principal)
+
+    assert alerts.send_dead_notice(execution_id=str(execution.id)) == []
+    assert mail.outbox == []
+    assert not ExecutionEvent.objects.filter(execution=execution).exists()
+
+    AlertChannel.objects.filter(tenant=tenant).update(enabled=False)
+    assert alerts.send_dead_notice(execution_id=str(execution.id)) == ["email"]
