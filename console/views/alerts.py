@@ -182,13 +182,10 @@ def channel_edit(request: HttpRequest, principal: Principal, channel_id: uuid.UU
             "name": request.POST.get("name", ""),
             "enabled": request.POST.get("enabled") == "on",
         }
-        if channel.kind == ChannelKind.EMAIL or channel.kind == ChannelKind.SLACK:
-            data["config"] = _channel_config(channel.kind, request.POST)
-        else:
+        data["config"] = _channel_config(channel.kind, request.POST)
+        if channel.kind == ChannelKind.WEBHOOK:
             # Headers are kept as they are: the console edits the URL only.
-            data["config"] = _channel_config(channel.kind, request.POST) | {
-                "headers": channel.config.get("headers", {})
-            }
+            data["config"]["headers"] = channel.config.get("headers", {})
         try:
             services.alert_channel_update(actor=principal, channel_id=str(channel.id), data=data)
         except NotFound:

@@ -323,3 +323,23 @@ def test_schedule_page_shows_failing_and_auto_paused(world: World) -> None:
     )
     page = client.get(f"/schedules/{sid}/").content.decode()
     assert "a failure alert went out" in page and 'id="auto-paused"' in page
+
+
+def test_editing_a_webhooks_url_keeps_its_headers(world: World, settings: Any) -> None:
+    with Ledger() as ledger:
+        settings.TARGET_TEST_ALLOW = [ledger.allow_entry]
+        channel = services.alert_channel_create(
+            actor=world.admin_p,
+            data={
+                "name": "hook",
+                "kind": "webhook",
+                "config": {"url": f"{ledger.url}/a", "headers": {"X-Team": "billing"}},
+            },
+        )
+        saved = world.client("admin").post(
+            f"/alerts/channels/{channel.id}/", {"name": "hook", "url": f"{ledger.url}/b"}
+        )
+        assert saved.status_code == 302
+        channel.refresh_from_db()
+        assert channel.config["url"] == f"{ledger.url}/b"
+        assert channel.config["headers"] == {"X-Team": "billing"} and channel.enabled is False
