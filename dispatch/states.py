@@ -279,6 +279,12 @@ class AlertState(models.TextChoices):
     FAILED = "failed"
 
 
+# Who the circuit breaker pauses a schedule as (`paused_by`, written by
+# dispatch/sql/alerts.sql): how the console and the health selectors tell an
+# auto-pause from a person's.
+AUTO_PAUSE_ACTOR = "alerts (auto-pause)"
+
+
 class EventData:
     """Keys of `ExecutionEvent.data` that link an event to other records by id.
 

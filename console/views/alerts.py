@@ -24,7 +24,7 @@ from dispatch import selectors, services
 from dispatch.exceptions import InvalidSchedule, NotFound
 from dispatch.models import AlertChannel, MaintenanceWindow, Schedule
 from dispatch.selectors.alerts import BUILT_IN
-from dispatch.states import ChannelKind
+from dispatch.states import AUTO_PAUSE_ACTOR, ChannelKind
 from tenants.roles import Principal, Role
 
 Errors = dict[str, list[str]]
@@ -40,8 +40,6 @@ POLICY_INPUTS = (*NUMBERS, "recovery", "channels")
 CHANNEL_INPUTS = ("name", "kind", "to", "url", "enabled")
 WINDOW_INPUTS = ("name", "starts_at", "ends_at", "cron", "timezone", "duration_s")
 SNOOZE_INPUTS = ("until",)
-# Who the circuit breaker pauses a schedule as (written by dispatch/sql/alerts.sql).
-AUTO_PAUSE_ACTOR = "alerts (auto-pause)"
 # The service names config fields "config.<key>"; the form's inputs are named by key.
 CONFIG_FIELDS = {"config.to": "to", "config.url": "url", "config": "url"}
 

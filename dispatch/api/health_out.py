@@ -9,6 +9,7 @@ from rest_framework import serializers
 
 from dispatch import selectors
 from dispatch.api.serializers import ScheduleOutDoc, iso_z
+from dispatch.states import AlertKind
 
 
 def _seconds(value: float | None) -> float | None:
@@ -40,6 +41,15 @@ def health_out(h: selectors.ScheduleHealth) -> dict[str, Any]:
             for label, w in h.windows.items()
         },
         "sampled": h.sampled,
+        "alerts": {
+            "failing": h.alert.failing,
+            "snoozed_until": iso_z(h.alert.snoozed_until),
+            "auto_paused": h.alert.auto_paused,
+            "auto_pause_note": h.alert.auto_pause_note,
+            "last_alert": None
+            if h.alert.last_alert_kind is None
+            else {"kind": h.alert.last_alert_kind, "sent_at": iso_z(h.alert.last_alert_at)},
+        },
     }
 
 
@@ -66,6 +76,27 @@ class WindowsDoc(serializers.Serializer[Any]):
     locals()["30d"] = WindowDoc()
 
 
+class LastAlertDoc(serializers.Serializer[Any]):
+    kind = serializers.ChoiceField(choices=AlertKind.choices)
+    sent_at = serializers.DateTimeField()
+
+
+class AlertStateDoc(serializers.Serializer[Any]):
+    failing = serializers.BooleanField(
+        help_text="a failure alert went out and no success has followed yet"
+    )
+    snoozed_until = serializers.DateTimeField(
+        allow_null=True, help_text="no alert is sent before this (null: not snoozed now)"
+    )
+    auto_paused = serializers.BooleanField(
+        help_text="paused by the circuit breaker; stays paused until a person resumes it"
+    )
+    auto_pause_note = serializers.CharField(
+        allow_null=True, help_text="the breaker's note (the failures and the last error)"
+    )
+    last_alert = LastAlertDoc(allow_null=True, help_text="the newest alert sent")
+
+
 class HealthDoc(serializers.Serializer[Any]):
     last_run = LastRunDoc(
         allow_null=True, help_text="the newest occurrence that ran or was decided"
@@ -82,6 +113,7 @@ class HealthDoc(serializers.Serializer[Any]):
     sampled = serializers.BooleanField(
         help_text=f"the windows cover only the newest {selectors.HEALTH_SCAN} counted runs"
     )
+    alerts = AlertStateDoc(help_text="the current alert state")
 
 
 class ScheduleWithHealthDoc(ScheduleOutDoc):

@@ -17,6 +17,11 @@ What counts (one definition, shared by the API, the console and the tests):
   schedules reads a bounded number of index rows.
 - Consecutive failures: `dead` occurrences newer than the latest success (skipped and
   cancelled ones in between are ignored), at most HEALTH_SCAN (`streak_capped`).
+- Current alert state (the alert decision's fields, dispatch/sql/alerts.sql): failing
+  (a failure alert went out and no success followed), snoozed until (a future
+  `alert_snoozed_until` only), auto-paused (paused by the circuit breaker,
+  AUTO_PAUSE_ACTOR, with its machine note), and the newest alert sent (kind, time).
+  An auto-paused schedule ranks as failing until a person resumes it.
 
 Every read is one statement for a whole list of schedules (no per-schedule loop).
 """
@@ -30,10 +35,11 @@ from typing import Any
 
 from django.db.models import Count, Q
 
+from dispatch.alerting.lateness import late_now
 from dispatch.models import Schedule
 from dispatch.selectors.schedules import schedule_next_runs
 from dispatch.sql import sql
-from dispatch.states import ExecutionState
+from dispatch.states import AUTO_PAUSE_ACTOR, AlertState, ExecutionState
 from tenants.models import Tenant
 
 HEALTH_SCAN = 1000
@@ -81,6 +87,34 @@ class ScheduleHealth:
     consecutive_failures: int
     streak_capped: bool
     last_success_at: datetime | None
+    alert: AlertStatus
+
+
+@dataclass(frozen=True)
+class AlertStatus:
+    failing: bool
+    snoozed_until: datetime | None
+    auto_paused: bool
+    auto_pause_note: str | None  # the breaker's reason ("auto-paused after 5 ...")
+    last_alert_kind: str | None  # an AlertKind, of the newest alert sent
+    last_alert_at: datetime | None
+
+
+def is_auto_paused(schedule: Schedule) -> bool:
+    return schedule.paused and schedule.paused_by == AUTO_PAUSE_ACTOR
+
+
+def _alert_status(s: Schedule, row: Any, now: datetime) -> AlertStatus:
+    auto = is_auto_paused(s)
+    snoozed = s.alert_snoozed_until
+    return AlertStatus(
+        failing=s.alert_failing,
+        snoozed_until=snoozed if snoozed is not None and snoozed > now else None,
+        auto_paused=auto,
+        auto_pause_note=(s.paused_reason or None) if auto else None,
+        last_alert_kind=row.last_alert_kind,
+        last_alert_at=row.last_alert_at,
+    )
 
 
 def _params(tenant: Tenant, now: datetime, **extra: Any) -> dict[str, Any]:
@@ -90,6 +124,8 @@ def _params(tenant: Tenant, now: datetime, **extra: Any) -> dict[str, Any]:
         "ok": SUCCESS.value,
         "bad": FINAL_FAILURE.value,
         "scan": HEALTH_SCAN,
+        "sent": AlertState.SENT.value,
+        "auto_actor": AUTO_PAUSE_ACTOR,
         **{f"since_{label}": now - length for label, length in WINDOWS},
         **extra,
     }
@@ -105,7 +141,7 @@ def schedule_health_many(
         "schedule_health",
         _params(tenant, now, ids=[s.id for s in schedules], waiting=WAITING_STATES),
     )
-    next_runs = {s.id: s.next_run_at for s in schedules}
+    by_id = {s.id: s for s in schedules}
     found: dict[uuid.UUID, ScheduleHealth] = {}
     for r in rows:
         found[r.schedule_id] = ScheduleHealth(
@@ -113,7 +149,7 @@ def schedule_health_many(
             last_state=r.last_state,
             last_at=r.last_at,
             last_finished_at=r.last_finished_at,
-            next_run_at=next_runs[r.schedule_id],
+            next_run_at=by_id[r.schedule_id].next_run_at,
             windows={
                 label: WindowStats(
                     runs=getattr(r, f"runs_{label}"),
@@ -127,6 +163,7 @@ def schedule_health_many(
             consecutive_failures=r.consecutive_failures,
             streak_capped=r.streak_capped,
             last_success_at=r.last_success_at,
+            alert=_alert_status(by_id[r.schedule_id], r, now),
         )
     return found
 
@@ -145,7 +182,8 @@ class HealthRank:
 def schedules_by_health(
     *, tenant: Tenant, now: datetime, limit: int, failing_only: bool = False, full: bool = True
 ) -> list[HealthRank]:
-    """The tenant's live schedules least healthy first (see schedule_health_rank): the
+    """The tenant's live schedules least healthy first (see schedule_health_rank; an
+    auto-paused schedule counts as failing, `failing_only` included): the
     `limit` first only. Ranking needs every schedule's streak, so it cannot be a keyset
     page of an index; it is a bounded triage list instead. `full` loads what the API's
     output of a schedule needs (its tenant and upstreams)."""
@@ -280,19 +318,37 @@ def recently_active_schedules(*, tenant: Tenant, now: datetime, limit: int) -> l
 class HealthDashboard:
     failing: list[HealthRank]
     failing_capped: bool
+    # Late occurrences (dispatch/alerting/lateness.py's rule), the longest-late first.
+    late: list[Any]
+    late_capped: bool
     paused: list[Schedule]
     paused_total: int
+    auto_paused: list[Schedule]  # by the circuit breaker: paused_reason is its note
+    auto_paused_total: int
+    snoozed: list[Schedule]  # alerts snoozed until a future time, soonest end first
+    snoozed_total: int
     schedules_total: int
     grid: list[GridRow]
 
 
 def health_dashboard(*, tenant: Tenant, now: datetime, grid_past: int) -> HealthDashboard:
-    """The tenant dashboard's health: failing now, paused (with reasons), counts, and a
-    status grid of the most recently active schedules. A fixed number of queries."""
+    """The tenant dashboard's health: failing now, late now, paused (with reasons), auto-paused,
+    snoozed, counts, and a status grid of the most recently active schedules. A fixed
+    number of queries, each list bounded by TRIAGE_LIMIT."""
     failing = schedules_by_health(tenant=tenant, now=now, limit=TRIAGE_LIMIT + 1, failing_only=True)
+    late = late_now(tenant=tenant, limit=TRIAGE_LIMIT + 1)
     live = Schedule.objects.filter(tenant=tenant, deleted_at__isnull=True)
     paused_qs = live.filter(paused=True)
-    counts = live.aggregate(total=Count("id"), paused=Count("id", filter=Q(paused=True)))
+    auto = Q(paused=True, paused_by=AUTO_PAUSE_ACTOR)
+    snoozed = Q(alert_snoozed_until__gt=now)
+    # Aliases unlike the fields: an alias named "paused" would shadow the field the
+    # other filters read.
+    counts = live.aggregate(
+        n_total=Count("id"),
+        n_paused=Count("id", filter=Q(paused=True)),
+        n_auto_paused=Count("id", filter=auto),
+        n_snoozed=Count("id", filter=snoozed),
+    )
     active = recently_active_schedules(tenant=tenant, now=now, limit=DASHBOARD_ROWS)
     grid = status_grid(tenant=tenant, schedules=active, now=now, past=grid_past, future=3)
     health = schedule_health_many(tenant=tenant, schedules=active, now=now)
@@ -301,8 +357,14 @@ def health_dashboard(*, tenant: Tenant, now: datetime, grid_past: int) -> Health
     return HealthDashboard(
         failing=failing[:TRIAGE_LIMIT],
         failing_capped=len(failing) > TRIAGE_LIMIT,
+        late=late[:TRIAGE_LIMIT],
+        late_capped=len(late) > TRIAGE_LIMIT,
         paused=list(paused_qs.order_by("-paused_at", "-id")[:TRIAGE_LIMIT]),
-        paused_total=counts["paused"],
-        schedules_total=counts["total"],
+        paused_total=counts["n_paused"],
+        auto_paused=list(live.filter(auto).order_by("-paused_at", "-id")[:TRIAGE_LIMIT]),
+        auto_paused_total=counts["n_auto_paused"],
+        snoozed=list(live.filter(snoozed).order_by("alert_snoozed_until", "id")[:TRIAGE_LIMIT]),
+        snoozed_total=counts["n_snoozed"],
+        schedules_total=counts["n_total"],
         grid=grid,
     )

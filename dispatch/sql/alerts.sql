@@ -173,14 +173,15 @@ UPDATE dispatch_alert
        sent_at = CASE WHEN %(state)s::text = 'sent' THEN now() END
  WHERE id = %(id)s::uuid
 
--- name: alert_late_scan
--- Dead-man alerts: an occurrence of the last day not started within late_after_s of its due time (held, queued, never claimed), or running past max_duration_s; one per occurrence (the sender adds the explainer's reason).
--- Looks only at tenants with such a policy, and only at occurrences not alerted yet.
+-- name: late_occurrences
+-- The dead-man rule, one definition for the late scan (dispatch/alerting/lateness.py) and the dashboard's "late now": an occurrence of the last day not started within late_after_s of its due time (held, queued, never claimed), or running past max_duration_s, of a live, unpaused schedule whose policy has either limit (0 = off: nothing is late).
+-- %(tenant_id)s NULL reads every tenant; %(for_alerts)s keeps only the occurrences an alert is owed for (schedule not snoozed, an enabled channel, not alerted yet). Looks only at tenants with such a policy; the %(batch)s longest-late first.
 WITH pol AS (
-    SELECT s.id AS schedule_id, s.tenant_id, s.name AS schedule_name, t.slug AS tenant_slug,
+    SELECT s.id AS schedule_id, s.tenant_id, s.name AS schedule_name,
            p.late_after_s, p.max_duration_s
       FROM (SELECT DISTINCT tenant_id FROM dispatch_alertpolicy
-             WHERE late_after_s > 0 OR max_duration_s > 0) lt
+             WHERE (late_after_s > 0 OR max_duration_s > 0)
+               AND (%(tenant_id)s::bigint IS NULL OR tenant_id = %(tenant_id)s::bigint)) lt
       JOIN dispatch_schedule s ON s.tenant_id = lt.tenant_id
       JOIN tenants_tenant t ON t.id = s.tenant_id
      CROSS JOIN LATERAL (
@@ -191,43 +192,55 @@ WITH pol AS (
              ORDER BY p.schedule_id NULLS LAST
              LIMIT 1) p
      WHERE s.deleted_at IS NULL AND NOT s.paused AND t.active
-       AND (s.alert_snoozed_until IS NULL OR s.alert_snoozed_until <= now())
        AND (p.late_after_s > 0 OR p.max_duration_s > 0)
-       AND EXISTS (SELECT 1 FROM dispatch_alertchannel c
-                    WHERE c.tenant_id = s.tenant_id AND c.enabled)
-), late AS (
-    SELECT pol.*, x.id AS execution_id, x.scheduled_for, x.state, x.due_at, x.started_at,
-           x.started_at IS NULL AS not_started
-      FROM pol
-      JOIN dispatch_execution x ON x.schedule_id = pol.schedule_id
-     WHERE x.scheduled_for > now() - interval '1 day'
-       AND ((pol.late_after_s > 0 AND x.started_at IS NULL
-             AND x.state IN ('scheduled', 'queued', 'retry_scheduled')
-             AND x.due_at < now() - make_interval(secs => pol.late_after_s))
-            OR (pol.max_duration_s > 0 AND x.state = 'running'
-                AND x.started_at < now() - make_interval(secs => pol.max_duration_s)))
-       AND NOT EXISTS (SELECT 1 FROM dispatch_alert a
-                        WHERE a.schedule_id = x.schedule_id AND a.scheduled_for = x.scheduled_for
-                          AND a.kind = 'late')
-     LIMIT %(batch)s
+       AND (NOT %(for_alerts)s
+            OR ((s.alert_snoozed_until IS NULL OR s.alert_snoozed_until <= now())
+                AND EXISTS (SELECT 1 FROM dispatch_alertchannel c
+                             WHERE c.tenant_id = s.tenant_id AND c.enabled)))
 )
+SELECT pol.schedule_id, pol.tenant_id, pol.schedule_name,
+       x.id AS execution_id, x.scheduled_for, x.state, x.due_at, x.started_at,
+       x.started_at IS NULL AS not_started,
+       CASE WHEN x.started_at IS NULL THEN pol.late_after_s ELSE pol.max_duration_s END AS limit_s
+  FROM pol
+  JOIN dispatch_execution x ON x.schedule_id = pol.schedule_id
+ WHERE x.scheduled_for > now() - interval '1 day'
+   AND ((pol.late_after_s > 0 AND x.started_at IS NULL
+         AND x.state IN ('scheduled', 'queued', 'retry_scheduled')
+         AND x.due_at < now() - make_interval(secs => pol.late_after_s))
+        OR (pol.max_duration_s > 0 AND x.state = 'running'
+            AND x.started_at < now() - make_interval(secs => pol.max_duration_s)))
+   AND (NOT %(for_alerts)s
+        OR NOT EXISTS (SELECT 1 FROM dispatch_alert a
+                        WHERE a.schedule_id = x.schedule_id AND a.scheduled_for = x.scheduled_for
+                          AND a.kind = 'late'))
+ ORDER BY COALESCE(x.started_at, x.due_at), x.id
+ LIMIT %(batch)s
+
+-- name: alert_late_insert
+-- The late alerts for the occurrences late_occurrences found (as it saw them), one per occurrence (the sender adds the explainer's reason); returns the new ones.
 INSERT INTO dispatch_alert (id, tenant_id, schedule_id, execution_id, scheduled_for, kind, payload,
                             state, attempts, next_attempt_at, delivered, last_error, held_by,
                             created_at)
-SELECT gen_random_uuid(), l.tenant_id, l.schedule_id, l.execution_id, l.scheduled_for, 'late',
+SELECT gen_random_uuid(), s.tenant_id, s.id, x.id, x.scheduled_for, 'late',
        jsonb_build_object(
-           'tenant', l.tenant_slug,
-           'schedule_id', l.schedule_id,
-           'schedule_name', l.schedule_name,
-           'execution_id', l.execution_id,
-           'scheduled_for', l.scheduled_for,
+           'tenant', t.slug,
+           'schedule_id', s.id,
+           'schedule_name', s.name,
+           'execution_id', x.id,
+           'scheduled_for', x.scheduled_for,
            'state', l.state,
            'late', CASE WHEN l.not_started THEN 'not_started' ELSE 'overrun' END,
            'due_at', l.due_at,
            'started_at', l.started_at,
-           'limit_s', CASE WHEN l.not_started THEN l.late_after_s ELSE l.max_duration_s END),
+           'limit_s', l.limit_s),
        'pending', 0, now(), '[]'::jsonb, '', '', now()
-  FROM late l
+  FROM unnest(%(execution_ids)s::uuid[], %(states)s::text[], %(not_started)s::bool[],
+              %(due_ats)s::timestamptz[], %(started_ats)s::timestamptz[], %(limits)s::int[])
+       AS l(execution_id, state, not_started, due_at, started_at, limit_s)
+  JOIN dispatch_execution x ON x.id = l.execution_id
+  JOIN dispatch_schedule s ON s.id = x.schedule_id
+  JOIN tenants_tenant t ON t.id = s.tenant_id
 ON CONFLICT (schedule_id, scheduled_for, kind) DO NOTHING
 RETURNING id
 

@@ -7,7 +7,8 @@
 -- name: schedule_health
 -- Per schedule of %(ids)s: the last run, the 24 h / 7 d / 30 d counts and nearest-rank
 -- p50/p95 durations over the newest %(scan)s final rows of the last 30 days
--- (`sampled` when the cap cut the window), and the failures since the last success.
+-- (`sampled` when the cap cut the window), the failures since the last success, and the
+-- newest alert sent (read through the alert_schedule_kind index's schedule prefix).
 SELECT s.id AS schedule_id,
        last.state AS last_state, last.scheduled_for AS last_at, last.finished_at AS last_finished_at,
        w.runs_24h, w.ok_24h, w.p50_24h, w.p95_24h,
@@ -15,7 +16,8 @@ SELECT s.id AS schedule_id,
        w.runs_30d, w.ok_30d, w.p50_30d, w.p95_30d,
        w.sampled,
        streak.failures AS consecutive_failures, streak.capped AS streak_capped,
-       lastok.scheduled_for AS last_success_at
+       lastok.scheduled_for AS last_success_at,
+       alert.kind AS last_alert_kind, alert.sent_at AS last_alert_at
 FROM unnest(%(ids)s::uuid[]) AS s(id)
 LEFT JOIN LATERAL (
     SELECT e.state, e.scheduled_for, e.finished_at
@@ -74,11 +76,20 @@ CROSS JOIN LATERAL (
         LIMIT %(scan)s
     ) f
 ) streak
+LEFT JOIN LATERAL (
+    SELECT a.kind, a.sent_at
+    FROM dispatch_alert a
+    WHERE a.schedule_id = s.id AND a.tenant_id = %(tenant_id)s AND a.state = %(sent)s
+    ORDER BY a.sent_at DESC
+    LIMIT 1
+) alert ON true
 
 -- name: schedule_health_rank
 -- The tenant's live schedules, least healthy first: most failures since the last
 -- success, then most final failures in the last 24 h (read from the partial
--- "unsuccessful" index, not from every run), then name. Healthy schedules cost two
+-- "unsuccessful" index, not from every run), then name. A schedule the circuit breaker
+-- paused (paused_by %(auto_actor)s) ranks as failing even when its failed runs are gone
+-- (retention): it is failing until a person resumes it. Healthy schedules cost two
 -- index probes each; the ranking is a triage view of %(limit)s rows, not paged.
 SELECT s.id AS schedule_id, streak.failures AS consecutive_failures,
        COALESCE(day.failures, 0) AS failures_24h
@@ -111,8 +122,10 @@ LEFT JOIN (
     GROUP BY e.schedule_id
 ) day ON day.schedule_id = s.id
 WHERE s.tenant_id = %(tenant_id)s AND s.deleted_at IS NULL
-  AND (NOT %(failing_only)s OR streak.failures > 0)
-ORDER BY streak.failures DESC, COALESCE(day.failures, 0) DESC, s.name, s.id
+  AND (NOT %(failing_only)s OR streak.failures > 0
+       OR (s.paused AND s.paused_by = %(auto_actor)s))
+ORDER BY (streak.failures > 0 OR (s.paused AND s.paused_by = %(auto_actor)s)) DESC,
+         streak.failures DESC, COALESCE(day.failures, 0) DESC, s.name, s.id
 LIMIT %(limit)s
 
 -- name: status_grid_cells
