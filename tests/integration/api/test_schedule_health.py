@@ -1,7 +1,8 @@
 """Schedule health in the API: the exact numbers (success rate, nearest-rank p50/p95,
-windows' edges, failure streaks across skips and cancels), the /health endpoint and
-the `health` object of GET /v1/schedules/{id}, sort=health, tenant isolation, and a
-query count that does not grow with the number of schedules."""
+windows' edges, failure streaks across skips and cancels), the current alert state,
+the /health endpoint and the `health` object of GET /v1/schedules/{id}, sort=health
+(an auto-paused schedule ranks as failing), tenant isolation, and a query count that
+does not grow with the number of schedules."""
 
 from __future__ import annotations
 
@@ -16,8 +17,10 @@ from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from dispatch import selectors, services
-from dispatch.models import Schedule
+from dispatch.api.serializers import iso_z
+from dispatch.models import Alert, Schedule
 from dispatch.schedule_fields import partition_for
+from dispatch.states import AUTO_PAUSE_ACTOR
 from tenants.models import Tenant
 from tenants.roles import Role
 from tests.conftest import make_principal
@@ -141,6 +144,72 @@ def test_health_endpoint_and_detail_object(api: APIClient, tenant: Tenant) -> No
     assert detail["name"] == "nightly"
 
 
+NOTE = "auto-paused after 3 consecutive failures; last error: HTTP 500"
+
+
+def alert(schedule: Schedule, at: datetime, kind: str, state: str = "sent") -> Alert:
+    return Alert.objects.create(
+        tenant=schedule.tenant,
+        schedule=schedule,
+        scheduled_for=at,
+        kind=kind,
+        state=state,
+        sent_at=at if state == "sent" else None,
+    )
+
+
+def test_the_current_alert_state(api: APIClient, tenant: Tenant) -> None:
+    quiet, broken = make_schedule(tenant, "quiet"), make_schedule(tenant, "broken")
+    now = services.db_now()
+    until = now + timedelta(hours=2)
+    Schedule.objects.filter(pk=broken.pk).update(
+        alert_failing=True,
+        alert_snoozed_until=until,
+        paused=True,
+        paused_at=now,
+        paused_by=AUTO_PAUSE_ACTOR,
+        paused_reason=NOTE,
+    )
+    alert(broken, now - timedelta(hours=3), "failure")
+    alert(broken, now - timedelta(hours=2), "auto_paused")  # the newest sent
+    alert(broken, now - timedelta(hours=1), "failure", state="pending")  # not sent yet
+    alert(broken, now - timedelta(minutes=30), "late", state="failed")  # given up
+    # A person's pause is not an auto-pause; a snooze that is over is not a snooze.
+    services.schedule_pause(actor=make_principal(tenant), schedule_id=quiet.id, reason="x")
+    Schedule.objects.filter(pk=quiet.pk).update(alert_snoozed_until=now - timedelta(seconds=1))
+
+    assert api.get(f"/v1/schedules/{broken.id}/health").json()["alerts"] == {
+        "failing": True,
+        "snoozed_until": iso_z(until),
+        "auto_paused": True,
+        "auto_pause_note": NOTE,
+        "last_alert": {"kind": "auto_paused", "sent_at": iso_z(now - timedelta(hours=2))},
+    }
+    assert api.get(f"/v1/schedules/{broken.id}").json()["health"]["alerts"]["failing"] is True
+    assert api.get(f"/v1/schedules/{quiet.id}/health").json()["alerts"] == {
+        "failing": False,
+        "snoozed_until": None,
+        "auto_paused": False,
+        "auto_pause_note": None,
+        "last_alert": None,
+    }
+
+
+def test_an_auto_paused_schedule_ranks_as_failing(api: APIClient, tenant: Tenant) -> None:
+    now = services.db_now()
+    healthy, person, breaker = (make_schedule(tenant, n) for n in ("a", "b", "c"))
+    ran(healthy, now - timedelta(hours=1), "succeeded", 1)
+    services.schedule_pause(actor=make_principal(tenant), schedule_id=person.id, reason="x")
+    # Its failed runs are gone (retention): it is still failing until a person resumes it.
+    Schedule.objects.filter(pk=breaker.pk).update(
+        paused=True, paused_by=AUTO_PAUSE_ACTOR, paused_reason=NOTE
+    )
+    names = [r["name"] for r in api.get("/v1/schedules?sort=health").json()["results"]]
+    assert names == ["c", "a", "b"]
+    failing = selectors.schedules_by_health(tenant=tenant, now=now, limit=10, failing_only=True)
+    assert [(r.schedule.name, r.consecutive_failures) for r in failing] == [("c", 0)]
+
+
 def test_another_tenants_schedule_is_a_404(
     api: APIClient, outsider_api: APIClient, tenant: Tenant
 ) -> None:
@@ -212,6 +281,7 @@ def _bulk_schedules(tenant: Tenant, count: int, start: int) -> list[Schedule]:
     for s in made:
         ran(s, now - timedelta(minutes=2), "succeeded", 1)
         ran(s, now - timedelta(minutes=1), "dead", 2)
+        alert(s, now - timedelta(minutes=1), "failure")
     return made
 
 
@@ -227,6 +297,7 @@ def test_query_count_does_not_grow_with_the_schedules(api: APIClient, tenant: Te
             )
         assert len(found) == len(made)
         assert all(h.consecutive_failures == 1 for h in found.values())
+        assert all(h.alert.last_alert_kind == "failure" for h in found.values())
         api.get("/v1/schedules?sort=health&limit=500")  # warm the token's first use
         connection.queries_log.clear()
         with CaptureQueriesContext(connection) as sort_q:
