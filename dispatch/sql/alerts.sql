@@ -205,6 +205,9 @@ SELECT pol.schedule_id, pol.tenant_id, pol.schedule_name,
   FROM pol
   JOIN dispatch_execution x ON x.schedule_id = pol.schedule_id
  WHERE x.scheduled_for > now() - interval '1 day'
+   -- The active rows only: the execution_active_schedule partial index's condition,
+   -- so each schedule is one probe of it, not a walk over its day of finished runs.
+   AND x.state IN ('scheduled', 'queued', 'running', 'retry_scheduled')
    AND ((pol.late_after_s > 0 AND x.started_at IS NULL
          AND x.state IN ('scheduled', 'queued', 'retry_scheduled')
          AND x.due_at < now() - make_interval(secs => pol.late_after_s))
