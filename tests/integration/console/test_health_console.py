@@ -153,6 +153,20 @@ def test_list_sorted_by_health(world: World) -> None:
     assert 'id="sort-health"' in world.client("viewer").get("/schedules/").content.decode()
 
 
+def test_an_auto_paused_schedule_is_listed_with_the_failing(world: World) -> None:
+    now = services.db_now()
+    bulk_schedules(world.tenant, 3, prefix="b")
+    by_name = {s.name: s for s in Schedule.objects.filter(tenant=world.tenant)}
+    execution_row(by_name["b-0000"], now - timedelta(hours=1), state="dead")
+    # No failed run left (retention), but the breaker paused it: failing, not healthy.
+    Schedule.objects.filter(pk=by_name["b-0002"].pk).update(
+        paused=True, paused_by=AUTO_PAUSE_ACTOR, paused_reason=NOTE
+    )
+    html = world.client("viewer").get("/schedules/health").text
+    names = re.findall(r'<td><a href="/schedules/[^"]+/">([^<]+)</a></td>', html)
+    assert names == ["b-0000", "b-0002", "b-0001", "nightly"]
+
+
 def _section(html: str, heading: str) -> str:
     match = re.search(rf'<h3 id="{heading}-h">.*?</ul>', html, re.S)
     assert match, f"no section {heading}"
