@@ -7,11 +7,14 @@ or without an enabled channel."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
+from rest_framework.test import APIClient
 
 from dispatch import services
 from dispatch.alerting import outbox
@@ -23,9 +26,13 @@ from dispatch.models import (
     ExecutionEvent,
     Schedule,
 )
+from tenants.models import Tenant
 from tenants.roles import Principal
+from tests.integration.alerts.test_alerts_processes import verified
 from tests.support.beat_support import Beat, empty_queues, running_beat
-from tests.support.worker_support import db_now
+from tests.support.ledger import Ledger
+from tests.support.procs import beat_cmd, processes, wait_for, worker_cmd
+from tests.support.worker_support import db_now, make_schedule, purge, worker_log_ready
 
 pytestmark = pytest.mark.django_db(transaction=True)
 TARGET = {"type": "http", "url": "https://billing.internal/hook"}
@@ -154,3 +161,78 @@ def test_a_long_outage_counts_the_occurrences_without_records(
     assert "was among those missed while the scheduler was not firing" in (
         outbox._row_message(alert).text
     )
+
+
+@pytest.mark.slow
+def test_a_stopped_beat_comes_back_and_the_signed_missed_alert_arrives(
+    tmp_path: Path,
+    admin_principal: Principal,
+    api: APIClient,
+    tenant: Tenant,
+    ledger: Ledger,
+    settings: Any,
+) -> None:
+    """Real processes: a beat and a worker; the beat is killed, the schedule's
+    occurrences pass (next_run_at moved two hours back rather than waiting), a beat
+    starts again and finds them beyond a 5 s grace: run_once fires the latest (the
+    worker runs it), records the rest skipped, and the missed alert reaches the
+    signed webhook."""
+    settings.TARGET_TEST_ALLOW = [ledger.allow_entry]  # the webhook channel's save-time check
+    body = {"name": "hook", "kind": "webhook", "config": {"url": f"{ledger.url}/alerts"}}
+    assert api.post("/v1/alert-channels", body, format="json").status_code == 201
+    assert api.put("/v1/alert-policy", {"late_after_s": 3600}, format="json").status_code == 200
+    purge(settings.CELERY_BROKER_URL)
+    with Ledger() as target, processes(tmp_path) as start:
+        beat_args = ("--lease-ttl", "5", "--cycle", "0.2", "--lookahead", "2")
+        env = {"CONTROL_INTERVAL_S": "0.2", "TARGET_TEST_ALLOW": ledger.allow_entry}
+        beat = start("beat1", beat_cmd("--name", "beat-m1", *beat_args), **env)
+        worker = start(
+            "w1",
+            worker_cmd(queues="default.short", concurrency=1, name="w1"),
+            TARGET_TEST_ALLOW=target.allow_entry,
+        )
+        wait_for(lambda: worker_log_ready(worker) or not worker.alive(), timeout=30, what="w1")
+        assert worker.alive(), worker.output()
+        schedule = make_schedule(
+            admin_principal, {"type": "http", "url": f"{target.url}/job"}, name="minutely"
+        )
+        beat.kill()  # every beat down: nothing fires
+        now = db_now()
+        start_at = now.replace(second=0, microsecond=0) - timedelta(hours=2)
+        Schedule.objects.filter(pk=schedule.pk).update(
+            cron="* * * * *",
+            jitter_s=0,
+            misfire="run_once",
+            misfire_grace_s=5,
+            next_run_at=start_at,
+            created_at=start_at - timedelta(minutes=1),
+        )
+        start("beat2", beat_cmd("--name", "beat-m2", *beat_args), **env)
+        wait_for(
+            lambda: any(
+                json.loads(r["body"])["event"] == "schedule.missed" for r in ledger.requests
+            ),
+            timeout=60,
+            what="the missed alert at the webhook",
+        )
+        caught_up = Execution.objects.get(schedule=schedule, trigger="catch_up")
+        wait_for(
+            lambda: Execution.objects.get(pk=caught_up.pk).state == "succeeded",
+            timeout=60,
+            what="the worker to run the late occurrence",
+        )
+    purge(settings.CELERY_BROKER_URL)
+    [event] = [
+        e for e in (verified(r, tenant) for r in ledger.requests) if e["event"] == "schedule.missed"
+    ]
+    skipped = Execution.objects.filter(schedule=schedule, reason_code="misfire").count()
+    assert skipped >= 119 and Execution.objects.filter(
+        schedule=schedule, state="skipped"
+    ).count() == (skipped)
+    assert (event["missed"], event["skipped"], event["caught_up"]) == (skipped + 1, skipped, 1)
+    assert event["execution_id"] == str(caught_up.id)
+    assert event["title"] == f"minutely: missed {skipped + 1} occurrences"
+    assert "while the scheduler was not firing (misfire policy run_once)" in event["text"]
+    assert "skipped by the misfire policy (run_once)" in event["why"], event["why"]
+    [alert] = Alert.objects.filter(schedule=schedule)
+    assert (alert.kind, alert.state) == ("missed", "sent")
