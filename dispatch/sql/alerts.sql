@@ -246,6 +246,8 @@ UPDATE dispatch_alert
 -- watches lateness (late_after_s > 0), the tenant has an enabled channel and the
 -- schedule is not snoozed. The execution linked is the newest missed occurrence's
 -- (fired late, or recorded skipped), found by its unique (schedule, scheduled_for).
+-- A schedule resumed since the first missed occurrence was paused, not left unfired:
+-- its misfires are the pause's (the explainer says so), and owe no alert.
 INSERT INTO dispatch_alert (id, tenant_id, schedule_id, execution_id, scheduled_for, kind,
                             payload, state, attempts, next_attempt_at, delivered, last_error,
                             held_by, created_at)
@@ -282,5 +284,7 @@ SELECT gen_random_uuid(), s.tenant_id, s.id, x.id, m.last, 'missed',
    AND (s.alert_snoozed_until IS NULL OR s.alert_snoozed_until <= now())
    AND EXISTS (SELECT 1 FROM dispatch_alertchannel c
                 WHERE c.tenant_id = s.tenant_id AND c.enabled)
+   AND NOT EXISTS (SELECT 1 FROM dispatch_executionevent ev
+                    WHERE ev.schedule_id = s.id AND ev.at >= m.first AND ev.kind = 'resumed')
 ON CONFLICT (schedule_id, scheduled_for, kind) DO NOTHING
 RETURNING id

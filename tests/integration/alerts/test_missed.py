@@ -123,8 +123,8 @@ def test_run_once_counts_the_late_run_it_fired(
     assert f"{len(late) - 1} recorded skipped, 1 run late" in outbox._row_message(alert).text
 
 
-@pytest.mark.parametrize("without", ["policy", "lateness", "snoozed", "channel"])
-def test_no_missed_alert_without_policy_or_channel_or_while_snoozed(
+@pytest.mark.parametrize("without", ["policy", "lateness", "snoozed", "channel", "paused"])
+def test_no_missed_alert_without_policy_or_channel_while_snoozed_or_after_a_pause(
     beat: Beat, admin_principal: Principal, channel: AlertChannel, without: str
 ) -> None:
     tenant = admin_principal.tenant
@@ -138,6 +138,10 @@ def test_no_missed_alert_without_policy_or_channel_or_while_snoozed(
         )
     if without == "channel":
         AlertChannel.objects.filter(pk=channel.pk).update(enabled=False)
+    if without == "paused":
+        # Paused (not an outage) through the missed span, resumed now: the pause's misfires.
+        services.schedule_pause(actor=admin_principal, schedule_id=schedule.id)
+        services.schedule_resume(actor=admin_principal, schedule_id=schedule.id)
     beat.cycle()
     assert len(late_rows(schedule)) >= 12  # the misfire decisions are recorded all the same
     assert not Alert.objects.filter(schedule=schedule).exists()
