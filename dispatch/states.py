@@ -269,6 +269,8 @@ class AlertKind(models.TextChoices):
     RECOVERY = "recovery"  # the first success after a failure alert
     AUTO_PAUSED = "auto_paused"  # the circuit breaker paused the schedule
     LATE = "late"  # not started within late_after_s of its due time, or running past max_duration_s
+    # Occurrences found beyond their misfire grace (no beat was firing): one per outage
+    MISSED = "missed"
 
 
 class AlertState(models.TextChoices):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -65,6 +66,24 @@ def message_for(kind: str, payload: dict[str, Any]) -> delivery.Message:
             text=f"{name}'s occurrence {when} {what}. Why: {payload.get('why', 'unknown')}",
             data=payload,
         )
+    if kind == AlertKind.MISSED:
+        count, skipped, caught_up = (payload.get(k) for k in ("missed", "skipped", "caught_up"))
+        plural = "s" * (count != 1)
+        span = (
+            f"at {payload.get('first')}"
+            if payload.get("first") == payload.get("last")
+            else f"from {payload.get('first')} to {payload.get('last')}"
+        )
+        return delivery.Message(
+            event="schedule.missed",
+            title=f"{name}: missed {count} occurrence{plural}",
+            text=(
+                f"{name} missed {count} occurrence{plural} {span} while the scheduler was not "
+                f"firing (misfire policy {payload.get('misfire')}): {skipped} recorded skipped, "
+                f"{caught_up} run late. Why: {payload.get('why', 'unknown')}"
+            ),
+            data=payload,
+        )
     if kind == AlertKind.AUTO_PAUSED:
         return delivery.Message(
             event="schedule.auto_paused",
@@ -107,19 +126,23 @@ def _json(value: Any) -> Any:
     return json.loads(value) if isinstance(value, (str, bytes)) else value
 
 
-def _explained(row: Any) -> str:
-    """The explainer's answer for the late occurrence, as of now."""
+def _explained(row: Any, at: datetime | None = None) -> str:
+    """The explainer's answer for the alert's occurrence (or the one `at`), as of now."""
     schedule = Schedule.objects.filter(pk=row.schedule_id).first()
     execution = Execution.objects.filter(pk=row.execution_id).first()
     if schedule is None or execution is None:
         return "the occurrence is gone"
-    return explain.explain(schedule=schedule, at=execution.scheduled_for).sentence
+    return explain.explain(schedule=schedule, at=at or execution.scheduled_for).sentence
 
 
 def _row_message(row: Any) -> delivery.Message:
     payload = _json(row.payload)
     if row.kind == AlertKind.LATE and "why" not in payload:
         payload["why"] = _explained(row)
+    if row.kind == AlertKind.MISSED and "why" not in payload:
+        # The outage's first occurrence: recorded skipped, or one of the older ones
+        # the misfire event summarises — the explainer names the misfire either way.
+        payload["why"] = _explained(row, datetime.fromisoformat(payload["first"]))
     message = message_for(row.kind, payload)
     # The alert's own id: the same on every retry, so receivers can dedupe on it.
     return delivery.Message(

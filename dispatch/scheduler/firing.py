@@ -20,6 +20,7 @@ from django.db import transaction
 
 from core import faults
 from core.db import db_clock
+from dispatch.alerting import decision
 from dispatch.queues import queue_name
 from dispatch.scheduler import dependencies, store
 from dispatch.scheduler.partitions import Partitions
@@ -107,6 +108,10 @@ def _fire_planned(
     store.advance_schedules(ids=plan.advance_ids, next_run_ats=plan.advance_to)
     if plan.events:
         store.record_events(plan.events)
+    if plan.missed.schedule_ids:
+        # Only a batch that found occurrences beyond their grace pays for this: one
+        # statement, in the transaction that recorded them (the alert outbox rule).
+        decision.decide_missed(plan.missed)
     return len(due), len(inserted)
 
 
@@ -218,6 +223,7 @@ class _FirePlan:
         self.advance_ids: list[uuid.UUID] = []
         self.advance_to: list[datetime | None] = []
         self.events: list[store.Event] = []
+        self.missed = decision.Missed()
 
     def _row(
         self,
@@ -329,6 +335,8 @@ class _FirePlan:
                     f"by the misfire policy ({misfire}) without individual records",
                 )
             )
+        if kind != Kind.ONCE:
+            self._note_missed(sid, skipped, total, fire, late_cutoff, next_run_at)
         for occ in fire:
             if kind == Kind.ONCE:
                 due = occ
@@ -339,6 +347,28 @@ class _FirePlan:
                 )
                 trigger = Trigger.CATCH_UP if occ < late_cutoff else Trigger.CRON
             self._row(sched, scheduled_for=occ, due_at=due, trigger=trigger)
+
+    def _note_missed(
+        self,
+        sid: uuid.UUID,
+        skipped: list[datetime],
+        total: int,
+        fire: list[datetime],
+        late_cutoff: datetime,
+        next_run_at: datetime,
+    ) -> None:
+        """Remember the occurrences found beyond the grace (skipped, or fired late by
+        run_once / catch_up): what the `missed` alert of this outage reports."""
+        late_fired = [occ for occ in fire if occ < late_cutoff]
+        if not total and not late_fired:
+            return
+        listed = skipped + late_fired
+        # Older skipped ones without a record start at the schedule's next_run_at,
+        # the first occurrence the plan considered.
+        first = next_run_at if total > len(skipped) else min(listed)
+        self.missed.add(
+            sid, missed=total + len(late_fired), skipped=total, first=first, last=max(listed)
+        )
 
     def insert_params(self) -> dict[str, Any]:
         return {

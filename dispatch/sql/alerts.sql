@@ -254,3 +254,53 @@ UPDATE dispatch_alert
        next_attempt_at = %(until)s,
        held_by = %(window)s::text
  WHERE id = %(id)s::uuid
+
+-- name: alert_decide_missed
+-- Missed (dead-man of the scheduler itself): in the firing transaction that recorded a schedule's occurrences found beyond the misfire grace (the beats were not firing), one `missed` alert per schedule and outage, deduplicated on the newest missed occurrence.
+-- One row per schedule in the arrays (count, skipped, first and newest missed
+-- occurrence); sent when the effective policy (the schedule's, else the tenant's)
+-- watches lateness (late_after_s > 0), the tenant has an enabled channel and the
+-- schedule is not snoozed. The execution linked is the newest missed occurrence's
+-- (fired late, or recorded skipped), found by its unique (schedule, scheduled_for).
+-- A schedule resumed since the first missed occurrence was paused, not left unfired:
+-- its misfires are the pause's (the explainer says so), and owe no alert.
+INSERT INTO dispatch_alert (id, tenant_id, schedule_id, execution_id, scheduled_for, kind,
+                            payload, state, attempts, next_attempt_at, delivered, last_error,
+                            held_by, created_at)
+SELECT gen_random_uuid(), s.tenant_id, s.id, x.id, m.last, 'missed',
+       jsonb_build_object(
+           'tenant', t.slug,
+           'schedule_id', s.id,
+           'schedule_name', s.name,
+           'execution_id', x.id,
+           'scheduled_for', m.last,
+           'state', x.state,
+           'missed', m.missed,
+           'skipped', m.skipped,
+           'caught_up', m.missed - m.skipped,
+           'first', m.first,
+           'last', m.last,
+           'misfire', s.misfire,
+           'grace_s', s.misfire_grace_s),
+       'pending', 0, now(), '[]'::jsonb, '', '', now()
+  FROM unnest(%(schedule_ids)s::uuid[], %(missed)s::int[], %(skipped)s::int[],
+              %(firsts)s::timestamptz[], %(lasts)s::timestamptz[])
+           AS m(schedule_id, missed, skipped, first, last)
+  JOIN dispatch_schedule s ON s.id = m.schedule_id
+  JOIN tenants_tenant t ON t.id = s.tenant_id
+  JOIN dispatch_execution x ON x.schedule_id = m.schedule_id AND x.scheduled_for = m.last
+ CROSS JOIN LATERAL (
+        SELECT late_after_s
+          FROM dispatch_alertpolicy p
+         WHERE p.tenant_id = s.tenant_id
+           AND (p.schedule_id = s.id OR p.schedule_id IS NULL)
+         ORDER BY p.schedule_id NULLS LAST
+         LIMIT 1) p
+ WHERE p.late_after_s > 0
+   AND (s.alert_snoozed_until IS NULL OR s.alert_snoozed_until <= now())
+   AND EXISTS (SELECT 1 FROM dispatch_alertchannel c
+                WHERE c.tenant_id = s.tenant_id AND c.enabled)
+   AND NOT EXISTS (SELECT 1 FROM dispatch_executionevent ev
+                    WHERE ev.schedule_id = s.id AND ev.at >= m.first AND ev.kind = 'resumed')
+ON CONFLICT (schedule_id, scheduled_for, kind) DO NOTHING
+RETURNING id
