@@ -221,6 +221,8 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "ScheduleOutDocKindEnum": "dispatch.states.Kind.values",
         "ControlStateEnum": "dispatch.states.ControlState.values",
+        # Schedules and alert channels both have a "kind" field: name each choice set.
+        "ChannelKindEnum": "dispatch.states.ChannelKind.choices",
     },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",

@@ -317,14 +317,23 @@ def lease_check(*, claim: Claim, lease_s: float) -> bool:
 
     False means another claim or the sweeper has taken the execution over (or is
     about to: the lease lapsed): the call must not be made.
+
+    Also False when the answer took so long that the renewed lease may be over:
+    the server renewed it somewhere between sending and the reply, so it is
+    certain only until send + lease_s. A reply held up past two thirds of that (a
+    link that stalled after the statement ran, seen in the chaos suite's database
+    black hole) leaves too little of it to cover the call's connect and send —
+    meanwhile the sweeper may have handed the execution to another worker.
     """
-    return (
+    sent = time.monotonic()
+    renewed = (
         sql.execute(
             "lease_check",
             {"id": claim.execution_id, "token": claim.fencing_token, "lease_s": lease_s},
         )
         == 1
     )
+    return renewed and time.monotonic() - sent < lease_s * 2 / 3
 
 
 def attempt_finish_retrying(
