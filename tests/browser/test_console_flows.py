@@ -14,8 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.conf import settings
-from kombu import Connection, Queue
 
 from dispatch import services
 from dispatch.models import Execution, ExecutionEvent, Schedule
@@ -25,12 +23,12 @@ from tenants.roles import Principal, Role
 from tests.browser.conftest import login, shot
 from tests.support.console_support import TARGET, principal_of, user
 from tests.support.ledger import Ledger, Respond
-from tests.support.procs import Proc, beat_cmd, processes, wait_for, worker_cmd
+from tests.support.procs import Proc
 from tests.support.rows import execution_row
+from tests.support.worker_support import beat_and_worker
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 PW = "browser-pw-Секрет-1"
-QUEUES = ("high.short", "default.short", "low.short", "high.long", "default.long", "low.long")
 
 
 class People:
@@ -193,36 +191,11 @@ def ledger_respond() -> Respond:
     return lambda req: (200, {"Content-Type": "text/plain"}, b'<b hx-get="/x">done</b>')
 
 
-def _purge() -> None:
-    with Connection(settings.CELERY_BROKER_URL) as conn:
-        for name in QUEUES:
-            Queue(name, durable=True, auto_delete=False)(conn.default_channel).declare()
-            conn.default_channel.queue_purge(name)
-
-
 @pytest.fixture
 def platform(people: People, ledger: Ledger, tmp_path: Path) -> Iterator[dict[str, Proc]]:
     """A real beat and a real Celery worker on the live server's database."""
-    _purge()
-    with processes(tmp_path) as start:
-        beat = start(
-            "beat", beat_cmd("--name", "browser-beat", "--cycle", "0.2", "--lease-ttl", "5")
-        )
-        worker = start(
-            "worker",
-            worker_cmd(queues=",".join(QUEUES), concurrency=2, name="bw"),
-            TARGET_TEST_ALLOW=ledger.allow_entry,
-        )
-        try:
-            wait_for(
-                lambda: " ready." in worker.output() or not worker.alive(),
-                timeout=60,
-                what="worker ready",
-            )
-            assert worker.alive(), worker.output()
-            yield {"beat": beat, "worker": worker}
-        finally:
-            _purge()
+    with beat_and_worker(tmp_path, ledger, beat_name="browser-beat", worker_name="bw") as procs:
+        yield procs
 
 
 def test_trigger_now_and_watch_the_execution_succeed(

@@ -18,8 +18,6 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
-from django.conf import settings
-from kombu import Connection, Queue
 
 from dispatch import services
 from dispatch.models import Backfill, Execution, ExecutionState, Operation, Schedule
@@ -29,11 +27,11 @@ from tenants.roles import Principal, Role
 from tests.browser.conftest import login, shot
 from tests.support.console_support import TARGET, bulk_schedules, db_now, principal_of, user
 from tests.support.ledger import Ledger
-from tests.support.procs import Proc, beat_cmd, processes, wait_for, worker_cmd
+from tests.support.procs import Proc, wait_for
+from tests.support.worker_support import beat_and_worker
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 PW = "browser-pw-Секрет-3"
-QUEUES = ("high.short", "default.short", "low.short", "high.long", "default.long", "low.long")
 HOLD_S = 20.0  # the first attempt's call hangs this long: it is cancelled while in flight
 
 
@@ -56,34 +54,11 @@ def people(transactional_db: Any) -> People:
     return People()
 
 
-def _purge() -> None:
-    with Connection(settings.CELERY_BROKER_URL) as conn:
-        for name in QUEUES:
-            Queue(name, durable=True, auto_delete=False)(conn.default_channel).declare()
-            conn.default_channel.queue_purge(name)
-
-
 @pytest.fixture
 def platform(people: People, ledger: Ledger, tmp_path: Path) -> Iterator[dict[str, Proc]]:
     """A real beat and a real Celery worker on the live server's database."""
-    _purge()
-    with processes(tmp_path) as start:
-        beat = start("beat", beat_cmd("--name", "rc-beat", "--cycle", "0.2", "--lease-ttl", "5"))
-        worker = start(
-            "worker",
-            worker_cmd(queues=",".join(QUEUES), concurrency=2, name="rcw"),
-            TARGET_TEST_ALLOW=ledger.allow_entry,
-        )
-        try:
-            wait_for(
-                lambda: " ready." in worker.output() or not worker.alive(),
-                timeout=60,
-                what="worker ready",
-            )
-            assert worker.alive(), worker.output()
-            yield {"beat": beat, "worker": worker}
-        finally:
-            _purge()
+    with beat_and_worker(tmp_path, ledger, beat_name="rc-beat", worker_name="rcw") as procs:
+        yield procs
 
 
 def _hang_first_attempt(req: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:

@@ -23,7 +23,7 @@ from dispatch.models import Execution, ExecutionEvent, Schedule
 from dispatch.scheduler import sweeper
 from tenants.roles import Principal
 from tests.support.ledger import Ledger
-from tests.support.procs import Proc, processes, worker_cmd
+from tests.support.procs import Proc, beat_cmd, processes, wait_for, worker_cmd
 from tests.support.rows import execution_row
 
 QUEUES = ("high.short", "default.short", "low.short", "high.long", "default.long", "low.long")
@@ -206,6 +206,32 @@ def worker_processes(log_dir: Path) -> Iterator[Callable[..., Proc]]:
             return proc
 
         yield start_worker
+
+
+@contextlib.contextmanager
+def beat_and_worker(
+    log_dir: Path, ledger: Ledger, *, beat_name: str, worker_name: str
+) -> Iterator[dict[str, Proc]]:
+    """A real beat and a real Celery worker (every queue) on the test database, the
+    worker allowed to call `ledger`; the queues emptied before and after."""
+    purge(settings.CELERY_BROKER_URL)
+    with processes(log_dir) as start:
+        beat = start("beat", beat_cmd("--name", beat_name, "--cycle", "0.2", "--lease-ttl", "5"))
+        worker = start(
+            "worker",
+            worker_cmd(queues=",".join(QUEUES), concurrency=2, name=worker_name),
+            TARGET_TEST_ALLOW=ledger.allow_entry,
+        )
+        try:
+            wait_for(
+                lambda: " ready." in worker.output() or not worker.alive(),
+                timeout=60,
+                what="worker ready",
+            )
+            assert worker.alive(), worker.output()
+            yield {"beat": beat, "worker": worker}
+        finally:
+            purge(settings.CELERY_BROKER_URL)
 
 
 def pool_children(proc: Proc) -> list[int]:
