@@ -2,24 +2,33 @@
 
 One round trip per message, and Celery's per-call `send_task` overhead, cap a
 beat at a few thousand messages a second; a top-of-hour burst needs tens of
-thousands (DESIGN.md §7). So the message envelope is built once from Celery's
-own protocol-2 template, and messages go out in chunks: one Redis pipeline
-per chunk (RedisPublisher), or publisher-confirm windows on RabbitMQ
-(AmqpPublisher). A chunk counts as sent only when it went out whole (and, on
-RabbitMQ, was acknowledged); the rest is published again next cycle — a
-duplicate message is harmless, the worker's claim decides.
+thousands (DESIGN.md §7). So messages go out in chunks of prebuilt bytes: one
+redis-py pipeline of LPUSHes per chunk (RedisPublisher), or py-amqp
+basic_publish with publisher-confirm windows on RabbitMQ (AmqpPublisher) — no
+kombu Producer per message. A chunk counts as sent only when it went out whole
+(and, on RabbitMQ, was acknowledged); the rest is published again next cycle —
+a duplicate message is harmless, the worker's claim decides.
+
+Messages are built ahead (issue 19): `prepare(items)` builds and keeps each
+one's bytes (envelopes.py: exactly what kombu would send for Celery's protocol-2
+task message) while it waits for its due time, keyed by (id, attempt, queue);
+`publish(items)` uses the kept bytes, builds any others on the spot, and drops
+the bytes of what was sent; `forget(ids)` drops kept bytes of executions that
+will not be published (cancelled, re-planned, partition lost). The trace
+headers are the publishing span's, spliced in at publish time (envelopes.py).
 
 A broker that goes silent (black-holed, not refusing) must not freeze the beat
 (issue 16): on RabbitMQ every call is bounded by `io_timeout_s` — the TCP
 connect and the AMQP handshake (connect_timeout), each write and read
 (socket read/write timeouts, which also bound the close handshake after a
-failure) and each wait for confirms. Leases do not depend on publishing: the
-beat's lease keeper renews them on its own thread (partitions.LeaseKeeper), and
-`keepalive()`, called between chunks and while a confirm window is open, is the
-same keeper's renewal for a beat driven without that thread (a no-op with it).
-A beat that cannot publish keeps its partitions (its admitted rows stay queued
-and are retried, or re-published by the sweep), it does not lose them to a
-takeover that would find the same broker silent.
+failure) and each wait for confirms; on Redis by the transport's socket
+timeouts (settings.CELERY_BROKER_TRANSPORT_OPTIONS). Leases do not depend on
+publishing: the beat's lease keeper renews them on its own thread
+(partitions.LeaseKeeper), and `keepalive()`, called between chunks and while a
+confirm window is open, is the same keeper's renewal for a beat driven without
+that thread (a no-op with it). A beat that cannot publish keeps its partitions
+(its admitted rows stay queued and are retried, or re-published by the sweep),
+it does not lose them to a takeover that would find the same broker silent.
 """
 
 from __future__ import annotations
@@ -28,29 +37,40 @@ import abc
 import contextlib
 import logging
 import time
-import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from django.conf import settings
 
 from config import telemetry
+from dispatch.scheduler.envelopes import TASK_NAME, Builder, RedisEnvelope, trace_fragment
 from dispatch.scheduler.firing import Pending
 
 log = logging.getLogger("dispatch.beat")
 
-TASK_NAME = "dispatch.run_execution"
+__all__ = ["CHUNK_SIZE", "TASK_NAME", "Publisher", "publisher_for"]
+
 CHUNK_SIZE = 1000
+
+Key = tuple[str, int, str]  # (execution id, attempt, queue): what a kept message is for
 
 
 class Publisher(Protocol):
+    def prepare(self, items: list[Pending]) -> None:
+        """Build and keep the message bytes of `items` for a later `publish`."""
+        ...
+
+    def forget(self, ids: Iterable[str]) -> None:
+        """Drop the kept bytes of these executions (any attempt, any queue)."""
+        ...
+
     def publish(self, items: list[Pending]) -> list[Pending]:
         """Publish `items`; returns those the broker took (a prefix, in chunks)."""
         ...
 
 
 class _ChunkedPublisher(abc.ABC):
-    """What both transports share: the envelope, the span and the failure handling."""
+    """What both transports share: the kept messages, the span and the failure handling."""
 
     def __init__(
         self, *, beat: str, io_timeout_s: float = 5.0, keepalive: Callable[[], None] | None = None
@@ -58,9 +78,26 @@ class _ChunkedPublisher(abc.ABC):
         self.beat = beat
         self.io_timeout_s = io_timeout_s
         self._keepalive = keepalive or (lambda: None)
-        self._template: tuple[dict[str, Any], dict[str, Any], Any] | None = None
+        self._builder: Builder | None = None
+        self._kept: dict[Key, Any] = {}
         self._declared: set[str] = set()
         self._trace_headers: dict[str, Any] = {}
+        self._in_flight: list[Pending] = []
+
+    # --- the Publisher protocol -------------------------------------------------------
+
+    def prepare(self, items: list[Pending]) -> None:
+        kept = self._kept
+        for p in items:
+            key = (p.id, p.attempt, p.queue)
+            if key not in kept:
+                kept[key] = self._build(p)
+
+    def forget(self, ids: Iterable[str]) -> None:
+        gone = set(ids)
+        if gone and self._kept:
+            for key in [k for k in self._kept if k[0] in gone]:
+                del self._kept[key]
 
     def publish(self, items: list[Pending]) -> list[Pending]:
         from config.celery_app import app
@@ -80,8 +117,44 @@ class _ChunkedPublisher(abc.ABC):
                 len(sent),
                 len(items),
             )
+            # Part of the failed chunk may be on the broker: its messages are built
+            # afresh next time (new task ids, new Redis delivery tags — two messages
+            # with one tag would share one entry of kombu's unacked index).
+            for p in self._in_flight:
+                self._kept.pop((p.id, p.attempt, p.queue), None)
             self._reset()
+        self._in_flight = []
         return sent
+
+    @property
+    def kept(self) -> int:
+        """How many messages are kept built (for the beat's memory report)."""
+        return len(self._kept)
+
+    # --- the transports' parts ----------------------------------------------------------
+
+    def _messages(self, chunk: list[Pending]) -> list[Any]:
+        """The chunk's messages, kept or built now; marks the chunk in flight."""
+        self._in_flight = chunk
+        kept = self._kept
+        return [kept.get((p.id, p.attempt, p.queue)) or self._build(p) for p in chunk]
+
+    def _sent(self, chunk: list[Pending], sent: list[Pending]) -> None:
+        for p in chunk:
+            self._kept.pop((p.id, p.attempt, p.queue), None)
+        self._in_flight = []
+        sent.extend(chunk)
+
+    def _envelopes(self) -> Builder:
+        if self._builder is None:
+            from config.celery_app import app
+
+            self._builder = Builder(app)
+        return self._builder
+
+    @abc.abstractmethod
+    def _build(self, p: Pending) -> Any:
+        """The message for `p`, as this transport publishes it."""
 
     @abc.abstractmethod
     def _send(self, app: Any, items: list[Pending], sent: list[Pending]) -> None:
@@ -91,55 +164,50 @@ class _ChunkedPublisher(abc.ABC):
     def _reset(self) -> None:  # noqa: B027 - a hook: only AMQP holds connection state
         """After a failure: forget connection state that may be broken."""
 
-    def _route(self, app: Any, p: Pending) -> tuple[Any, dict[str, Any]]:
-        """The queue the message goes to and any extra publish options."""
-        return app.amqp.queues[p.queue], {}
-
-    def _publish_one(self, app: Any, producer: Any, p: Pending) -> None:
-        if self._template is None:
-            msg = app.amqp.as_task_v2(
-                str(uuid.uuid4()), TASK_NAME, args=[p.id, p.attempt], kwargs={}, ignore_result=True
-            )
-            self._template = (dict(msg.headers), dict(msg.properties), msg.body[2])
-        headers, properties, embed = self._template
-        task_id = str(uuid.uuid4())
-        queue, extra = self._route(app, p)
-        declare = [] if queue.name in self._declared else [queue]
-        # The default (anonymous) exchange routes by queue name: no binding
-        # lookup per message on Redis, and the same result on RabbitMQ.
-        producer.publish(
-            [[p.id, p.attempt], {}, embed],
-            exchange="",
-            routing_key=queue.name,
-            serializer="json",
-            headers=headers
-            | self._trace_headers
-            | {"id": task_id, "root_id": task_id, "argsrepr": repr([p.id, p.attempt])},
-            correlation_id=task_id,
-            reply_to=properties.get("reply_to") or "",
-            delivery_mode=2,
-            declare=declare,
-            retry=False,
-            **extra,
-        )
-        self._declared.add(queue.name)
-
 
 class RedisPublisher(_ChunkedPublisher):
-    """Redis: each chunk goes out as one pipeline."""
+    """Redis: each chunk goes out as one non-transactional pipeline (as kombu's own
+    publish batch), one multi-value LPUSH per list key of the chunk."""
+
+    def _build(self, p: Pending) -> RedisEnvelope:
+        return self._envelopes().redis(p.id, p.attempt, p.queue)
 
     def _send(self, app: Any, items: list[Pending], sent: list[Pending]) -> None:
+        fragment = trace_fragment(self._trace_headers)
         with app.producer_or_acquire() as producer:
+            channel = producer.channel
+            # kombu's redis-py client: its connection pool, socket timeouts and
+            # global key prefix are the ones kombu's own publish would use.
+            client = channel.client
+            keys: dict[str, str] = {}
             for start in range(0, len(items), CHUNK_SIZE):
                 chunk = items[start : start + CHUNK_SIZE]
                 self._keepalive()  # a burst of many chunks does not outlast the lease
-                # The batch flushes on a clean exit; on an error nothing of the
-                # chunk counts as sent and its rows are published again later
-                # (a duplicate message is harmless: the worker's claim decides).
-                with producer.batch(max_size=CHUNK_SIZE):
-                    for p in chunk:
-                        self._publish_one(app, producer, p)
-                sent.extend(chunk)
+                by_key: dict[str, list[bytes]] = {}
+                for env in self._messages(chunk):
+                    key = keys.get(env.queue)
+                    if key is None:
+                        key = keys[env.queue] = self._declare(app, producer, env.queue)
+                    by_key.setdefault(key, []).append(env.with_trace(fragment))
+                # LPUSH k m1 m2 … pushes m1 first, as one LPUSH each would: a worker's
+                # BRPOP takes them in the chunk's order. On an error nothing of the
+                # chunk counts as sent and its rows are published again later (a
+                # duplicate message is harmless: the worker's claim decides).
+                with client.pipeline(transaction=False) as pipe:
+                    for key, messages in by_key.items():
+                        pipe.lpush(key, *messages)
+                    pipe.execute()
+                self._sent(chunk, sent)
+
+    def _declare(self, app: Any, producer: Any, name: str) -> str:
+        """The list key kombu's _put uses for queue `name` (priority 0: the Redis
+        publisher sets none; priority levels are queues here), the queue declared
+        once as kombu's publish would (its exchange binding)."""
+        if name not in self._declared:
+            producer.maybe_declare(app.amqp.queues[name], retry=False)
+            self._declared.add(name)
+        key: str = producer.channel._q_for_pri(name, 0)
+        return key
 
 
 class AmqpPublisher(_ChunkedPublisher):
@@ -157,8 +225,31 @@ class AmqpPublisher(_ChunkedPublisher):
         super().__init__(beat=beat, io_timeout_s=io_timeout_s, keepalive=keepalive)
         self._amqp: tuple[Any, Any, dict[str, int], list[int]] | None = None
 
+    def _build(self, p: Pending) -> tuple[str, Any, dict[str, Any]]:
+        """(queue, py-amqp message, its headers without trace context): the body and
+        properties kombu's py-amqp transport would hand to basic_publish."""
+        import amqp
+
+        from config.celery_app import amqp_queue
+
+        builder = self._envelopes()
+        # The duration class's priority queue, the level as message priority.
+        queue, level = amqp_queue(p.queue)
+        headers = builder.amqp_headers(p.id, p.attempt)
+        msg = amqp.Message(
+            builder.body(p.id, p.attempt).encode(),
+            priority=level or 0,
+            content_type="application/json",
+            content_encoding="utf-8",
+            application_headers=headers,
+            correlation_id=headers["id"],
+            reply_to=builder.reply_to,
+            delivery_mode=2,
+        )
+        return queue.name, msg, headers
+
     def _connect(self) -> tuple[Any, Any, dict[str, int], list[int]]:
-        from kombu import Connection, Producer
+        from kombu import Connection
 
         io = self.io_timeout_s
         # connect_timeout bounds the TCP connect and the AMQP handshake; the socket
@@ -181,16 +272,27 @@ class AmqpPublisher(_ChunkedPublisher):
         channel.events["basic_ack"].add(on_ack)
         channel.events["basic_nack"].add(on_nack)
         self._declared.clear()
-        return conn, Producer(channel), state, [0]
+        return conn, channel, state, [0]
 
     def _send(self, app: Any, items: list[Pending], sent: list[Pending]) -> None:
+        from config.celery_app import amqp_queue
+
         if self._amqp is None:
             self._amqp = self._connect()
-        conn, producer, state, tag = self._amqp
+        conn, channel, state, tag = self._amqp
+        trace = self._trace_headers
+        # py-amqp's own publish, not the confirm-per-message basic_publish_confirm
+        # kombu would switch to: the confirms are awaited per window below.
+        basic_publish = channel._basic_publish
         for start in range(0, len(items), CHUNK_SIZE):
             chunk = items[start : start + CHUNK_SIZE]
-            for p in chunk:
-                self._publish_one(app, producer, p)
+            for p, (queue, msg, headers) in zip(chunk, self._messages(chunk), strict=True):
+                if queue not in self._declared:
+                    amqp_queue(p.queue)[0](channel).declare()
+                    self._declared.add(queue)
+                msg.properties["application_headers"] = headers | trace if trace else headers
+                # The default (anonymous) exchange routes by queue name.
+                basic_publish(msg, exchange="", routing_key=queue)
             tag[0] += len(chunk)
             deadline = time.monotonic() + 30
             while state["acked"] < tag[0] and not state["nacked"]:
@@ -202,14 +304,7 @@ class AmqpPublisher(_ChunkedPublisher):
                 conn.drain_events(timeout=self.io_timeout_s)
             if state["nacked"]:
                 raise RuntimeError(f"broker refused messages (nack up to tag {state['nacked']})")
-            sent.extend(chunk)
-
-    def _route(self, app: Any, p: Pending) -> tuple[Any, dict[str, Any]]:
-        from config.celery_app import amqp_queue
-
-        # RabbitMQ: the duration class's priority queue, the level as message priority.
-        queue, level = amqp_queue(p.queue)
-        return queue, {"priority": level or 0}
+            self._sent(chunk, sent)
 
     def _reset(self) -> None:
         if self._amqp is not None:

@@ -1,0 +1,144 @@
+"""The beat's broker messages as bytes, built before their due time (issue 19).
+
+At a top-of-hour burst the beat's time goes to pushing messages, so the
+work of making one — kombu's Producer.publish, the JSON and base64 of its
+Redis envelope, Celery's header dict — is done ahead: `prepare` builds each
+message here while it waits for its due time, and `publish` only pushes the
+kept bytes (RedisPublisher: LPUSH in redis-py pipelines; AmqpPublisher: py-amqp
+basic_publish of a kept message).
+
+What is built is exactly what kombu would have sent for Celery's protocol-2
+`dispatch.run_execution` task message (the headers come from Celery's own
+`as_task_v2`, so a Celery upgrade that changes them changes ours): on Redis the
+JSON envelope kombu's virtual transport LPUSHes (body base64-encoded, per-message
+delivery tag), on RabbitMQ the body and the properties kombu's py-amqp transport
+hands to basic_publish. tests/integration/scheduler/test_publish_raw.py compares
+both with kombu's own output and runs one through a real Celery worker.
+
+Trace context: a message carries the context of the `beat.publish` span that
+published it (the worker's and target's spans are children of the publish, not of
+some staging step minutes earlier), so trace headers are the one part not built
+ahead: a Redis envelope keeps the offset where its headers object ends and the
+publish splices the span's headers in there (one small bytes join per message);
+an AMQP message gets them merged into its application headers.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+TASK_NAME = "dispatch.run_execution"
+
+# Placeholders in the envelope template: NUL-delimited strings that neither Celery's
+# headers nor a queue name contain; json.dumps spells them as \u0000… escapes.
+_SLOTS = ("body", "id", "args", "queue", "tag", "cut")
+
+
+def _slot(name: str) -> str:
+    return f"\x00envelope:{name}\x00"
+
+
+def _dumps(value: Any) -> str:
+    # kombu.utils.json.dumps is json.dumps with kombu's encoder (for types these
+    # messages do not hold): the same spelling, separators included.
+    return json.dumps(value)
+
+
+@dataclass(frozen=True, slots=True)
+class RedisEnvelope:
+    """One message as kombu's Redis transport would LPUSH it: `data`, with the
+    publishing span's trace headers to be spliced in at `cut` (end of the headers)."""
+
+    queue: str
+    data: bytes
+    cut: int
+
+    def with_trace(self, fragment: bytes) -> bytes:
+        if not fragment:
+            return self.data
+        return b"".join((self.data[: self.cut], fragment, self.data[self.cut :]))
+
+
+class Builder:
+    """Builds messages for one Celery app from its protocol-2 template (made once)."""
+
+    def __init__(self, app: Any) -> None:
+        msg = app.amqp.as_task_v2(
+            str(uuid.uuid4()), TASK_NAME, args=["", 0], kwargs={}, ignore_result=True
+        )
+        self.headers: dict[str, Any] = dict(msg.headers)
+        self.reply_to: str = dict(msg.properties).get("reply_to") or ""
+        self.embed: Any = msg.body[2]
+        self._pieces = self._redis_template()
+
+    def _redis_template(self) -> list[str]:
+        """kombu's Redis envelope with placeholders, split into literal text and
+        slot names (even indexes literal, odd ones a slot)."""
+        s = {name: _slot(name) for name in _SLOTS}
+        headers = self.headers | {"id": s["id"], "root_id": s["id"], "argsrepr": s["args"]}
+        headers[s["cut"]] = 0  # last key: where the trace headers go (appended, as dict | does)
+        # The structure kombu's virtual channel makes: prepare_message, then
+        # _inplace_augment_message (base64 body, delivery tag, delivery_info).
+        envelope = {
+            "body": s["body"],
+            "content-encoding": "utf-8",
+            "content-type": "application/json",
+            "headers": headers,
+            "properties": {
+                "correlation_id": s["id"],
+                "reply_to": self.reply_to,
+                "delivery_mode": 2,
+                "delivery_info": {"exchange": "", "routing_key": s["queue"]},
+                "priority": 0,
+                "body_encoding": "base64",
+                "delivery_tag": s["tag"],
+            },
+        }
+        text = _dumps(envelope)
+        cut = ", " + _dumps(s["cut"]) + ": 0"
+        spelled = {_dumps(v): k for k, v in s.items() if k != "cut"} | {cut: "cut"}
+        parts = re.split("(" + "|".join(re.escape(k) for k in spelled) + ")", text)
+        return [p if i % 2 == 0 else spelled[p] for i, p in enumerate(parts)]
+
+    def body(self, execution_id: str, attempt: int) -> str:
+        return _dumps([[execution_id, attempt], {}, self.embed])
+
+    def redis(self, execution_id: str, attempt: int, queue: str) -> RedisEnvelope:
+        task_id = _dumps(str(uuid.uuid4()))
+        values = {
+            "body": '"'
+            + base64.b64encode(self.body(execution_id, attempt).encode()).decode()
+            + '"',
+            "id": task_id,
+            "args": _dumps(repr([execution_id, attempt])),
+            "queue": _dumps(queue),
+            "tag": _dumps(str(uuid.uuid4())),
+        }
+        out: list[str] = []
+        cut = 0
+        for i, piece in enumerate(self._pieces):
+            if i % 2 == 0:
+                out.append(piece)
+            elif piece == "cut":
+                cut = len("".join(out).encode())
+            else:
+                out.append(values[piece])
+        return RedisEnvelope(queue, "".join(out).encode(), cut)
+
+    def amqp_headers(self, execution_id: str, attempt: int) -> dict[str, Any]:
+        task_id = str(uuid.uuid4())
+        return self.headers | {
+            "id": task_id,
+            "root_id": task_id,
+            "argsrepr": repr([execution_id, attempt]),
+        }
+
+
+def trace_fragment(trace_headers: dict[str, Any]) -> bytes:
+    """The trace headers as the tail of a JSON object's members (`, "k": "v"`…)."""
+    return "".join(f", {_dumps(k)}: {_dumps(v)}" for k, v in trace_headers.items()).encode()
