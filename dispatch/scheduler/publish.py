@@ -211,7 +211,8 @@ class RedisPublisher(_ChunkedPublisher):
     def _declare(self, app: Any, producer: Any, name: str) -> str:
         """The list key kombu's _put uses for queue `name` (priority 0: the Redis
         publisher sets none; priority levels are queues here), the queue declared
-        once as kombu's publish would (its exchange binding)."""
+        once as kombu's publish would (its exchange binding). kombu's _put also sets a
+        PEXPIRE for queues declared with x-expires: the platform's queues have none."""
         if name not in self._declared:
             producer.maybe_declare(app.amqp.queues[name], retry=False)
             self._declared.add(name)
