@@ -4,6 +4,9 @@ gunicorn serves the project on a free 127.0.0.1 port; a service token is
 issued with the tenants services. Measured with `--clients` concurrent clients:
 * schedule creation through POST /v1/schedules (the raw ceiling is the same
   server answering GET /healthz, which does no work, to the same clients);
+* one-off jobs created one per POST /v1/jobs (`--schedules` of them) against jobs
+  created 1,000 per POST /v1/jobs:batch (`--schedules` / 200 batches, at least one),
+  by the same clients in the same run: jobs per second each, and their ratio;
 * GET /v1/executions latency with `--rows` execution rows in the tenant's
   history (inserted in SQL): the first page, the second (the cursor the first
   returned) and pages half-way and near the end (keyset cursors of those rows);
@@ -59,6 +62,9 @@ INSERT_CHUNK = 1_000_000
 # Schedules point at the discard port on loopback, allowed for the web server only.
 TARGET_ALLOW = "127.0.0.1:9"
 TARGET_URL = "http://127.0.0.1:9/bench"
+BATCH = 1000
+# Jobs due long after the run (no beat runs here): what is measured is their creation.
+JOB_RUN_AT = "2031-01-01T00:00:00Z"
 
 
 def run(schedules: int, rows: int, clients: int, requests: int, web_workers: int) -> dict[str, Any]:
@@ -117,6 +123,7 @@ def run(schedules: int, rows: int, clients: int, requests: int, web_workers: int
                 raise BenchError(
                     f"schedule creation answered {create['statuses']}: {create['sample_error']}"
                 )
+            jobs = _jobs(port, token, clients, schedules)
             insert_s = _history(tenant.pk, rows)
             pages = _pages(client, tenant, rows, requests)
     finally:
@@ -134,12 +141,55 @@ def run(schedules: int, rows: int, clients: int, requests: int, web_workers: int
         "create_first_quarter_p50_ms": create["first_quarter_p50_ms"],
         "create_last_quarter_p50_ms": create["last_quarter_p50_ms"],
         "ratio_create_to_noop": ratio(create["per_s"], noop["per_s"]),
+        **jobs,
         "history_insert_and_vacuum_s": insert_s,
         "pages": pages,
         "missing_index": [p["depth"] for p in pages if not p["uses_index"]],
         "cost_grows_with_depth": [
             p["depth"] for p in pages if p["rows_removed_by_filter"] > DEPTH_FILTER_LIMIT
         ],
+    }
+
+
+def _batches(schedules: int) -> int:
+    return max(1, schedules // 200)
+
+
+def _job(key: str) -> dict[str, Any]:
+    return {
+        "run_at": JOB_RUN_AT,
+        "target": {"type": "http", "url": TARGET_URL, "body": {"remind": key}},
+        "idempotency_key": key,
+    }
+
+
+def _jobs(port: int, token: str, clients: int, schedules: int) -> dict[str, Any]:
+    """Jobs per second one per POST /v1/jobs and 1,000 per POST /v1/jobs:batch."""
+    run = uuid.uuid4().hex[:6]
+    single = _load(
+        port, token, clients, [("POST", "/v1/jobs", _job(f"s-{run}-{i}")) for i in range(schedules)]
+    )
+    if single["statuses"].get("201", 0) != schedules:
+        raise BenchError(f"POST /v1/jobs answered {single['statuses']}: {single['sample_error']}")
+    batches = _batches(schedules)
+    work = [
+        ("POST", "/v1/jobs:batch", {"jobs": [_job(f"b-{run}-{b}-{i}") for i in range(BATCH)]})
+        for b in range(batches)
+    ]
+    batch = _load(port, token, clients, work)
+    if batch["statuses"].get("200", 0) != batches:
+        raise BenchError(
+            f"POST /v1/jobs:batch answered {batch['statuses']}: {batch['sample_error']}"
+        )
+    batch_jobs_per_s = batch["per_s"] * BATCH
+    return {
+        "job_single_per_s": single["per_s"],
+        "job_single_p50_ms": single["p50_ms"],
+        "job_batches": batches,
+        "job_batch_size": BATCH,
+        "job_batch_per_s": batch_jobs_per_s,
+        "job_batch_request_p50_ms": batch["p50_ms"],
+        "ratio_batch_to_single": ratio(batch_jobs_per_s, single["per_s"]),
     }
 
 
@@ -156,7 +206,8 @@ def _tenant(schedules: int) -> Tenant:
         tenant=tenant,
         defaults={
             "max_concurrent": 10,
-            "max_schedules": schedules * 2 + 10,
+            # The schedules, the single jobs and the batches' jobs, and room.
+            "max_schedules": schedules * 3 + _batches(schedules) * BATCH + 10,
             "max_executions_per_day": 10,
         },
     )
@@ -365,7 +416,27 @@ def report(result: dict[str, Any], data: dict[str, Any]) -> str:
             "sort",
         ],
     )
-    lines = [head, "", f"GET /v1/executions?limit={PAGE} with {result['rows']} rows:", pages]
+    jobs = table(
+        [result],
+        [
+            "job_single_per_s",
+            "job_single_p50_ms",
+            "job_batches",
+            "job_batch_size",
+            "job_batch_per_s",
+            "job_batch_request_p50_ms",
+            "ratio_batch_to_single",
+        ],
+    )
+    lines = [
+        head,
+        "",
+        "one-off jobs: POST /v1/jobs vs POST /v1/jobs:batch (jobs per s):",
+        jobs,
+        "",
+        f"GET /v1/executions?limit={PAGE} with {result['rows']} rows:",
+        pages,
+    ]
     for page in result["pages"]:
         if page["rows_removed_by_filter"] > DEPTH_FILTER_LIMIT:
             lines.append(
@@ -391,6 +462,17 @@ def summary(data: dict[str, Any]) -> list[dict[str, Any]]:
             "ratio": r["ratio_create_to_noop"],
         }
     ]
+    if "job_batch_per_s" in r:
+        rows.append(
+            {
+                "name": f"api {r['job_batch_size']}-job batches",
+                "figure": "jobs per s via POST /v1/jobs:batch vs POST /v1/jobs (target >= 20x, "
+                ">= 5,000/s)",
+                "value": r["job_batch_per_s"],
+                "ceiling": r["job_single_per_s"],
+                "ratio": r["ratio_batch_to_single"],
+            }
+        )
     first = r["pages"][0]["p99_ms"] if r["pages"] else None
     for page in r["pages"]:
         rows.append(

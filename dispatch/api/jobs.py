@@ -4,7 +4,7 @@ and cancelling one that has not started.
 A job is a schedule of kind `once`; these endpoints are the schedule list and
 read narrowed to that kind (a cron schedule's id is a 404 here), paged like
 GET /v1/schedules, with each job's execution (the latest, when a manual
-trigger added more) alongside.
+trigger added more) alongside. POST /v1/jobs:batch creates up to 1,000 at once.
 """
 
 from __future__ import annotations
@@ -17,12 +17,23 @@ from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from core.api.errors import _first_message, _flatten
 from core.api.views import StrictQueryView
+from core.errors import AppError
 from dispatch import selectors, services
 from dispatch.api import views
-from dispatch.api.serializers import ExecutionOutDoc, ScheduleOutDoc, execution_out, schedule_out
-from dispatch.exceptions import NotFound
+from dispatch.api.serializers import (
+    ExecutionOutDoc,
+    JobBatchInDoc,
+    JobBatchOutDoc,
+    JobInSerializer,
+    ScheduleOutDoc,
+    execution_out,
+    schedule_out,
+)
+from dispatch.exceptions import InvalidSchedule, NotFound
 from dispatch.models import Execution, Kind, Schedule
+from dispatch.services.jobs import BATCH_MAX, BatchResult, job_create_batch
 from tenants.models import Tenant
 
 JOB_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH)
@@ -113,3 +124,128 @@ class JobDetailView(StrictQueryView):
     def delete(self, request: Request, pk: str) -> Response:
         job, execution = services.job_cancel(actor=views.principal(request), job_id=pk)
         return Response(job_out(job, execution), status=status.HTTP_200_OK)
+
+
+# --- POST /v1/jobs:batch -----------------------------------------------------------------
+
+
+def _batch_items(request: Request) -> list[Any]:
+    """The `jobs` list of the body, or a 400 naming what is wrong with its shape."""
+    body = request.data
+    if not isinstance(body, dict):
+        raise InvalidSchedule.field("non_field_errors", 'expected a JSON object {"jobs": [...]}')
+    unknown = sorted(k for k in body if k != "jobs")
+    if unknown:
+        raise InvalidSchedule.field(unknown[0], "unknown field")
+    jobs = body.get("jobs")
+    if not isinstance(jobs, list):
+        raise InvalidSchedule.field("jobs", "must be a list of jobs")
+    if not jobs:
+        raise InvalidSchedule.field("jobs", "must not be empty")
+    if len(jobs) > BATCH_MAX:
+        raise InvalidSchedule.field("jobs", f"at most {BATCH_MAX} jobs per request")
+    return jobs
+
+
+def _item_paths(index: int, detail: Any) -> dict[str, list[str]]:
+    """Field errors (a serializer's or the service's) under the item's path: `jobs[3].run_at`."""
+    flat = _flatten(detail)
+    if not isinstance(flat, dict):
+        flat = {"non_field_errors": flat}
+    paths: dict[str, list[str]] = {}
+    for key, reasons in flat.items():
+        path = f"jobs[{index}]" if key == "non_field_errors" else f"jobs[{index}].{key}"
+        paths[path] = reasons if isinstance(reasons, list) else [str(reasons)]
+    return paths
+
+
+def _item_error(index: int, detail: Any) -> InvalidSchedule:
+    paths = _item_paths(index, detail)
+    return InvalidSchedule(_first_message(paths), detail=paths)
+
+
+def _validated_item(
+    index: int, raw: Any, tenant: Tenant, ser: JobInSerializer
+) -> dict[str, Any] | AppError:
+    # One serializer for every item: building its fields is most of a small item's cost.
+    try:
+        data = dict(ser.run_validation(raw))
+    except serializers.ValidationError as exc:
+        return _item_error(index, exc.detail)
+    slug = data.pop("tenant", None)
+    if slug is not None and slug != tenant.slug:
+        return _item_error(index, {"tenant": ["must be the tenant of your token (or omitted)"]})
+    if not data.get("idempotency_key"):
+        # A retried batch must not create its jobs twice: every item carries its key.
+        return _item_error(index, {"idempotency_key": ["is required in a batch"]})
+    return data
+
+
+def _check_distinct_keys(jobs: list[Any]) -> None:
+    # Two items under one key would mean one job and a 200 or 409 decided by order:
+    # the request is refused whole (nothing saved) instead.
+    seen: dict[str, int] = {}
+    for index, raw in enumerate(jobs):
+        key = raw.get("idempotency_key") if isinstance(raw, dict) else None
+        if not isinstance(key, str) or not key:
+            continue
+        if key in seen:
+            raise InvalidSchedule.field(
+                f"jobs[{index}].idempotency_key", f"repeats the key of jobs[{seen[key]}]"
+            )
+        seen[key] = index
+
+
+def _error_out(index: int, error: AppError) -> dict[str, Any]:
+    detail = error.detail or {"non_field_errors": [error.message]}
+    if not all(k.startswith(f"jobs[{index}]") for k in detail):
+        detail = _item_paths(index, detail)
+    return {"code": error.code, "message": _first_message(detail), "detail": detail}
+
+
+def _batch_item_out(index: int, key: Any, result: BatchResult) -> dict[str, Any]:
+    return {
+        "index": index,
+        "status": result.status,
+        "idempotency_key": key if isinstance(key, str) else None,
+        "job": schedule_out(result.job) if result.job is not None else None,
+        "error": _error_out(index, result.error) if result.error is not None else None,
+    }
+
+
+class JobBatchView(StrictQueryView):
+    @extend_schema(
+        operation_id="jobs_batch",
+        request=JobBatchInDoc,
+        responses={200: JobBatchOutDoc},
+        description=f"Up to {BATCH_MAX} one-off jobs in one request, each the body of a POST "
+        "/v1/jobs with its own idempotency_key (required here, distinct within the request). "
+        "Answers 200 with one result per item, in request order: 201 created, 200 an "
+        "existing job with the same key and body, 409 the key was used with another body, "
+        "400 invalid (the detail names the field, e.g. `jobs[3].target.url`), 422 over the "
+        "tenant's schedule quota (the earlier items take the room left). An item that "
+        "fails does not stop the others. The whole request is one transaction: a request "
+        "whose shape is wrong (not an object with `jobs`, an empty list, more than "
+        f"{BATCH_MAX} items, a key repeated in two items) is a 400 and saves nothing. "
+        "Its body limit is API_BULK_MAX_BODY_BYTES (413 beyond).",
+    )
+    def post(self, request: Request) -> Response:
+        actor = views.principal(request)
+        jobs = _batch_items(request)
+        _check_distinct_keys(jobs)
+        ser = JobInSerializer()
+        items = [_validated_item(i, raw, actor.tenant, ser) for i, raw in enumerate(jobs)]
+        results = job_create_batch(actor=actor, items=items)
+        out = [
+            _batch_item_out(i, raw.get("idempotency_key") if isinstance(raw, dict) else None, r)
+            for i, (raw, r) in enumerate(zip(jobs, results, strict=True))
+        ]
+        return Response(
+            {
+                "results": out,
+                "created": sum(1 for r in results if r.status == status.HTTP_201_CREATED),
+                "existing": sum(1 for r in results if r.status == status.HTTP_200_OK),
+                "failed": sum(1 for r in results if r.status >= status.HTTP_400_BAD_REQUEST),
+            },
+            status=status.HTTP_200_OK,
+        )

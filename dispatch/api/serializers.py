@@ -452,3 +452,44 @@ class ExplanationDoc(serializers.Serializer[Any]):
     occurrence = serializers.DateTimeField(allow_null=True)
     execution_id = serializers.UUIDField(allow_null=True)
     notes = serializers.ListField(child=serializers.CharField(), help_text="DST notes")
+
+
+# --- POST /v1/jobs:batch -----------------------------------------------------------------
+
+
+class JobBatchInDoc(serializers.Serializer[Any]):
+    """The request of POST /v1/jobs:batch (each item is validated on its own)."""
+
+    jobs = JobInSerializer(
+        many=True,
+        help_text="1..1000 jobs, each the body of a POST /v1/jobs with an idempotency_key "
+        "(required here, distinct within the request)",
+    )
+
+
+class BatchErrorDoc(serializers.Serializer[Any]):
+    code = serializers.CharField(help_text="invalid, idempotency_conflict or quota_exceeded")
+    message = serializers.CharField()
+    detail = serializers.DictField(
+        child=serializers.ListField(child=serializers.CharField()),
+        help_text="field path (e.g. `jobs[3].target.url`) -> reasons",
+    )
+
+
+class JobBatchItemDoc(serializers.Serializer[Any]):
+    index = serializers.IntegerField(help_text="the item's position in `jobs`")
+    status = serializers.IntegerField(
+        help_text="201 created; 200 an existing job with the same key and body; 409 the key "
+        "was used with another body; 400 invalid (detail names the field); 422 over the "
+        "tenant's schedule quota"
+    )
+    idempotency_key = serializers.CharField(allow_null=True)
+    job = ScheduleOutDoc(allow_null=True, help_text="the job (201 and 200), else null")
+    error = BatchErrorDoc(allow_null=True, help_text="the item's error, else null")
+
+
+class JobBatchOutDoc(serializers.Serializer[Any]):
+    results = JobBatchItemDoc(many=True, help_text="one per item, in request order")
+    created = serializers.IntegerField(help_text="items answered 201")
+    existing = serializers.IntegerField(help_text="items answered 200")
+    failed = serializers.IntegerField(help_text="items answered 4xx")

@@ -65,6 +65,7 @@ urlpatterns = [
         r"^backfills/(?P<pk>[^/:]+)$", backfills.BackfillDetailView.as_view(), name="api-backfill"
     ),
     path("jobs", jobs.JobListView.as_view(), name="api-jobs"),
+    path("jobs:batch", jobs.JobBatchView.as_view(), name="api-jobs-batch"),
     re_path(r"^jobs/(?P<pk>[^/:]+)$", jobs.JobDetailView.as_view(), name="api-job"),
     path("executions", views.ExecutionListView.as_view(), name="api-executions"),
     path("executions:bulk", bulk.ExecutionBulkView.as_view(), name="api-executions-bulk"),

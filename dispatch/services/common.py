@@ -110,17 +110,31 @@ def _live(actor: Principal, schedule_id: uuid.UUID | str, *, lock: bool = True) 
 
 
 def _check_quota(actor: Principal) -> None:
-    # Lock the quota row so two concurrent creates cannot both take the last slot.
+    room, cap = _quota_room(actor, wanted=1)
+    if room < 1:
+        raise QuotaExceeded(quota_message(actor, cap))
+
+
+def _quota_room(actor: Principal, *, wanted: int) -> tuple[int, int | None]:
+    """(how many of `wanted` new live schedules the tenant's cap admits now, the cap);
+    (`wanted`, None) without a cap. Locks the quota row so two concurrent creates
+    cannot both take the last slot; a batch takes it once for all its jobs, not
+    once per job.
+
+    The count stops at the cap (a subquery with LIMIT): a tenant at its cap of
+    1,000 does not count its million finished one-offs' live siblings past 1,000."""
     quota = TenantQuota.objects.select_for_update().filter(tenant=actor.tenant).first()
     if quota is None:
-        return
+        return wanted, None
+    cap = quota.max_schedules
     live = Schedule.objects.filter(
         tenant=actor.tenant, deleted_at__isnull=True, next_run_at__isnull=False
-    ).count()
-    if live >= quota.max_schedules:
-        raise QuotaExceeded(
-            f"tenant {actor.tenant.slug} has reached its limit of {quota.max_schedules} active schedules"
-        )
+    )[:cap].count()
+    return max(0, min(wanted, cap - live)), cap
+
+
+def quota_message(actor: Principal, cap: int | None) -> str:
+    return f"tenant {actor.tenant.slug} has reached its limit of {cap} active schedules"
 
 
 def _store(schedule: Schedule, spec: ScheduleSpec) -> None:

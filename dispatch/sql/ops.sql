@@ -4,13 +4,21 @@
 
 -- name: metrics_lag
 -- Lag histogram over the window of `measure` - due_at ('fire': enqueued_at, 'start': started_at): cumulative counts per bucket (lag <= bound), count and sum.
+-- One branch per measure, each a range on its own column against statement_timestamp()
+-- (stable, unlike clock_timestamp()): a range scan of execution_enqueued_at or
+-- execution_started_at, not the whole table on every scrape. The branch of the other
+-- measure is a one-time filter that is false: it reads nothing.
 WITH recent AS (
-    SELECT EXTRACT(EPOCH FROM (m.at - e.due_at)) AS lag
+    SELECT EXTRACT(EPOCH FROM (e.enqueued_at - e.due_at)) AS lag
     FROM dispatch_execution e
-    CROSS JOIN LATERAL (
-        SELECT CASE %(measure)s::text WHEN 'start' THEN e.started_at ELSE e.enqueued_at END AS at
-    ) AS m
-    WHERE m.at >= clock_timestamp() - make_interval(secs => %(window_s)s)
+    WHERE %(measure)s::text <> 'start'
+      AND e.enqueued_at >= statement_timestamp() - make_interval(secs => %(window_s)s)
+      AND e.trigger <> ALL(%(excluded)s::text[])
+    UNION ALL
+    SELECT EXTRACT(EPOCH FROM (e.started_at - e.due_at)) AS lag
+    FROM dispatch_execution e
+    WHERE %(measure)s::text = 'start'
+      AND e.started_at >= statement_timestamp() - make_interval(secs => %(window_s)s)
       AND e.trigger <> ALL(%(excluded)s::text[])
 )
 SELECT ARRAY(SELECT (SELECT count(*) FROM recent r WHERE r.lag <= b.bound)
@@ -23,7 +31,7 @@ SELECT ARRAY(SELECT (SELECT count(*) FROM recent r WHERE r.lag <= b.bound)
 SELECT t.slug, e.state, count(*) AS n
 FROM dispatch_execution e
 JOIN tenants_tenant t ON t.id = e.tenant_id
-WHERE e.scheduled_for >= clock_timestamp() - make_interval(secs => %(window_s)s)
+WHERE e.scheduled_for >= statement_timestamp() - make_interval(secs => %(window_s)s)
 GROUP BY 1, 2
 
 -- name: metrics_tenant_inflight
@@ -52,7 +60,7 @@ FROM dispatch_schedulerpartition
 -- name: metrics_events_by_kind
 -- Execution events per kind within the window.
 SELECT kind, count(*) AS n FROM dispatch_executionevent
-WHERE at >= clock_timestamp() - make_interval(secs => %(window_s)s)
+WHERE at >= statement_timestamp() - make_interval(secs => %(window_s)s)
 GROUP BY 1
 
 -- name: ops_fire_lag
