@@ -74,7 +74,9 @@ def broker_url(broker: str) -> str:
             return url
         raise BenchError("cronburst --broker amqp: set RABBITMQ_URL (amqp://…)")
     if broker == "redis":
-        return str(settings.REDIS_URL)
+        from bench.raw import kombu_redis_url
+
+        return kombu_redis_url(str(settings.REDIS_URL))
     raise BenchError(f"unknown broker {broker!r} (redis or amqp)")
 
 
@@ -111,9 +113,10 @@ def run(
     try:
         with Children("cronburst") as children:
             env = {"CELERY_BROKER_URL": url, "BEAT_STAGE_AHEAD_S": str(stage_ahead)}
-            procs = [
-                children.start(name, beat_argv(name, "--batch", "5000"), **env) for name in names
-            ]
+            # The beat's own batch (BEAT_BATCH): cron rows cost the beat Python time
+            # per row inside the claim transaction, and 5,000 of them outlast the
+            # beat's idle-in-transaction timeout on a loaded machine (measured here).
+            procs = [children.start(name, beat_argv(name), **env) for name in names]
             wait_for_beats(procs, names, timeout=90)
             at = _boundary(lead_s, n)
             t0 = time.perf_counter()

@@ -146,7 +146,7 @@ def run(n: int, noop_n: int) -> dict[str, Any]:
         raise BenchError(f"limits: the beat claimed {fired} of {n} due schedules")
     noop = noop_consume_rate(noop_n, workers=1, concurrency=1)
     redis_url = settings.CELERY_BROKER_URL
-    if not redis_url.startswith(("redis://", "rediss://")):
+    if not redis_url.startswith(("redis://", "rediss://", "redis+socket://")):
         redis_url = settings.REDIS_URL
     url = amqp_url()
     return {

@@ -33,6 +33,24 @@ SCRATCH = "bench.raw.scratch"
 TARGET = "bench.raw.target"
 
 
+def kombu_redis_url(url: str) -> str:
+    """kombu's spelling of a Redis URL (the embedded socket is `unix://` to redis-py)."""
+    if url.startswith("unix://"):
+        path, _, query = url.removeprefix("unix://").partition("?")
+        db = dict(p.split("=", 1) for p in query.split("&") if "=" in p).get("db", "0")
+        return f"redis+socket://{path}?virtual_host={db}"
+    return url
+
+
+def redis_py_url(url: str) -> str:
+    """redis-py's spelling of a kombu Redis URL (`redis+socket://` is kombu's own)."""
+    if url.startswith("redis+socket://"):
+        path, _, query = url.removeprefix("redis+socket://").partition("?")
+        db = dict(p.split("=", 1) for p in query.split("&") if "=" in p).get("virtual_host", "0")
+        return f"unix://{path}?db={db}"
+    return url
+
+
 def _task_template() -> tuple[dict[str, Any], dict[str, Any], Any]:
     """Celery's own protocol-2 headers, properties and embed for the beat's task."""
     from config.celery_app import app
@@ -49,10 +67,10 @@ def redis_envelope(url: str) -> bytes:
 
     headers, properties, embed = _task_template()
     task_id = str(uuid.uuid4())
-    client = redis.Redis.from_url(url, socket_timeout=10)
+    client = redis.Redis.from_url(redis_py_url(url), socket_timeout=10)
     try:
         client.delete(SCRATCH)
-        with Connection(url) as conn:
+        with Connection(kombu_redis_url(url)) as conn:
             producer = conn.Producer()
             producer.publish(
                 [[0, 1], {}, embed],
@@ -93,7 +111,7 @@ def redis_publish_per_s(n: int, url: str | None = None) -> float:
 
     url = url or settings.CELERY_BROKER_URL
     copies = _fresh_copies(redis_envelope(url), n)
-    client = redis.Redis.from_url(url, socket_timeout=30)
+    client = redis.Redis.from_url(redis_py_url(url), socket_timeout=30)
     try:
         client.delete(TARGET)
         t0 = time.perf_counter()

@@ -77,8 +77,9 @@ def nothing_left_behind() -> None:
 
 def test_bench_all_smoke(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
-    # flatten, runs and backfill have tests of their own below.
-    printed = bench(out, "all", "--skip", "flatten,runs,backfill", *TINY, timeout=240)
+    # flatten, runs, backfill and the cron bursts have tests of their own below.
+    skip = "flatten,runs,backfill,cronburst,scaling"
+    printed = bench(out, "all", "--skip", skip, *TINY, timeout=240)
     data = json.loads(out.read_text())
 
     broker = settings.CELERY_BROKER_URL.split(":")[0]
@@ -86,12 +87,18 @@ def test_bench_all_smoke(tmp_path: Path) -> None:
     assert limits["n"] == 300 and limits["celery_noop_n"] == 200 and limits["broker"] == broker
     assert measured(
         limits["pg_raw_claim_rows_per_s"],
-        limits["pg_claim_rows_per_s"],
-        limits["broker_publish_per_s"],
+        limits["raw_publish_redis_per_s"],
+        limits["beat_claim_rows_per_s"],
+        limits["beat_publish_per_s"],
         limits["celery_noop_per_s_1proc"],
     )
-    # Dispatch is bounded by the lower of claiming rows and publishing messages.
-    ceiling = min(limits["pg_raw_claim_rows_per_s"], limits["broker_publish_per_s"])
+    assert limits["raw_publish_window"] == 1000
+    # Measured on RabbitMQ only where there is one (RABBITMQ_URL or the broker itself).
+    assert limits["raw_publish_amqp_per_s"] is None or measured(limits["raw_publish_amqp_per_s"])
+    # Dispatch is bounded by the lower of raw claim and the broker's raw publish.
+    raw_publish = limits[f"raw_publish_{'amqp' if broker.startswith('amqp') else 'redis'}_per_s"]
+    ceiling = min(limits["pg_raw_claim_rows_per_s"], raw_publish)
+    bound = "raw claim (PostgreSQL)" if ceiling < raw_publish else "raw publish"
 
     burst = data["burst_300"]
     assert burst["n"] == 300 and burst["beats"] == 1 and burst["broker"] == broker
@@ -100,6 +107,9 @@ def test_bench_all_smoke(tmp_path: Path) -> None:
     assert burst["lag_mean_s"] <= burst["lag_max_s"]
     assert measured(burst["dispatch_per_s"], burst["create_s"])
     assert burst["ratio_to_ceiling"] == ratio_of(burst["dispatch_per_s"], ceiling)
+    assert burst["ceiling_per_s"] == ceiling and burst["bound"].startswith(bound)
+    # One due instant for every row (one timestamp parameter), a whole second.
+    assert "." not in burst["due_at"]
 
     steady = data["steady"]
     assert steady["seconds"] == 2 and steady["beats"] == 1 and steady["p99_target_s"] == 1.0
@@ -193,6 +203,35 @@ def test_bench_flatten_smoke(tmp_path: Path) -> None:
     assert flatten["peak_spread_over_flat"] == ratio_of(
         flatten["spread"]["peak_published_per_s"], flatten["flat"]["peak_published_per_s"]
     )
+    nothing_left_behind()
+
+
+def test_bench_scaling_smoke(tmp_path: Path) -> None:
+    """The cron burst at one minute boundary (one beat count), created at least
+    stage-ahead + 30 s before it: waits 35-95 s for its minute."""
+    out = tmp_path / "bench.json"
+    bench(out, "limits", "--n", "200", "--noop-n", "20", timeout=240)
+    printed = bench(out, "scaling", "--n", "200", "--beats", "1", "--stage-ahead", "5", timeout=300)
+    data = json.loads(out.read_text())
+    r = data["scaling"]
+    assert r["n"] == 200 and r["beat_counts"] == [1] and r["stage_ahead_s"] == 5
+    (burst,) = r["runs"]
+    assert burst["beats"] == 1 and burst["broker"] == "redis"
+    # Exactly one published execution per schedule for the boundary, nothing else fired.
+    assert burst["executions"] == burst["published"] == 200
+    assert burst["lost"] == 0 and burst["duplicated"] == 0 and burst["other_occurrences"] == 0
+    assert burst["lead_s"] >= 5 + 30
+    assert burst["boundary"].endswith(":00+00:00")
+    assert ordered(burst["lag_p50_s"], burst["lag_p95_s"], burst["lag_p99_s"], burst["lag_max_s"])
+    assert ordered(burst["published_lag_p50_s"], burst["published_lag_p99_s"])
+    assert measured(burst["dispatch_per_s"], burst["create_s"], burst["beat_peak_rss_mb"])
+    # Published no earlier than due, and the rows were made before it.
+    assert burst["first_publish_s"] >= 0 and burst["staged_ahead_p1_s"] > 0
+    limits = data["limits"]
+    ceiling = min(limits["pg_raw_claim_rows_per_s"], limits["raw_publish_redis_per_s"])
+    assert r["ceiling_per_s"] == burst["ceiling_per_s"] == ceiling
+    assert burst["ratio_to_ceiling"] == ratio_of(burst["dispatch_per_s"], ceiling)
+    assert "bound by" in printed
     nothing_left_behind()
 
 
