@@ -32,6 +32,8 @@ TINY = [
     *("--scale-rss-seconds", "1"),
     *("--api-schedules", "20", "--api-rows", "2000", "--api-clients", "2"),
     *("--api-requests", "5", "--api-web-workers", "1"),
+    # The cron burst at one beat count; lead = stage-ahead + 30 s, then up to a minute.
+    *("--scaling-n", "200", "--scaling-beats", "1", "--scaling-stage-ahead", "0"),
 ]
 
 
@@ -77,9 +79,9 @@ def nothing_left_behind() -> None:
 
 def test_bench_all_smoke(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
-    # flatten, runs, backfill and the cron bursts have tests of their own below.
-    skip = "flatten,runs,backfill,cronburst,scaling"
-    printed = bench(out, "all", "--skip", skip, *TINY, timeout=240)
+    # flatten, runs and backfill have tests of their own below; scaling runs the cron burst.
+    skip = "flatten,runs,backfill,cronburst"
+    printed = bench(out, "all", "--skip", skip, *TINY, timeout=360)
     data = json.loads(out.read_text())
 
     broker = settings.CELERY_BROKER_URL.split(":")[0]
@@ -169,13 +171,35 @@ def test_bench_all_smoke(tmp_path: Path) -> None:
         assert measured(page["p50_ms"], page["p99_ms"]) and ordered(page["p50_ms"], page["p99_ms"])
         assert page["uses_index"] and not page["seq_scan"], page
 
+    r = data["scaling"]
+    assert r["n"] == 200 and r["beat_counts"] == [1] and r["stage_ahead_s"] == 0
+    (cron,) = r["runs"]
+    assert cron["beats"] == 1 and cron["broker"] == "redis"
+    # Exactly one published execution per schedule for the boundary, nothing else fired.
+    assert cron["executions"] == cron["published"] == 200
+    assert cron["lost"] == 0 and cron["duplicated"] == 0 and cron["other_occurrences"] == 0
+    assert cron["lead_s"] >= 30 and cron["boundary"].endswith(":00+00:00")
+    assert ordered(cron["lag_p50_s"], cron["lag_p95_s"], cron["lag_p99_s"], cron["lag_max_s"])
+    assert ordered(cron["published_lag_p50_s"], cron["published_lag_p99_s"])
+    assert measured(cron["dispatch_per_s"], cron["create_s"], cron["beat_peak_rss_mb"])
+    # Published no earlier than due, from rows made before it.
+    assert cron["first_publish_s"] >= 0 and cron["staged_ahead_p1_s"] > 0
+    assert r["ceiling_per_s"] == cron["ceiling_per_s"] == ceiling
+    assert cron["ratio_to_ceiling"] == ratio_of(cron["dispatch_per_s"], ceiling)
+
     summary = data["summary"]
     assert summary["failed"] == []
     names = {row["name"].split()[0] for row in summary["rows"]}
-    assert names == {"limits", "burst", "steady", "e2e", "scale", "api"}
+    assert names == {"limits", "burst", "scaling", "steady", "e2e", "scale", "api"}
     # Each summary ratio is its figure over the ceiling shown next to it.
     with_ceiling = [row for row in summary["rows"] if row.get("ceiling")]
-    assert {row["name"].split()[0] for row in with_ceiling} >= {"burst", "steady", "e2e", "api"}
+    assert {row["name"].split()[0] for row in with_ceiling} >= {
+        "burst",
+        "scaling",
+        "steady",
+        "e2e",
+        "api",
+    }
     for row in with_ceiling:
         assert row["ratio"] == ratio_of(row["value"], row["ceiling"]), row
     assert "== summary" in printed
@@ -203,35 +227,6 @@ def test_bench_flatten_smoke(tmp_path: Path) -> None:
     assert flatten["peak_spread_over_flat"] == ratio_of(
         flatten["spread"]["peak_published_per_s"], flatten["flat"]["peak_published_per_s"]
     )
-    nothing_left_behind()
-
-
-def test_bench_scaling_smoke(tmp_path: Path) -> None:
-    """The cron burst at one minute boundary (one beat count), created at least
-    stage-ahead + 30 s before it: waits 35-95 s for its minute."""
-    out = tmp_path / "bench.json"
-    bench(out, "limits", "--n", "200", "--noop-n", "20", timeout=240)
-    printed = bench(out, "scaling", "--n", "200", "--beats", "1", "--stage-ahead", "5", timeout=300)
-    data = json.loads(out.read_text())
-    r = data["scaling"]
-    assert r["n"] == 200 and r["beat_counts"] == [1] and r["stage_ahead_s"] == 5
-    (burst,) = r["runs"]
-    assert burst["beats"] == 1 and burst["broker"] == "redis"
-    # Exactly one published execution per schedule for the boundary, nothing else fired.
-    assert burst["executions"] == burst["published"] == 200
-    assert burst["lost"] == 0 and burst["duplicated"] == 0 and burst["other_occurrences"] == 0
-    assert burst["lead_s"] >= 5 + 30
-    assert burst["boundary"].endswith(":00+00:00")
-    assert ordered(burst["lag_p50_s"], burst["lag_p95_s"], burst["lag_p99_s"], burst["lag_max_s"])
-    assert ordered(burst["published_lag_p50_s"], burst["published_lag_p99_s"])
-    assert measured(burst["dispatch_per_s"], burst["create_s"], burst["beat_peak_rss_mb"])
-    # Published no earlier than due, and the rows were made before it.
-    assert burst["first_publish_s"] >= 0 and burst["staged_ahead_p1_s"] > 0
-    limits = data["limits"]
-    ceiling = min(limits["pg_raw_claim_rows_per_s"], limits["raw_publish_redis_per_s"])
-    assert r["ceiling_per_s"] == burst["ceiling_per_s"] == ceiling
-    assert burst["ratio_to_ceiling"] == ratio_of(burst["dispatch_per_s"], ceiling)
-    assert "bound by" in printed
     nothing_left_behind()
 
 
