@@ -79,6 +79,8 @@ BENCH_LARGE ?= 1000000
 BENCH_API_SCHEDULES ?= 2000
 BENCH_API_ROWS ?= 1000000
 BENCH_FLATTEN_N ?= 10000
+BENCH_CRON_N ?= 100000
+BENCH_SCALING_BEATS ?= 1,2,4
 BENCH_JITTER ?= 30
 BENCH_ARGS ?=
 bench: $(STAMP)
@@ -86,6 +88,8 @@ bench: $(STAMP)
 		$(BIN)/python manage.py bench all \
 			--limits-n $(BENCH_LIMITS_N) --limits-noop-n $(BENCH_NOOP_N) \
 			--burst-n $(BENCH_N) --burst-beats $(BENCH_BEATS) \
+			--cronburst-n $(BENCH_CRON_N) --cronburst-beats $(BENCH_BEATS) \
+			--scaling-n $(BENCH_CRON_N) --scaling-beats $(BENCH_SCALING_BEATS) \
 			--steady-rates $(BENCH_RATES) --steady-seconds $(BENCH_SECONDS) --steady-beats $(BENCH_BEATS) \
 			--e2e-n $(BENCH_E2E_N) --e2e-workers $(BENCH_WORKERS) --e2e-concurrency $(BENCH_CONCURRENCY) \
 			--scale-small $(BENCH_SMALL) --scale-large $(BENCH_LARGE) \

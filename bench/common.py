@@ -92,22 +92,41 @@ def merge_result(path: Path, key: str, result: dict[str, Any]) -> dict[str, Any]
     return data
 
 
-def dispatch_ceiling(data: dict[str, Any]) -> float | None:
-    """Dispatch is bounded by claiming rows and publishing messages: the lower of
-    PostgreSQL's raw batched claim (minimal tables) and pipelined publish."""
-    limits = data.get("limits") or {}
-    values = [
-        limits.get("pg_raw_claim_rows_per_s", limits.get("pg_claim_rows_per_s")),
-        limits.get("broker_publish_per_s"),
-    ]
-    known = [float(v) for v in values if isinstance(v, int | float)]
-    return min(known) if len(known) == 2 else None
+def broker_kind(url: str | None = None) -> str:
+    """'redis' or 'amqp': which raw publish ceiling applies to a broker URL."""
+    url = url if url is not None else settings.CELERY_BROKER_URL
+    return "amqp" if url.startswith(("amqp://", "amqps://", "pyamqp://")) else "redis"
 
 
-def publish_ceiling(data: dict[str, Any]) -> float | None:
-    """Bursts are claimed ahead (the beat's lookahead): at due time only publishing is left."""
-    value = (data.get("limits") or {}).get("broker_publish_per_s")
+def raw_publish(data: dict[str, Any], broker: str | None = None) -> float | None:
+    """The broker's raw publish ceiling (`bench limits`: prebuilt messages, no beat code)."""
+    value = (data.get("limits") or {}).get(f"raw_publish_{broker or broker_kind()}_per_s")
     return float(value) if isinstance(value, int | float) else None
+
+
+def ceiling_bound(data: dict[str, Any], broker: str | None = None) -> tuple[float | None, str]:
+    """min(raw publish for the broker, raw claim) and which of the two it is.
+
+    Dispatch claims rows and publishes messages: neither can beat PostgreSQL's own
+    claim + insert + advance on minimal tables nor the broker taking prebuilt messages.
+    """
+    broker = broker or broker_kind()
+    claim = (data.get("limits") or {}).get("pg_raw_claim_rows_per_s")
+    publish = raw_publish(data, broker)
+    if not isinstance(claim, int | float) or publish is None:
+        return None, "unknown (run bench limits first)"
+    if publish <= claim:
+        return publish, f"raw publish ({broker})"
+    return float(claim), "raw claim (PostgreSQL)"
+
+
+def dispatch_ceiling(data: dict[str, Any], broker: str | None = None) -> float | None:
+    return ceiling_bound(data, broker)[0]
+
+
+def publish_ceiling(data: dict[str, Any], broker: str | None = None) -> float | None:
+    """Bursts are claimed ahead (the beat's lookahead): at due time only publishing is left."""
+    return raw_publish(data, broker)
 
 
 # --- database --------------------------------------------------------------------------

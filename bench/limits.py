@@ -1,15 +1,28 @@
 """`bench limits`: the raw ceilings every other figure is divided by.
 
-* PostgreSQL's own ceiling for the operation: claim + insert + advance in batches
-  of 5,000 on minimal temporary tables (one key, one due index, one unique key);
-* batched claim + insert + advance of due rows, with the beat's own code on the
-  real schema (its ratio to the raw ceiling is the cost of the schema and the beat);
-* pipelined publish to the broker, with the beat's own code;
+Raw ceilings (no code of the beat's):
+
+* raw claim: PostgreSQL's own ceiling for the operation, claim + insert + advance
+  in batches of 5,000 on minimal tables (one key, one due index, one unique key);
+* raw publish, Redis: pipelined LPUSH of pre-serialised, byte-identical Celery
+  protocol-2 envelopes (`raw.py`);
+* raw publish, RabbitMQ (RABBITMQ_URL, or the broker when it is RabbitMQ):
+  basic_publish of pre-serialised bodies on one channel, confirms per window of 1,000.
+
+The beat's own figures, labelled as such (their ratio to the raw ones is the
+cost of the schema and of the beat's code):
+
+* batched claim + insert + advance of due rows with the beat's code on the real schema;
+* pipelined publish with the beat's publisher;
 * Celery no-op consume rate of ONE prefork worker process at concurrency 1.
+
+Every dispatch figure is divided by min(raw publish for its broker, raw claim)
+(`common.dispatch_ceiling`), and the report names the bound that applies.
 """
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from typing import Any
@@ -17,11 +30,13 @@ from typing import Any
 from django.conf import settings
 from django.db import connection, transaction
 
+from bench import raw
 from bench.burst import make_schedules
 from bench.common import (
     BENCH_QUEUE,
     BenchError,
     bench_tenant,
+    ceiling_bound,
     cleanup_tenant,
     purge_queues,
     quiet_logs,
@@ -130,48 +145,71 @@ def run(n: int, noop_n: int) -> dict[str, Any]:
     if fired != n:
         raise BenchError(f"limits: the beat claimed {fired} of {n} due schedules")
     noop = noop_consume_rate(noop_n, workers=1, concurrency=1)
+    redis_url = settings.CELERY_BROKER_URL
+    if not redis_url.startswith(("redis://", "rediss://", "redis+socket://")):
+        redis_url = settings.REDIS_URL
+    url = amqp_url()
     return {
         "n": n,
         "pg_raw_claim_rows_per_s": pg_raw_claim_rows_per_s(n),
-        "pg_claim_rows_per_s": fired / pg_s,
-        "broker_publish_per_s": len(sent) / pub_s,
+        "raw_publish_redis_per_s": raw.redis_publish_per_s(n, redis_url),
+        "raw_publish_amqp_per_s": raw.amqp_publish_per_s(n, url) if url else None,
+        "raw_publish_window": raw.WINDOW,
+        "beat_claim_rows_per_s": fired / pg_s,
+        "beat_publish_per_s": len(sent) / pub_s,
         "celery_noop_per_s_1proc": noop["per_s"],
         "celery_noop_n": noop_n,
         "broker": settings.CELERY_BROKER_URL.split(":")[0],
     }
 
 
+def amqp_url() -> str:
+    """RabbitMQ for the raw publish ceiling and the RabbitMQ cron burst: RABBITMQ_URL,
+    or the broker itself when it is RabbitMQ; empty when there is none."""
+    from config.celery_app import is_amqp
+
+    if is_amqp(settings.CELERY_BROKER_URL):
+        return str(settings.CELERY_BROKER_URL)
+    return os.environ.get("RABBITMQ_URL", "")
+
+
 def report(result: dict[str, Any], data: dict[str, Any]) -> str:
-    keys = [
-        "n",
-        "pg_raw_claim_rows_per_s",
-        "pg_claim_rows_per_s",
-        "broker_publish_per_s",
-        "celery_noop_per_s_1proc",
-        "broker",
-    ]
-    return table([result], keys)
+    rows = [{"figure": f, "kind": k, "per_s": result.get(key)} for f, k, key in FIGURES]
+    lines = [table(rows, ["figure", "kind", "per_s"])]
+    for broker in ("redis", "amqp"):
+        value, bound = ceiling_bound(data, broker)
+        if value is not None:
+            lines.append(f"dispatch ceiling ({broker}) = {value:.0f}/s, bound by {bound}")
+    return "\n".join(lines)
+
+
+FIGURES = [
+    ("claim+insert+advance rows/s, minimal tables", "raw", "pg_raw_claim_rows_per_s"),
+    ("publish/s, Redis pipelined LPUSH of prebuilt envelopes", "raw", "raw_publish_redis_per_s"),
+    (
+        "publish/s, RabbitMQ basic_publish, confirms per 1,000",
+        "raw",
+        "raw_publish_amqp_per_s",
+    ),
+    ("claim+insert+advance rows/s, real schema", "beat's code", "beat_claim_rows_per_s"),
+    ("publish/s, the beat's publisher", "beat's code", "beat_publish_per_s"),
+    ("Celery no-op consume/s, 1 process", "Celery", "celery_noop_per_s_1proc"),
+]
 
 
 def summary(data: dict[str, Any]) -> list[dict[str, Any]]:
     r = data.get(KEY) or {}
-    return [
-        {
-            "name": "limits",
-            "figure": "pg raw claim+insert+advance rows/s (minimal tables)",
-            "value": r.get("pg_raw_claim_rows_per_s"),
-        },
-        {
-            "name": "limits",
-            "figure": "beat claim+insert+advance rows/s (real schema)",
-            "value": r.get("pg_claim_rows_per_s"),
-            "ceiling": r.get("pg_raw_claim_rows_per_s"),
-            "ratio": ratio(r.get("pg_claim_rows_per_s"), r.get("pg_raw_claim_rows_per_s")),
-        },
-        {"name": "limits", "figure": "broker publish/s", "value": r.get("broker_publish_per_s")},
-        {
-            "name": "limits",
-            "figure": "celery no-op consume/s (1 proc)",
-            "value": r.get("celery_noop_per_s_1proc"),
-        },
-    ]
+    rows: list[dict[str, Any]] = []
+    for figure, kind, key in FIGURES:
+        row: dict[str, Any] = {"name": "limits", "figure": f"{kind}: {figure}", "value": r.get(key)}
+        raw_twin = {
+            "beat_claim_rows_per_s": "pg_raw_claim_rows_per_s",
+            "beat_publish_per_s": "raw_publish_redis_per_s"
+            if r.get("broker") == "redis"
+            else "raw_publish_amqp_per_s",
+        }.get(key)
+        if raw_twin and r.get(raw_twin) is not None:
+            row["ceiling"] = r.get(raw_twin)
+            row["ratio"] = ratio(r.get(key), r.get(raw_twin))
+        rows.append(row)
+    return rows

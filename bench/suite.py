@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import api, backfill, burst, e2e, flatten, limits, runs, scale, steady
+from bench import api, backfill, burst, cronburst, e2e, flatten, limits, runs, scale, steady
 from bench.common import (
     dispatch_ceiling,
     load_results,
@@ -46,6 +46,18 @@ BENCHES: dict[str, Bench] = {
         run=lambda o: burst.run(o["n"], o["beats"], o["lead"]),
         report=burst.report,
         summary=lambda d, o: burst.summary(d, only=burst.key(o["n"])),
+    ),
+    "cronburst": Bench(
+        key=lambda o: cronburst.key(o["n"], o["beats"], o["broker"]),
+        run=lambda o: cronburst.run(o["n"], o["beats"], o["broker"], o["stage_ahead"]),
+        report=cronburst.report,
+        summary=lambda d, o: cronburst.summary(d, cronburst.key(o["n"], o["beats"], o["broker"])),
+    ),
+    "scaling": Bench(
+        key=lambda o: cronburst.SCALING_KEY,
+        run=lambda o: cronburst.run_scaling(o["n"], o["beats"], o["broker"], o["stage_ahead"]),
+        report=cronburst.scaling_report,
+        summary=lambda d, o: cronburst.scaling_summary(d),
     ),
     "steady": Bench(
         key=lambda o: steady.KEY,
@@ -92,7 +104,19 @@ BENCHES: dict[str, Bench] = {
         summary=lambda d, o: backfill.summary(d),
     ),
 }
-ORDER = ("limits", "burst", "steady", "e2e", "scale", "api", "runs", "flatten", "backfill")
+ORDER = (
+    "limits",
+    "burst",
+    "cronburst",
+    "scaling",
+    "steady",
+    "e2e",
+    "scale",
+    "api",
+    "runs",
+    "flatten",
+    "backfill",
+)
 SUMMARY_KEYS = ["name", "figure", "value", "ceiling", "ratio"]
 
 
@@ -101,6 +125,10 @@ def _ratios(which: str, result: dict[str, Any], data: dict[str, Any]) -> None:
     ceiling = dispatch_ceiling(data)
     if which == "burst":
         burst.add_ratio(result, data)
+    elif which == "cronburst":
+        cronburst.add_ratio(result, data)
+    elif which == "scaling":
+        cronburst.add_scaling_ratios(result, data)
     elif which == "steady" and ceiling is not None:
         result["ratio_to_ceiling"] = ratio(result["sustained_rate_per_s"], ceiling)
     elif which == "flatten" and publish_ceiling(data) is not None:

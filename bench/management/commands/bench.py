@@ -8,6 +8,8 @@ and printed next to its raw ceiling from `limits` (run that first).
 
     bench limits  --n 20000 --noop-n 5000
     bench burst   --n 10000 --beats 2
+    bench cronburst --n 100000 --beats 2 --broker redis   (or amqp: RABBITMQ_URL)
+    bench scaling --n 100000 --beats 1,2,4
     bench steady  --rates 1000,2000,5000 --seconds 60
     bench e2e     --n 2000 --workers 1 --concurrency 2
     bench scale   --small 10000 --large 1000000
@@ -21,6 +23,7 @@ and printed next to its raw ceiling from `limits` (run that first).
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +42,12 @@ def _rates(text: str) -> list[int]:
     return rates
 
 
+def _broker(text: str) -> str:
+    if text not in {"redis", "amqp"}:
+        raise argparse.ArgumentTypeError("redis or amqp")
+    return text
+
+
 def _yes(text: str) -> bool:
     if text.lower() in {"yes", "true", "1"}:
         return True
@@ -55,6 +64,8 @@ def _names(text: str) -> list[str]:
     return names
 
 
+ALL_CRON_BROKER = "amqp" if os.environ.get("RABBITMQ_URL") else "redis"
+
 # Per subcommand: (option, type, default for the subcommand, default inside `all`, help).
 OPTIONS: dict[str, list[tuple[str, Any, Any, Any, str]]] = {
     "limits": [
@@ -65,6 +76,26 @@ OPTIONS: dict[str, list[tuple[str, Any, Any, Any, str]]] = {
         ("n", int, 10_000, 10_000, "one-offs due at the same second"),
         ("beats", int, 2, 2, "beat processes"),
         ("lead", float, 0, 0, "seconds between making them due and due time (0: 3 s)"),
+    ],
+    "cronburst": [
+        ("n", int, 100_000, 100_000, "cron schedules due at one minute boundary"),
+        ("beats", int, 2, 2, "beat processes"),
+        # Inside `all`: the RabbitMQ variant when there is a RabbitMQ (scaling measures Redis).
+        (
+            "broker",
+            _broker,
+            "redis",
+            ALL_CRON_BROKER,
+            "redis or amqp (RabbitMQ, publisher confirms)",
+        ),
+        ("stage-ahead", float, 90.0, 60.0, "BEAT_STAGE_AHEAD_S for the beats; lead = this + 30 s"),
+    ],
+    "scaling": [
+        ("n", int, 100_000, 100_000, "cron schedules due at one minute boundary, per run"),
+        ("beats", _rates, [1, 2, 4], [1, 2, 4], "beat counts, one burst each"),
+        ("broker", _broker, "redis", "redis", "redis or amqp"),
+        # 60 s inside `all` (each run waits lead + up to a minute): four 100k bursts fit.
+        ("stage-ahead", float, 90.0, 60.0, "BEAT_STAGE_AHEAD_S for the beats; lead = this + 30 s"),
     ],
     "steady": [
         ("rates", _rates, [1000, 2000, 5000], [1000, 2000, 5000], "due rates per second"),
@@ -109,8 +140,10 @@ OPTIONS: dict[str, list[tuple[str, Any, Any, Any, str]]] = {
     ],
 }
 HELP = {
-    "limits": "raw ceilings: claim+insert+advance, pipelined publish, Celery no-op consume",
+    "limits": "raw ceilings (claim, Redis LPUSH, RabbitMQ confirms) and the beat's own figures",
     "burst": "N one-offs due at the same second, real beats and broker",
+    "cronburst": "N cron schedules due at one minute boundary, created minutes before, real beats",
+    "scaling": "the cron burst once per beat count (1,2,4): dispatch/s and its ratios",
     "steady": "fire lag under steady due rates, real beats",
     "e2e": "no-op HTTP executions end to end, real beat and workers; per-execution overhead",
     "scale": "beat cycle cost with a small vs a large idle schedule table; beat RSS",

@@ -32,6 +32,8 @@ TINY = [
     *("--scale-rss-seconds", "1"),
     *("--api-schedules", "20", "--api-rows", "2000", "--api-clients", "2"),
     *("--api-requests", "5", "--api-web-workers", "1"),
+    # The cron burst at one beat count; lead = stage-ahead + 30 s, then up to a minute.
+    *("--scaling-n", "200", "--scaling-beats", "1", "--scaling-stage-ahead", "0"),
 ]
 
 
@@ -77,8 +79,9 @@ def nothing_left_behind() -> None:
 
 def test_bench_all_smoke(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
-    # flatten, runs and backfill have tests of their own below.
-    printed = bench(out, "all", "--skip", "flatten,runs,backfill", *TINY, timeout=240)
+    # flatten, runs and backfill have tests of their own below; scaling runs the cron burst.
+    skip = "flatten,runs,backfill,cronburst"
+    printed = bench(out, "all", "--skip", skip, *TINY, timeout=360)
     data = json.loads(out.read_text())
 
     broker = settings.CELERY_BROKER_URL.split(":")[0]
@@ -86,12 +89,18 @@ def test_bench_all_smoke(tmp_path: Path) -> None:
     assert limits["n"] == 300 and limits["celery_noop_n"] == 200 and limits["broker"] == broker
     assert measured(
         limits["pg_raw_claim_rows_per_s"],
-        limits["pg_claim_rows_per_s"],
-        limits["broker_publish_per_s"],
+        limits["raw_publish_redis_per_s"],
+        limits["beat_claim_rows_per_s"],
+        limits["beat_publish_per_s"],
         limits["celery_noop_per_s_1proc"],
     )
-    # Dispatch is bounded by the lower of claiming rows and publishing messages.
-    ceiling = min(limits["pg_raw_claim_rows_per_s"], limits["broker_publish_per_s"])
+    assert limits["raw_publish_window"] == 1000
+    # Measured on RabbitMQ only where there is one (RABBITMQ_URL or the broker itself).
+    assert limits["raw_publish_amqp_per_s"] is None or measured(limits["raw_publish_amqp_per_s"])
+    # Dispatch is bounded by the lower of raw claim and the broker's raw publish.
+    raw_publish = limits[f"raw_publish_{'amqp' if broker.startswith('amqp') else 'redis'}_per_s"]
+    ceiling = min(limits["pg_raw_claim_rows_per_s"], raw_publish)
+    bound = "raw claim (PostgreSQL)" if ceiling < raw_publish else "raw publish"
 
     burst = data["burst_300"]
     assert burst["n"] == 300 and burst["beats"] == 1 and burst["broker"] == broker
@@ -100,6 +109,9 @@ def test_bench_all_smoke(tmp_path: Path) -> None:
     assert burst["lag_mean_s"] <= burst["lag_max_s"]
     assert measured(burst["dispatch_per_s"], burst["create_s"])
     assert burst["ratio_to_ceiling"] == ratio_of(burst["dispatch_per_s"], ceiling)
+    assert burst["ceiling_per_s"] == ceiling and burst["bound"].startswith(bound)
+    # One due instant for every row (one timestamp parameter), a whole second.
+    assert "." not in burst["due_at"]
 
     steady = data["steady"]
     assert steady["seconds"] == 2 and steady["beats"] == 1 and steady["p99_target_s"] == 1.0
@@ -159,13 +171,35 @@ def test_bench_all_smoke(tmp_path: Path) -> None:
         assert measured(page["p50_ms"], page["p99_ms"]) and ordered(page["p50_ms"], page["p99_ms"])
         assert page["uses_index"] and not page["seq_scan"], page
 
+    r = data["scaling"]
+    assert r["n"] == 200 and r["beat_counts"] == [1] and r["stage_ahead_s"] == 0
+    (cron,) = r["runs"]
+    assert cron["beats"] == 1 and cron["broker"] == "redis"
+    # Exactly one published execution per schedule for the boundary, nothing else fired.
+    assert cron["executions"] == cron["published"] == 200
+    assert cron["lost"] == 0 and cron["duplicated"] == 0 and cron["other_occurrences"] == 0
+    assert cron["lead_s"] >= 30 and cron["boundary"].endswith(":00+00:00")
+    assert ordered(cron["lag_p50_s"], cron["lag_p95_s"], cron["lag_p99_s"], cron["lag_max_s"])
+    assert ordered(cron["published_lag_p50_s"], cron["published_lag_p99_s"])
+    assert measured(cron["dispatch_per_s"], cron["create_s"], cron["beat_peak_rss_mb"])
+    # Published no earlier than due, from rows made before it.
+    assert cron["first_publish_s"] >= 0 and cron["staged_ahead_p1_s"] > 0
+    assert r["ceiling_per_s"] == cron["ceiling_per_s"] == ceiling
+    assert cron["ratio_to_ceiling"] == ratio_of(cron["dispatch_per_s"], ceiling)
+
     summary = data["summary"]
     assert summary["failed"] == []
     names = {row["name"].split()[0] for row in summary["rows"]}
-    assert names == {"limits", "burst", "steady", "e2e", "scale", "api"}
+    assert names == {"limits", "burst", "scaling", "steady", "e2e", "scale", "api"}
     # Each summary ratio is its figure over the ceiling shown next to it.
     with_ceiling = [row for row in summary["rows"] if row.get("ceiling")]
-    assert {row["name"].split()[0] for row in with_ceiling} >= {"burst", "steady", "e2e", "api"}
+    assert {row["name"].split()[0] for row in with_ceiling} >= {
+        "burst",
+        "scaling",
+        "steady",
+        "e2e",
+        "api",
+    }
     for row in with_ceiling:
         assert row["ratio"] == ratio_of(row["value"], row["ceiling"]), row
     assert "== summary" in printed
