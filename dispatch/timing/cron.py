@@ -298,8 +298,18 @@ def _field_text(values: frozenset[int], full: bool) -> str:
     return "*" if full else ",".join(map(str, sorted(values)))
 
 
-@lru_cache(maxsize=4096)
 def _compile(expr: str, seed: str) -> _Schedule:
+    """The compiled expression. The seed only resolves `H`, so an expression without
+    one compiles once for every schedule (a burst of 100,000 `0 * * * *` schedules,
+    each its own seed, otherwise re-parsed per schedule through a cache far smaller
+    than the burst)."""
+    if isinstance(expr, str) and "H" not in expr and "h" not in expr:
+        seed = ""
+    return _compile_seeded(expr, seed)
+
+
+@lru_cache(maxsize=4096)
+def _compile_seeded(expr: str, seed: str) -> _Schedule:
     if not isinstance(expr, str):
         raise CronError("expression must be text")
     if not isinstance(seed, str):
