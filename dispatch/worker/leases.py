@@ -350,9 +350,12 @@ def lease_check(*, claim: Claim, lease_s: float) -> bool:
     The claim is the check when its reply came back in time (`lease_fresh` from
     `claimed_at`): it set the lease itself, and nobody else can take an unexpired
     lease, so no round trip is spent (issue 19: a fast call costs the claim and the
-    finish only). A cancel that lands in between is not seen here: the call is made
-    and its completion refused by the token check, recorded as `fencing_rejected`,
-    as for a cancel during the call (the delivery contract: at least once).
+    finish only). A cancel that lands in between — at most a rate-limit wait in
+    place, min(RATE_LIMIT_INLINE_S, lease/3), and one Redis reply — is not seen
+    here: the call is made and its completion refused by the token check, recorded
+    as `fencing_rejected`, as for a cancel during the call (README, delivery
+    contract). Checking only after a wait would let a job that did not wait overtake
+    one that did by that round trip, and the host's slots are first come, first served.
 
     Otherwise one statement confirms the token is current and the lease unexpired
     by the database clock, renewing it for a full term, and its reply must obey
