@@ -24,6 +24,15 @@ from bench.procs import (
 from bench.tasks import NOOP_QUEUE, NOOP_TASK
 
 PUBLISH_CHUNK = 1000
+POOLS = ("prefork", "threads")
+
+
+def pool_argv(argv: list[str], pool: str) -> list[str]:
+    """`worker_argv`'s command line with `--pool` set to `pool` (prefork or threads)."""
+    if pool not in POOLS:
+        raise BenchError(f"pool {pool!r}: one of {', '.join(POOLS)}")
+    at = argv.index("--pool") + 1
+    return [*argv[:at], pool, *argv[at + 1 :]]
 
 
 def publish_noops(n: int, counter_key: str) -> float:
@@ -42,8 +51,10 @@ def publish_noops(n: int, counter_key: str) -> float:
     return n / max(1e-9, time.perf_counter() - t0)
 
 
-def noop_consume_rate(n: int, *, workers: int = 1, concurrency: int = 1) -> dict[str, Any]:
-    """Messages per second `workers` prefork workers at `concurrency` consume, doing nothing."""
+def noop_consume_rate(
+    n: int, *, workers: int = 1, concurrency: int = 1, pool: str = "prefork"
+) -> dict[str, Any]:
+    """Messages per second `workers` workers of `pool` at `concurrency` consume, doing nothing."""
     import redis
 
     client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5)
@@ -57,7 +68,7 @@ def noop_consume_rate(n: int, *, workers: int = 1, concurrency: int = 1) -> dict
                     f"noop-{i}",
                     # The no-op task is registered in these workers only (config/celery_app.py).
                     [
-                        *worker_argv(NOOP_QUEUE, concurrency, f"bench-noop-{i}"),
+                        *pool_argv(worker_argv(NOOP_QUEUE, concurrency, f"bench-noop-{i}"), pool),
                         "--include",
                         "bench.tasks",
                     ],
@@ -90,6 +101,7 @@ def noop_consume_rate(n: int, *, workers: int = 1, concurrency: int = 1) -> dict
     return {
         "n": n,
         "workers": workers,
+        "pool": pool,
         "concurrency": concurrency,
         "consumed_before_all_ready": counted_at_ready,
         "per_s": measured / max(1e-9, t_done - t_ready),

@@ -3,20 +3,26 @@
 N one-off HTTP jobs to a receiver on 127.0.0.1, fired by a real beat and run
 by the project's real short worker pool. Reported: completed/s (first
 started_at → last finished_at, from the database) and its ratio to the raw
-Celery no-op consume rate of the same number of worker processes and
-concurrency, measured right after.
+Celery no-op consume rate of the same number of worker processes, pool and
+concurrency, measured right after. Twice: the prefork pool at `concurrency`
+(the top-level figures), then the threads pool (`--pool threads`) at
+BENCH_E2E_THREADS (default 16; 0 skips it) — the configuration for I/O-bound
+HTTP callbacks (README: worker pools).
 
 Then the worker-side overhead per execution: the runner's own
 `run_execution` is called in-process on a few hundred executions, with every
-lease function it calls (claim, attempt-started event, heartbeat, fenced
-completion) timed and its database round trips counted. A no-op call ends
-long before the first heartbeat (every EXECUTION_LEASE_S / 3), so the bench
-makes one heartbeat inside each call, on the live lease, as a longer call would.
+lease function it calls (claim, lease check, heartbeat, fenced completion)
+timed, and its database round trips counted at the protocol level (libpq's
+trace: every ReadyForQuery, so BEGIN and COMMIT too). A no-op call ends long
+before the first heartbeat (a third of EXECUTION_LEASE_S after the claim):
+two round trips, the claim and the finish (issue 19).
 """
 
 from __future__ import annotations
 
+import os
 import statistics
+import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
@@ -24,9 +30,9 @@ from contextlib import contextmanager
 from typing import Any
 from unittest import mock
 
-from django.conf import settings
-from django.db import connection, reset_queries
-from django.test.utils import CaptureQueriesContext, override_settings
+from django.db import connection
+from django.test.utils import override_settings
+from psycopg import pq
 
 from bench.common import (
     SHORT_QUEUES,
@@ -42,7 +48,7 @@ from bench.common import (
     ratio,
     table,
 )
-from bench.consume import noop_consume_rate
+from bench.consume import noop_consume_rate, pool_argv
 from bench.procs import (
     Children,
     beat_argv,
@@ -63,17 +69,36 @@ def _target(receiver: Receiver) -> dict[str, Any]:
     return {"type": "http", "method": "GET", "url": f"{receiver.url}/noop", "timeout_s": 10}
 
 
+# The threads pool's concurrency in the second run (0: no threads run).
+THREADS_ENV = "BENCH_E2E_THREADS"
+DEFAULT_THREADS = 16
+
+
 def run(n: int, workers: int, concurrency: int, overhead_n: int) -> dict[str, Any]:
+    threads = int(os.environ.get(THREADS_ENV, DEFAULT_THREADS))
     with Receiver() as receiver:
-        result = _throughput(receiver, n, workers, concurrency)
-        noop = noop_consume_rate(max(n, 200), workers=workers, concurrency=concurrency)
-        result["celery_noop_per_s"] = noop["per_s"]
-        result["ratio_to_celery_noop"] = ratio(result["completed_per_s"], noop["per_s"])
+        result = _pool_run(receiver, n, workers, concurrency, "prefork")
+        if threads > 0:
+            receiver.deliveries.clear()
+            result["threads"] = _pool_run(receiver, n, workers, threads, "threads")
         result["overhead"] = _overhead(receiver, overhead_n)
     return result
 
 
-def _throughput(receiver: Receiver, n: int, workers: int, concurrency: int) -> dict[str, Any]:
+def _pool_run(
+    receiver: Receiver, n: int, workers: int, concurrency: int, pool: str
+) -> dict[str, Any]:
+    """E2E throughput of one pool, and the Celery no-op rate of the same processes."""
+    result = _throughput(receiver, n, workers, concurrency, pool)
+    noop = noop_consume_rate(max(n, 200), workers=workers, concurrency=concurrency, pool=pool)
+    result["celery_noop_per_s"] = noop["per_s"]
+    result["ratio_to_celery_noop"] = ratio(result["completed_per_s"], noop["per_s"])
+    return result
+
+
+def _throughput(
+    receiver: Receiver, n: int, workers: int, concurrency: int, pool: str = "prefork"
+) -> dict[str, Any]:
     tenant = bench_tenant(n)
     beat_name = "bench-e2e-beat"
     names = [f"bench-w{i}" for i in range(workers)]
@@ -91,17 +116,17 @@ def _throughput(receiver: Receiver, n: int, workers: int, concurrency: int) -> d
         )
         purge_queues(*SHORT_QUEUES)
         with Children("e2e") as children:
-            pool = [
+            started = [
                 children.start(
                     name,
-                    worker_argv(",".join(SHORT_QUEUES), concurrency, name),
+                    pool_argv(worker_argv(",".join(SHORT_QUEUES), concurrency, name), pool),
                     WORKER_ID=name,
                     TARGET_TEST_ALLOW=receiver.allow_entry,
                     TARGET_RATE_PER_HOST=UNLIMITED_RATE,
                 )
                 for name in names
             ]
-            for worker in pool:
+            for worker in started:
                 wait_worker_ready(worker)
             beat = children.start(beat_name, beat_argv(beat_name))
             wait_for_beats([beat], [beat_name])
@@ -120,7 +145,7 @@ def _throughput(receiver: Receiver, n: int, workers: int, concurrency: int) -> d
                 )[0][0]
                 if done >= n or time.monotonic() > deadline:
                     break
-                for child in [*pool, beat]:
+                for child in [*started, beat]:
                     if not child.alive():
                         raise BenchError(f"{child.name} exited:\n{child.output()[-3000:]}")
                 time.sleep(0.5)
@@ -149,6 +174,7 @@ def _throughput(receiver: Receiver, n: int, workers: int, concurrency: int) -> d
         "n": n,
         "workers": workers,
         "concurrency": concurrency,
+        "pool": pool,
         "completed": completed,
         "succeeded": succeeded,
         "retried": retried,
@@ -162,31 +188,67 @@ def _throughput(receiver: Receiver, n: int, workers: int, concurrency: int) -> d
     }
 
 
-# Django logs transaction control as queries; each is a round trip of its own with psycopg 3.
-_CONTROL = ("BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE SAVEPOINT")
+class _Trips:
+    """Round trips of Django's connection, counted in libpq's protocol trace: one
+    ReadyForQuery per round trip (BEGIN and COMMIT included), and the statements
+    sent (Query / Parse) besides. tests/support/round_trips.py counts the same way.
 
+    libpq buffers its trace: only `stop` (PQuntrace flushes it) gives exact counts,
+    so one stretch is traced at a time (a whole run_execution).
+    """
 
-def _count(queries: CaptureQueriesContext) -> tuple[int, int]:
-    """(round trips, statements other than transaction control) of a captured stretch."""
-    sqls = [q["sql"].strip().upper() for q in queries.captured_queries]
-    return len(sqls), sum(1 for q in sqls if not q.startswith(_CONTROL))
+    def __init__(self) -> None:
+        self._log = tempfile.TemporaryFile()  # noqa: SIM115 - closed by close(), reused per stretch
+
+    def start(self) -> None:
+        connection.ensure_connection()
+        self._pgconn = connection.connection.pgconn
+        self._pgconn.trace(self._log.fileno())
+        self._pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
+
+    def stop(self) -> tuple[int, int]:
+        """(round trips, statements) since `start`."""
+        self._pgconn.untrace()
+        self._log.seek(0)
+        trips = statements = 0
+        for line in self._log.read().decode(errors="replace").splitlines():
+            parts = line.split("\t")
+            if len(parts) < 3:
+                continue
+            if parts[0] == "B" and parts[2] == "ReadyForQuery":
+                trips += 1
+            elif parts[0] == "F" and parts[2] in ("Query", "Parse"):
+                statements += 1
+        self._log.seek(0)
+        self._log.truncate()
+        return trips, statements
+
+    def close(self) -> None:
+        self._log.close()
 
 
 class _Probe:
-    """Per-call time and database work of the lease functions the runner calls."""
+    """Per-call time and statements of the lease functions the runner calls (the
+    statements counted by a Django execute wrapper: every named statement goes
+    through Django's cursor wrapper, core/db.py)."""
 
     def __init__(self) -> None:
-        self.calls: dict[str, list[tuple[float, int, int]]] = defaultdict(list)
+        self.calls: dict[str, list[tuple[float, int]]] = defaultdict(list)
 
     def wrap(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         def timed(*args: Any, **kwargs: Any) -> Any:
-            with CaptureQueriesContext(connection) as queries:
+            sent = [0]
+
+            def count(execute: Callable[..., Any], *a: Any) -> Any:
+                sent[0] += 1
+                return execute(*a)
+
+            with connection.execute_wrapper(count):
                 t0 = time.perf_counter()
                 try:
                     return fn(*args, **kwargs)
                 finally:
-                    elapsed_ms = (time.perf_counter() - t0) * 1000
-                    self.calls[name].append((elapsed_ms, *_count(queries)))
+                    self.calls[name].append(((time.perf_counter() - t0) * 1000, sent[0]))
 
         return timed
 
@@ -197,33 +259,29 @@ def _instrumented(probe: _Probe) -> Iterator[None]:
     from dispatch.worker import leases
 
     http = KINDS["http"]
-    lease_s = float(settings.EXECUTION_LEASE_S)
 
-    class HeartbeatingHttp:
-        """The http target, with the heartbeat a call longer than lease/3 would get."""
+    class TimedHttp:
+        """The http target, its call timed."""
 
         clean = staticmethod(http.clean)
         rate_key = staticmethod(http.rate_key)
 
         @staticmethod
         def run(ctx: Any) -> Any:
-            leases.lease_heartbeat(
-                execution_id=ctx.execution_id, token=ctx.fencing_token, lease_s=lease_s
-            )
             t0 = time.perf_counter()
             try:
                 return http.run(ctx)
             finally:
-                probe.calls["target_call"].append(((time.perf_counter() - t0) * 1000, 0, 0))
+                probe.calls["target_call"].append(((time.perf_counter() - t0) * 1000, 0))
 
     with (
         mock.patch.object(leases, "execution_claim", probe.wrap("claim", leases.execution_claim)),
-        mock.patch.object(leases, "event_add", probe.wrap("event", leases.event_add)),
+        mock.patch.object(leases, "lease_check", probe.wrap("lease_check", leases.lease_check)),
         mock.patch.object(
             leases, "lease_heartbeat", probe.wrap("heartbeat", leases.lease_heartbeat)
         ),
         mock.patch.object(leases, "attempt_finish", probe.wrap("complete", leases.attempt_finish)),
-        mock.patch.dict(KINDS, {"http": HeartbeatingHttp}),
+        mock.patch.dict(KINDS, {"http": TimedHttp}),
     ):
         yield
 
@@ -259,23 +317,25 @@ def _overhead(receiver: Receiver, k: int) -> dict[str, Any]:
                 {"t": tenant.pk},
             )
         ]
-        probe = _Probe()
         per_exec: list[tuple[float, int, int, str]] = []
-        with (
-            quiet_logs(),
-            override_settings(
-                TARGET_TEST_ALLOW=[receiver.allow_entry], TARGET_RATE_PER_HOST=UNLIMITED_RATE
-            ),
-            _instrumented(probe),
-        ):
-            for eid in ids:
-                # The query log is a bounded deque: emptied per run so counts stay exact.
-                reset_queries()
-                with CaptureQueriesContext(connection) as queries:
+        trips = _Trips()
+        probe = _Probe()
+        try:
+            with (
+                quiet_logs(),
+                override_settings(
+                    TARGET_TEST_ALLOW=[receiver.allow_entry], TARGET_RATE_PER_HOST=UNLIMITED_RATE
+                ),
+                _instrumented(probe),
+            ):
+                for eid in ids:
+                    trips.start()
                     t0 = time.perf_counter()
                     outcome = runner.run_execution(execution_id=eid, attempt=1)
                     elapsed = (time.perf_counter() - t0) * 1000
-                per_exec.append((elapsed, *_count(queries), outcome))
+                    per_exec.append((elapsed, *trips.stop(), outcome))
+        finally:
+            trips.close()
     finally:
         cleanup_tenant(tenant.pk)
     outcomes = {o for *_, o in per_exec}
@@ -286,16 +346,19 @@ def _overhead(receiver: Receiver, k: int) -> dict[str, Any]:
         calls = probe.calls[name]
         return statistics.fmean(c[field] for c in calls) if calls else 0.0
 
-    steps = ("claim", "event", "heartbeat", "complete")
+    steps = ("claim", "lease_check", "heartbeat", "complete")
+    # Per execution: the lease statements' time (claim, any heartbeat, the finish).
+    heartbeat_ms = sum(c[0] for c in probe.calls["heartbeat"]) / len(per_exec)  # none when fast
     lease_ms = [
-        sum(probe.calls[s][i][0] for s in ("claim", "heartbeat", "complete"))
-        for i in range(len(per_exec))
+        claim[0] + done[0] + heartbeat_ms
+        for claim, done in zip(probe.calls["claim"], probe.calls["complete"], strict=True)
     ]
-    db_ms = sum(mean_of(s, 0) for s in steps)
+    db_ms = sum(sum(c[0] for c in probe.calls[s]) for s in steps) / len(per_exec)
     run_ms = statistics.fmean(e for e, *_ in per_exec)
     return {
         "n": k,
         "db_round_trips_per_exec": statistics.fmean(r for _, r, _, _ in per_exec),
+        "db_round_trips_max": max(r for _, r, _, _ in per_exec),
         "statements_per_exec": statistics.fmean(q for _, _, q, _ in per_exec),
         "claim_heartbeat_complete_ms": statistics.fmean(lease_ms),
         "claim_heartbeat_complete_p99_ms": percentile(lease_ms, 0.99),
@@ -304,7 +367,11 @@ def _overhead(receiver: Receiver, k: int) -> dict[str, Any]:
         "target_call_ms": mean_of("target_call", 0),
         "other_ms": run_ms - db_ms - mean_of("target_call", 0),
         "steps": {
-            s: {"ms": mean_of(s, 0), "round_trips": mean_of(s, 1), "statements": mean_of(s, 2)}
+            s: {
+                "calls_per_exec": len(probe.calls[s]) / len(per_exec),
+                "ms": mean_of(s, 0),
+                "statements": mean_of(s, 1),
+            }
             for s in steps
         },
     }
@@ -314,6 +381,7 @@ def report(result: dict[str, Any], data: dict[str, Any]) -> str:
     keys = [
         "n",
         "workers",
+        "pool",
         "concurrency",
         "completed",
         "lost",
@@ -325,17 +393,19 @@ def report(result: dict[str, Any], data: dict[str, Any]) -> str:
     ]
     o = result["overhead"]
     steps = [{"step": s} | v for s, v in o["steps"].items()]
+    pools = [result] + ([result["threads"]] if "threads" in result else [])
     return "\n".join(
         [
-            table([result], keys),
+            table(pools, keys),
             "",
             f"worker-side overhead per execution ({o['n']} in-process runs of runner.run_execution):",
-            table(steps, ["step", "ms", "round_trips", "statements"]),
+            table(steps, ["step", "calls_per_exec", "ms", "statements"]),
             f"claim + heartbeat + complete: {o['claim_heartbeat_complete_ms']:.2f} ms"
             f" (p99 {o['claim_heartbeat_complete_p99_ms']:.2f} ms);"
             f" all DB steps {o['db_ms_per_exec']:.2f} ms; {o['db_round_trips_per_exec']:.1f}"
             f" round trips ({o['statements_per_exec']:.1f} statements,"
-            f" {o['db_round_trips_per_exec'] - o['statements_per_exec']:.1f} BEGIN/COMMIT) per execution;"
+            f" {o['db_round_trips_per_exec'] - o['statements_per_exec']:.1f} BEGIN/COMMIT;"
+            f" at most {o['db_round_trips_max']}) per execution;"
             f" no-op HTTP call {o['target_call_ms']:.2f} ms; the rest of run_execution"
             f" {o['other_ms']:.2f} ms",
         ]
@@ -346,17 +416,29 @@ def summary(data: dict[str, Any]) -> list[dict[str, Any]]:
     r = data.get(KEY)
     if not r or "completed_per_s" not in r:
         return []
-    name = f"e2e {r['n']} ({r['workers']}x{r['concurrency']})"
     o = r.get("overhead") or {}
+    rows: list[dict[str, Any]] = []
+    for run in [r] + ([r["threads"]] if "threads" in r else []):
+        name = (
+            f"e2e {run['n']} ({run['workers']}x{run['concurrency']} {run.get('pool', 'prefork')})"
+        )
+        rows += [
+            {
+                "name": name,
+                "figure": "completed/s vs celery no-op/s",
+                "value": run["completed_per_s"],
+                "ceiling": run.get("celery_noop_per_s"),
+                "ratio": run.get("ratio_to_celery_noop"),
+            },
+            {
+                "name": name,
+                "figure": "lost / duplicated",
+                "value": f"{run['lost']} / {run['duplicated']}",
+            },
+        ]
+    name = f"e2e {r['n']} (in-process runner)"
     return [
-        {
-            "name": name,
-            "figure": "completed/s vs celery no-op/s",
-            "value": r["completed_per_s"],
-            "ceiling": r.get("celery_noop_per_s"),
-            "ratio": r.get("ratio_to_celery_noop"),
-        },
-        {"name": name, "figure": "lost / duplicated", "value": f"{r['lost']} / {r['duplicated']}"},
+        *rows,
         {
             "name": name,
             "figure": "claim+heartbeat+complete ms/exec",

@@ -6,7 +6,13 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from celery import Celery
-from celery.signals import celeryd_after_setup, task_postrun, task_prerun, worker_process_init
+from celery.signals import (
+    celeryd_after_setup,
+    task_postrun,
+    task_prerun,
+    worker_init,
+    worker_process_init,
+)
 from kombu import Queue
 from kombu.utils.scheduling import priority_cycle
 
@@ -45,6 +51,66 @@ def _telemetry_after_fork(**_: object) -> None:
     from config import telemetry
 
     telemetry.setup("worker")
+
+
+def pool_name(worker: Any) -> str:
+    """`prefork`, `threads`, `solo`…: the pool a worker was started with (`--pool`)."""
+    pool = getattr(worker, "pool_cls", "prefork")
+    name = pool if isinstance(pool, str) else f"{pool.__module__}.{pool.__qualname__}"
+    for known in ("prefork", "threads", "solo", "eventlet", "gevent"):
+        if known in name.lower():
+            return known
+    return name
+
+
+@worker_init.connect
+def _telemetry_without_fork(sender: Any = None, **_: object) -> None:
+    # A pool that does not fork (threads, solo) sends no worker_process_init: its
+    # tasks run in this process, so set up here. (Never for prefork: the children
+    # would inherit a provider whose exporter thread did not survive the fork.)
+    if sender is not None and pool_name(sender) != "prefork":
+        from config import telemetry
+
+        telemetry.setup("worker")
+
+
+# --- the threads pool and database connections --------------------------------------------
+# With `--pool threads --concurrency N` every pool thread keeps its own Django
+# connection (connections are per thread) for CONN_MAX_AGE, reused task after task
+# (see _recycle_db_connections): N connections per worker process, plus one per
+# call that outlives a third of the lease while its heartbeat thread renews it
+# (opened and closed by that thread). PostgreSQL refuses connections past
+# max_connections, and a refused claim is a delivery dropped until the beat
+# re-publishes it: a worker that could exceed what is left says so at start.
+CONNECTIONS_PER_THREAD_AT_WORST = 2  # the pool thread's, and its call's heartbeat
+
+
+@celeryd_after_setup.connect
+def _warn_on_connection_budget(sender: Any, instance: Any, conf: Any, **_: Any) -> None:
+    if pool_name(instance) != "threads":
+        return
+    import logging
+
+    from django.db import connection
+
+    from dispatch.sql import sql
+
+    want = int(instance.concurrency or 1) * CONNECTIONS_PER_THREAD_AT_WORST
+    try:
+        free = int(sql.scalar("connections_free"))
+    except Exception as exc:  # never block a worker's start on this check
+        logging.getLogger("dispatch.worker").warning("connection budget not checked: %s", exc)
+        return
+    finally:
+        connection.close()
+    if want > free:
+        logging.getLogger("dispatch.worker").warning(
+            "threads pool: concurrency %s may open up to %s database connections, but PostgreSQL "
+            "has %s free (max_connections); lower --concurrency or raise max_connections",
+            instance.concurrency,
+            want,
+            free,
+        )
 
 
 # --- priorities between queues ----------------------------------------------------------

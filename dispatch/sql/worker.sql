@@ -4,7 +4,9 @@
 -- matches no row, and its write is recorded as rejected instead of applied.
 
 -- name: claim_execution
--- Claim the execution named by a message if that attempt is current and due (DB clock); bumps the token, writes `claimed`.
+-- Claim the execution named by a message if that attempt is current and due (DB clock); bumps the token and
+-- writes `claimed` and, when the attempt will be run (schedule live, tenant active, a target type this worker
+-- knows), `attempt_started` — one round trip for the claim and both events (issue 19: two per run).
 -- `attempt_base`: the attempt a re-run's chain started after (0 for the first chain).
 WITH claimed AS (
     UPDATE dispatch_execution
@@ -20,27 +22,42 @@ WITH claimed AS (
        AND COALESCE(next_attempt_at, due_at) <= now()
  RETURNING id, tenant_id, schedule_id, attempt, attempt_base, reruns, fencing_token, scheduled_for,
            target_override
+), info AS (
+    -- A re-run with an edited target runs that target (and its timeout) this once.
+    SELECT c.id AS execution_id, c.attempt, c.attempt_base, c.reruns, c.fencing_token, c.scheduled_for,
+           s.id AS schedule_id, s.name AS schedule_name,
+           COALESCE(c.target_override, s.target) AS target, s.retry,
+           COALESCE((c.target_override->>'timeout_s')::int, s.timeout_s) AS timeout_s,
+           s.deleted_at IS NOT NULL AS schedule_deleted,
+           t.id AS tenant_id, t.slug AS tenant_slug, t.signing_key, t.egress_allow, t.active AS tenant_active,
+           EXISTS (SELECT 1 FROM dispatch_schedule_depends_on link WHERE link.to_schedule_id = c.schedule_id)
+               AS has_dependents,
+           s.alert_failing
+      FROM claimed c
+      JOIN dispatch_schedule s ON s.id = c.schedule_id
+      JOIN tenants_tenant t ON t.id = c.tenant_id
+), started AS (
+    SELECT i.*, (NOT i.schedule_deleted AND i.tenant_active
+                 AND (i.target->>'type') = ANY(%(kinds)s::text[])) AS started
+      FROM info i
 ), event AS (
     INSERT INTO dispatch_executionevent (tenant_id, schedule_id, execution_id, kind, message, data, actor)
-    SELECT tenant_id, schedule_id, id, 'claimed',
-           'claimed by worker ' || %(owner)s || ' with token ' || fencing_token,
-           jsonb_build_object('worker', %(owner)s, 'fencing_token', fencing_token, 'attempt', attempt),
-           %(owner)s
-      FROM claimed
+    SELECT s.tenant_id, s.schedule_id, s.execution_id, ev.kind, ev.message, ev.data, %(owner)s
+      FROM started s
+     CROSS JOIN LATERAL (VALUES
+         (1, 'claimed',
+          'claimed by worker ' || %(owner)s || ' with token ' || s.fencing_token,
+          jsonb_build_object('worker', %(owner)s, 'fencing_token', s.fencing_token, 'attempt', s.attempt)),
+         (2, 'attempt_started',
+          'attempt ' || (s.attempt - s.attempt_base) || ' started by ' || %(owner)s
+              || ' (timeout ' || s.timeout_s || ' s)',
+          jsonb_build_object('attempt', s.attempt, 'fencing_token', s.fencing_token,
+                             'target', s.target->>'type', 'timeout_s', s.timeout_s))
+     ) AS ev(ord, kind, message, data)
+     WHERE ev.kind = 'claimed' OR s.started
+     ORDER BY ev.ord
 )
--- A re-run with an edited target runs that target (and its timeout) this once.
-SELECT c.id AS execution_id, c.attempt, c.attempt_base, c.reruns, c.fencing_token, c.scheduled_for,
-       s.id AS schedule_id, s.name AS schedule_name,
-       COALESCE(c.target_override, s.target) AS target, s.retry,
-       COALESCE((c.target_override->>'timeout_s')::int, s.timeout_s) AS timeout_s,
-       s.deleted_at IS NOT NULL AS schedule_deleted,
-       t.id AS tenant_id, t.slug AS tenant_slug, t.signing_key, t.egress_allow, t.active AS tenant_active,
-       EXISTS (SELECT 1 FROM dispatch_schedule_depends_on link WHERE link.to_schedule_id = c.schedule_id)
-           AS has_dependents,
-       s.alert_failing
-  FROM claimed c
-  JOIN dispatch_schedule s ON s.id = c.schedule_id
-  JOIN tenants_tenant t ON t.id = c.tenant_id
+SELECT * FROM started
 
 -- name: peek_execution
 -- Why a message claimed nothing: the row's state, attempt, token and seconds until it is due (DB clock).
@@ -136,6 +153,12 @@ WITH done AS (
       FROM done d
      WHERE ev.execution_id = d.id AND ev.kind = 'held_rate_limit'
  RETURNING ev.id
+), unstarted AS (
+    -- The claim wrote `attempt_started` ahead (its own round trip saved); a hand-back did not start it.
+    DELETE FROM dispatch_executionevent ev
+     USING done d
+     WHERE ev.execution_id = d.id AND ev.kind = 'attempt_started'
+       AND (ev.data->>'fencing_token')::bigint = %(token)s
 ), added AS (
     INSERT INTO dispatch_executionevent (tenant_id, schedule_id, execution_id, kind, message, data, actor)
     SELECT d.tenant_id, d.schedule_id, d.id, 'held_rate_limit', left(%(message)s, 1000),
@@ -147,10 +170,16 @@ WITH done AS (
 SELECT id FROM done
 
 -- name: lease_check
--- Just before the call: the claim's token is still current and its lease unexpired (DB clock); renews the lease for a full term.
+-- Just before the call, only when the claim's own reply came late (else the claim is the check): the claim's
+-- token is still current and its lease unexpired (DB clock); renews the lease for a full term.
 UPDATE dispatch_execution
    SET lease_expires_at = now() + make_interval(secs => %(lease_s)s)
  WHERE id = %(id)s
    AND fencing_token = %(token)s
    AND state = 'running'
    AND lease_expires_at > now()
+
+-- name: connections_free
+-- A threads-pool worker's start: how many more connections PostgreSQL accepts (its pool threads each keep one).
+SELECT current_setting('max_connections')::int - current_setting('superuser_reserved_connections')::int
+       - (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')::int

@@ -8,7 +8,9 @@ an overlap `replace` — changes nothing; its attempt to is recorded as a
 `fencing_rejected` event, never applied.
 
 All statements are named queries in dispatch/sql/worker.sql; each is one
-round trip that also writes the matching timeline events.
+round trip that also writes the matching timeline events. A call shorter than
+a third of the lease costs two: the claim (with `claimed` and `attempt_started`)
+and the fenced finish (with its events), in autocommit.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from dispatch.alerting import decision
 from dispatch.scheduler import dependencies
 from dispatch.sql import sql
 from dispatch.states import FINAL_STATES, ExecutionState
+from dispatch.targets import KINDS
 from dispatch.targets.runtime import clip
 
 log = logging.getLogger("dispatch.worker")
@@ -70,6 +73,12 @@ class Claim:
     # Read at claim time: the schedule has a failure alert not yet followed by a
     # recovery, so a success must decide one (dispatch/alerting/decision.py).
     alert_failing: bool = False
+    # The claim wrote `attempt_started` too (it will be run: schedule live, tenant
+    # active, a known target type), so the runner writes no event before the call.
+    started: bool = False
+    # time.monotonic() just before the claim was sent: the server set the lease
+    # after that, so it is certain until claimed_at + lease_s (the lease check's rule).
+    claimed_at: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -111,16 +120,28 @@ def worker_id() -> str:
     return f"{settings.WORKER_ID or socket.gethostname()}:{os.getpid()}"
 
 
+# The target types this worker can run: the claim writes `attempt_started` only for these.
+KNOWN_KINDS = sorted(KINDS)
+
+
 def execution_claim(*, execution_id: str, attempt: int, owner: str, lease_s: float) -> Claim | None:
     """Claim `attempt` of an execution for `owner`, or None when that attempt is not claimable.
 
     Claimable means: state scheduled/queued/retry_scheduled, the row's attempt is
     the message's, and it is due by the database clock. The row becomes
-    `running` with a lease and a bumped fencing token; `claimed` is recorded.
+    `running` with a lease and a bumped fencing token; `claimed` is recorded, and
+    `attempt_started` when the attempt will be run (`Claim.started`).
     """
+    sent = time.monotonic()
     row = sql.one(
         "claim_execution",
-        {"id": execution_id, "attempt": attempt, "owner": owner, "lease_s": lease_s},
+        {
+            "id": execution_id,
+            "attempt": attempt,
+            "owner": owner,
+            "lease_s": lease_s,
+            "kinds": KNOWN_KINDS,
+        },
     )
     if row is None:
         return None
@@ -145,6 +166,8 @@ def execution_claim(*, execution_id: str, attempt: int, owner: str, lease_s: flo
         reruns=row.reruns,
         has_dependents=row.has_dependents,
         alert_failing=row.alert_failing,
+        started=row.started,
+        claimed_at=sent,
     )
 
 
@@ -311,20 +334,36 @@ CONNECTION_ERRORS = (
 FINISH_RETRY_PAUSE_S = (0.2, 2.0)  # first pause between tries, longest pause
 
 
-def lease_check(*, claim: Claim, lease_s: float) -> bool:
-    """Right before the call: True when the claim's token is current and its lease
-    unexpired by the database clock (the lease is renewed for a full term).
-
-    False means another claim or the sweeper has taken the execution over (or is
-    about to: the lease lapsed): the call must not be made.
-
-    Also False when the answer took so long that the renewed lease may be over:
-    the server renewed it somewhere between sending and the reply, so it is
-    certain only until send + lease_s. A reply held up past two thirds of that (a
-    link that stalled after the statement ran, seen in the chaos suite's database
-    black hole) leaves too little of it to cover the call's connect and send —
-    meanwhile the sweeper may have handed the execution to another worker.
+def lease_fresh(*, since: float, lease_s: float) -> bool:
+    """Whether a lease set by a statement sent at `since` (monotonic) still has a third
+    of its term left: the server set it between sending and the reply, so it is
+    certain only until since + lease_s. Past two thirds of that, too little is left
+    to cover the call's connect and send, and the sweeper may be about to take the
+    execution over (a reply held up by a stalled link: the chaos suite's black hole).
     """
+    return time.monotonic() - since < lease_s * 2 / 3
+
+
+def lease_check(*, claim: Claim, lease_s: float) -> bool:
+    """Right before the call: True when the claim's lease is still ours for long enough.
+
+    The claim is the check when its reply came back in time (`lease_fresh` from
+    `claimed_at`): it set the lease itself, and nobody else can take an unexpired
+    lease, so no round trip is spent (issue 19: a fast call costs the claim and the
+    finish only). A cancel that lands in between — at most a rate-limit wait in
+    place, min(RATE_LIMIT_INLINE_S, lease/3), and one Redis reply — is not seen
+    here: the call is made and its completion refused by the token check, recorded
+    as `fencing_rejected`, as for a cancel during the call (README, delivery
+    contract). Checking only after a wait would let a job that did not wait overtake
+    one that did by that round trip, and the host's slots are first come, first served.
+
+    Otherwise one statement confirms the token is current and the lease unexpired
+    by the database clock, renewing it for a full term, and its reply must obey
+    the same two-thirds rule. False means another claim or the sweeper has taken
+    the execution over (or is about to): the call must not be made.
+    """
+    if lease_fresh(since=claim.claimed_at, lease_s=lease_s):
+        return True
     sent = time.monotonic()
     renewed = (
         sql.execute(
@@ -333,7 +372,7 @@ def lease_check(*, claim: Claim, lease_s: float) -> bool:
         )
         == 1
     )
-    return renewed and time.monotonic() - sent < lease_s * 2 / 3
+    return renewed and lease_fresh(since=sent, lease_s=lease_s)
 
 
 def attempt_finish_retrying(

@@ -4,8 +4,13 @@ The message is never trusted over the row (RELIABILITY.md C7): it only names
 (execution_id, attempt). The claim decides; a message that claims nothing
 (duplicate, stale, early, orphan) is counted, logged and acknowledged.
 
+Round trips (issue 19): the claim (writing `claimed` and `attempt_started`) and
+the fenced finish (with its events) — two for a call shorter than a third of
+the lease. The claim doubles as the lease check before the call when its reply
+came back within two thirds of the lease (leases.lease_check).
+
 While the target runs, a heartbeat thread extends the lease every third of it
-and enforces the attempt's deadline. If a heartbeat finds the token gone
+(counted from the claim) and enforces the attempt's deadline. If a heartbeat finds the token gone
 (the sweeper took the execution over, or an overlap `replace` cancelled it),
 the attempt is stopped at once — HTTP socket shut, process group killed —
 and its result is never applied, only recorded as rejected.
@@ -158,7 +163,9 @@ class Heartbeat(threading.Thread):
 
     def run(self) -> None:
         interval = max(0.2, self.lease_s / 3)
-        next_beat = time.monotonic() + interval
+        # Counted from the claim, which set the lease: a call shorter than a third of
+        # the lease (counting any rate-limit wait) makes no heartbeat at all.
+        next_beat = (self.claim.claimed_at or time.monotonic()) + interval
         give_up = self.ctx.deadline + self.lease_s
         try:
             while True:
@@ -273,22 +280,7 @@ def _run_claimed_attempt(claim: Claim, *, lease_s: float) -> str:
         return "held"
 
     ctx = _context(claim)
-    leases.event_add(
-        execution_id=claim.execution_id,
-        tenant_id=claim.tenant_id,
-        schedule_id=claim.schedule_id,
-        kind=EventKind.ATTEMPT_STARTED,
-        message=f"attempt {claim.attempt - claim.attempt_base} started by {claim.owner} "
-        f"(timeout {claim.timeout_s} s)",
-        data={
-            "attempt": claim.attempt,
-            "fencing_token": claim.fencing_token,
-            "target": claim.target.get("type"),
-            "timeout_s": claim.timeout_s,
-        }
-        | ({"rate_limit_wait_s": round(waited, 3)} if waited else {}),
-        actor=claim.owner,
-    )
+    # `attempt_started` was written by the claim (Claim.started): no round trip here.
     heartbeat = Heartbeat(claim, ctx, lease_s)
     heartbeat.start()
     faults.crash_at("worker_after_claim", claim.execution_id)
@@ -303,7 +295,7 @@ def _run_claimed_attempt(claim: Claim, *, lease_s: float) -> str:
     faults.crash_at("worker_before_complete", claim.execution_id)
     if heartbeat.lost:
         return _lost(claim, outcome)
-    return _record(claim, ctx, outcome)
+    return _record(claim, ctx, outcome, waited_s=waited)
 
 
 def _call(module: ModuleType, ctx: RunContext) -> Outcome:
@@ -384,7 +376,9 @@ def _lost(claim: Claim, outcome: Outcome) -> str:
     return "fenced"
 
 
-def _record(claim: Claim, ctx: RunContext | None, outcome: Outcome) -> str:
+def _record(
+    claim: Claim, ctx: RunContext | None, outcome: Outcome, *, waited_s: float = 0.0
+) -> str:
     def redact(text: str) -> str:
         return ctx.redact(text) if ctx is not None else text
 
@@ -404,6 +398,10 @@ def _record(claim: Claim, ctx: RunContext | None, outcome: Outcome) -> str:
         "latency_ms": outcome.latency_ms,
         "response": clip(excerpt, EVENT_EXCERPT_CHARS),
     } | outcome.data
+    if waited_s:
+        # Recorded with the attempt's end: the started event was written by the claim,
+        # before the rate limiter was asked.
+        data["rate_limit_wait_s"] = round(waited_s, 3)
     shown = result_label(outcome.status_code, outcome.exit_code)
     common: dict[str, Any] = {
         "claim": claim,

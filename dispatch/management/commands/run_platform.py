@@ -86,7 +86,15 @@ class Command(BaseCommand):
             seeded = demo_data.seed(access.tenant, f"http://{receiver}")
             procs["demo-receiver"] = [py, "-m", "dispatch.demo", str(port)]
         procs["web"] = [py, "manage.py", "runserver", opts["bind"], "--noreload", "--skip-checks"]
-        for name, concurrency in (("short", "2"), ("long", "1")):
+        # The short pool's pool and size: WORKER_POOL=threads WORKER_CONCURRENCY=50 for
+        # many I/O-bound HTTP callbacks in one process (README: worker pools). The long
+        # pool stays prefork: its commands are processes of their own.
+        short_pool = env.get("WORKER_POOL", "prefork")
+        short_concurrency = env.get("WORKER_CONCURRENCY", "2")
+        for name, pool, concurrency in (
+            ("short", short_pool, short_concurrency),
+            ("long", "prefork", "1"),
+        ):
             queues = ",".join(queues_of(name))
             procs[f"worker-{name}"] = [
                 celery,
@@ -98,6 +106,8 @@ class Command(BaseCommand):
                 queues,
                 "-n",
                 f"{name}@%h",
+                "--pool",
+                pool,
                 "--concurrency",
                 concurrency,
                 "--loglevel",

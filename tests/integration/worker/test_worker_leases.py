@@ -52,7 +52,13 @@ def test_two_connections_racing_a_claim_exactly_one_wins(admin_principal: Princi
                 barrier.wait()
                 row = conn.execute(
                     queries["claim_execution"],
-                    {"id": execution.id, "attempt": 1, "owner": f"racer:{n}", "lease_s": 30},
+                    {
+                        "id": execution.id,
+                        "attempt": 1,
+                        "owner": f"racer:{n}",
+                        "lease_s": 30,
+                        "kinds": leases.KNOWN_KINDS,
+                    },
                 ).fetchone()
                 if row is not None:
                     won.append(n)
@@ -65,7 +71,8 @@ def test_two_connections_racing_a_claim_exactly_one_wins(admin_principal: Princi
         assert len(won) == 1
         execution.refresh_from_db()
         assert execution.state == "running" and execution.fencing_token == 1
-        assert kinds(execution) == ["claimed"]
+        # The winner's claim wrote both entries; the loser's wrote nothing.
+        assert kinds(execution) == ["claimed", "attempt_started"]
 
 
 def test_claim_needs_the_current_attempt_and_a_due_row(admin_principal: Principal) -> None:
@@ -129,11 +136,14 @@ def test_sweeper_retries_expired_leases_then_buries_at_max_attempts(
     execution.refresh_from_db()
     assert execution.state == "dead" and execution.attempt == 2 and execution.finished_at
     assert execution.reason_code == "lease_expired" and "attempts exhausted" in execution.reason
+    # The claim writes `attempt_started` with `claimed` (issue 19: one round trip).
     assert kinds(execution) == [
         "claimed",
+        "attempt_started",
         "timed_out",
         "retry_scheduled",
         "claimed",
+        "attempt_started",
         "timed_out",
         "dead",
     ]
