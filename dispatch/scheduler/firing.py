@@ -119,13 +119,18 @@ def _fire_planned(
 
 
 def load_pending(
-    numbers: list[int], *, lookahead_s: float, limit: int, since: int | None = None
-) -> tuple[list[Pending], int]:
+    numbers: list[int],
+    *,
+    lookahead_s: float,
+    limit: int,
+    since: tuple[int, datetime] | None = None,
+) -> tuple[list[Pending], tuple[int, datetime]]:
     """Executions of our partitions due within the stage-ahead window, waiting to be
     published — with `since` (a previous load's horizon) only those written after it
-    — page by page, however many; and this load's horizon, for the next one."""
+    or due after its window's end — page by page, however many; and this load's
+    horizon and window end, for the next one."""
     # Taken first: whatever a page misses was written by a transaction newer than it.
-    mark = store.horizon()
+    mark = store.horizon(lookahead=lookahead_s)
     items: list[Pending] = []
     after: tuple[datetime, uuid.UUID] | None = None
     while True:

@@ -42,6 +42,7 @@ import socket
 import time
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -127,7 +128,7 @@ class Beat:
         # its id's current one was superseded by a later load (lazy deletion).
         self.in_heap: dict[str, Pending] = {}
         # The load watermark (store.horizon); None: load the whole window next time.
-        self._horizon: int | None = None
+        self._horizon: tuple[int, datetime] | None = None
         # Held back at admission (a cap): admitted again at the next load.
         self._held: list[Pending] = []
         self.counters = Counters()
@@ -290,7 +291,8 @@ class Beat:
         items, mark = firing.load_pending(
             sorted(self.owned),
             lookahead_s=self.cfg.lookahead_s,
-            limit=self.cfg.batch * 10,
+            # Pages bounded: a 100k load's transient rows stay small beside the heap.
+            limit=min(self.cfg.batch * 10, 10_000),
             since=self._horizon,
         )
         self._horizon = mark

@@ -75,7 +75,8 @@ SELECT
           -- the beat last loaded (its horizon, beat_horizon; NULL: nothing loaded
           -- yet): a watermark, not the heap's ids — with 100k staged rows those
           -- were megabytes a cycle. age() compares transaction ids across wraparound.
-          AND (%(since)s::bigint IS NULL OR age(e.xmin) <= age(%(since)s::text::xid))
+          AND (%(since)s::bigint IS NULL OR age(e.xmin) <= age(%(since)s::text::xid)
+               OR COALESCE(e.next_attempt_at, e.due_at) > %(until)s::timestamptz)
     ) AS unloaded,
     %(sweep)s AND (
         EXISTS (
@@ -278,7 +279,11 @@ WHERE s.id = v.id
 -- The oldest transaction still running: every row written by a transaction older
 -- than this is visible to a statement starting now. Taken before loading, it is the
 -- watermark of what the load saw (pending_executions' and beat_probe's `since`).
-SELECT mod(pg_snapshot_xmin(pg_current_snapshot())::text::bigint, 4294967296) AS horizon
+-- With it, the end of the window it loads: a row written before the horizon with a
+-- later due time (a rate-limit hand-back, a retry) enters the window afterwards and
+-- is found by its due time instead (`until`).
+SELECT mod(pg_snapshot_xmin(pg_current_snapshot())::text::bigint, 4294967296) AS horizon,
+       statement_timestamp() + make_interval(secs => %(lookahead)s) AS until
 
 -- name: pending_executions
 -- Executions of our partitions due within the stage-ahead window, waiting to be
@@ -294,7 +299,8 @@ JOIN dispatch_schedule s ON s.id = e.schedule_id
 WHERE e.partition = ANY(%(numbers)s::int[])
   AND e.state IN ('scheduled', 'retry_scheduled')
   AND COALESCE(e.next_attempt_at, e.due_at) <= statement_timestamp() + make_interval(secs => %(lookahead)s)
-  AND (%(since)s::bigint IS NULL OR age(e.xmin) <= age(%(since)s::text::xid))
+  AND (%(since)s::bigint IS NULL OR age(e.xmin) <= age(%(since)s::text::xid)
+       OR COALESCE(e.next_attempt_at, e.due_at) > %(until)s::timestamptz)
   AND (%(after_due)s::timestamptz IS NULL
        OR (COALESCE(e.next_attempt_at, e.due_at), e.id) > (%(after_due)s::timestamptz, %(after_id)s::uuid))
 ORDER BY due, e.id
