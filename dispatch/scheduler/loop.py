@@ -251,13 +251,15 @@ class Beat:
         """Drop what the keeper could not renew (renewing inline when no keeper thread
         runs and a renewal is due), then hand over or take partitions: partitions lost
         or changed. No round trip unless the fair share changed or a renewal is due."""
-        before = set(self.owned)
+        before = dict(self.owned)
         self.keeper.keep()
         lost = self.partitions.apply_lost()
         changed = lost + self.partitions.rebalance(self.keeper.live)
-        if set(self.owned) - before:
-            # A partition taken (a crashed or departing beat's): its staged rows are
-            # `scheduled` in PostgreSQL, written before our watermark — load it all.
+        if any(before.get(n) != epoch for n, epoch in self.owned.items()):
+            # A partition taken at a new epoch (a crashed or departing beat's, or our
+            # own lost and taken back in this same call, its heap items dropped): its
+            # staged rows are `scheduled` in PostgreSQL, written before our
+            # watermark — load it all.
             self._horizon = None
         return changed
 
