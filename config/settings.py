@@ -273,7 +273,13 @@ BEAT_LEASE_TTL_S = float(get("BEAT_LEASE_TTL_S", "10") or 10)
 # call that never returns) exits with 70 so its supervisor restarts it; 0 disables.
 BEAT_STALL_EXIT_S = float(get("BEAT_STALL_EXIT_S", "60") or 0)
 BEAT_CYCLE_S = float(get("BEAT_CYCLE_S", "1") or 1)
-BEAT_LOOKAHEAD_S = float(get("BEAT_LOOKAHEAD_S", "10") or 10)
+# Pre-staged firing: occurrences are claimed, planned, inserted (next_run_at advanced)
+# and loaded into the beat's heap this long before they are due, so at the due
+# instant the beat only admits and publishes. BEAT_LOOKAHEAD_S is the old name
+# (same meaning; read when the new one is unset). Edits within the window withdraw
+# and re-plan what is staged (services/schedules.py).
+BEAT_STAGE_AHEAD_S = float(get("BEAT_STAGE_AHEAD_S", "") or get("BEAT_LOOKAHEAD_S", "") or 90)
+BEAT_LOOKAHEAD_S = BEAT_STAGE_AHEAD_S
 BEAT_BATCH = get_int("BEAT_BATCH", 1000)
 # Queued but unclaimed this long: the broker lost the message; publish it again.
 QUEUED_REPUBLISH_S = float(get("QUEUED_REPUBLISH_S", "60") or 60)

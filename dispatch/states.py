@@ -111,6 +111,9 @@ class EventKind(models.TextChoices):
     QUOTA_EXHAUSTED = "quota_exhausted"
     MISFIRE_SKIPPED = "misfire_skipped"
     PAUSED_SKIPPED = "paused_skipped"
+    # Pre-staged occurrences withdrawn by an edit or a pause before they were
+    # published, to be planned again from the schedule's new definition.
+    REPLANNED = "replanned"
     # An attempt's life, written by the worker (and the lease sweep).
     CLAIMED = "claimed"
     ATTEMPT_STARTED = "attempt_started"
@@ -304,6 +307,8 @@ class EventData:
     # Run control: the backfill or bulk operation an item's write belongs to.
     BACKFILL_ID = "backfill_id"
     OPERATION_ID = "operation_id"
+    # On a `replanned` event: the staged occurrences (scheduled_for, ISO) withdrawn.
+    WITHDRAWN = "withdrawn"
 
 
 # --- Run control: backfills and bulk operations ------------------------------------

@@ -13,7 +13,7 @@ CODES and whose `sentence` is fit to show a user as is.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from dispatch.explain import records
@@ -144,6 +144,32 @@ def explain(*, schedule: Schedule, at: datetime, now: datetime | None = None) ->
     return answer
 
 
+def _replanned(schedule: Schedule, instant: datetime) -> ExecutionEvent | None:
+    """The `replanned` event that withdrew a staged occurrence at `instant` (to the
+    minute) before it was published, if one did: an edit or a pause within the beat's
+    stage-ahead window (services/schedules.py)."""
+    minute = instant.replace(second=0, microsecond=0)
+    for event in ExecutionEvent.objects.filter(
+        tenant_id=schedule.tenant_id,
+        schedule=schedule,
+        kind=EventKind.REPLANNED,
+        at__gte=minute - timedelta(days=1),
+        at__lte=minute + timedelta(minutes=1),
+    ).order_by("-at", "-id")[:20]:
+        for iso in (event.data or {}).get(EventData.WITHDRAWN, []):
+            if datetime.fromisoformat(iso).replace(second=0, microsecond=0) == minute:
+                return event
+    return None
+
+
+def _with_replanned(answer: Explanation, schedule: Schedule, instant: datetime) -> Explanation:
+    event = _replanned(schedule, instant)
+    if event is not None:
+        answer.sentence = f"{answer.sentence}; {event.message}"
+        answer.evidence = [*answer.evidence, Evidence("event", str(event.pk), event.message)]
+    return answer
+
+
 def _not_an_occurrence(
     schedule: Schedule,
     at: datetime,
@@ -160,12 +186,13 @@ def _not_an_occurrence(
         parts.append(f"the previous one {verb} {both(would.previous, zone)}")
     if would.next is not None:
         parts.append(f"the next one is {both(would.next, zone)}")
-    return Explanation(
+    answer = Explanation(
         ExplainCode.NOT_AN_OCCURRENCE,
         "; ".join(parts),
         at,
         evidence=[Evidence("schedule", str(schedule.id), schedule.name)],
     )
+    return _with_replanned(answer, schedule, at)
 
 
 def _about_occurrence(
@@ -221,7 +248,7 @@ def _about_occurrence(
         base.code = ExplainCode.PENDING
         base.sentence = f"not due yet: it will run at {when}"
         base.evidence = [Evidence("schedule", str(schedule.id), schedule.name)]
-        return base
+        return _with_replanned(base, schedule, occurrence)
     bulk = (
         ExecutionEvent.objects.filter(
             tenant_id=schedule.tenant_id,
@@ -285,7 +312,7 @@ def _about_occurrence(
             f"due time is still {both(schedule.next_run_at, zone)} (the beat is behind or down)"
         )
         base.evidence = [Evidence("schedule", str(schedule.id), schedule.name)]
-        return base
+        return _with_replanned(base, schedule, occurrence)
     base.sentence = (
         f"there is no record for the occurrence at {when}: the scheduler never fired it "
         f"(it would have recorded a run or a skip); report this to the platform operators"

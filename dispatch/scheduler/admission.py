@@ -64,10 +64,15 @@ class Admission:
         # before that, or every batch would be rolled back and none ever published.
         self._redis_timeout_s = min(2.0, max(0.2, config.lease_ttl_s / 6))
         self._tenant_info: dict[int, store.TenantLimits] = {}
+        # The last batch's executions held back by a cap: still due, tried again.
+        self.held: list[Pending] = []
 
     def admit(self, ready: list[Pending], partitions: Partitions, *, now: float) -> list[Pending]:
         """Decide overlap and admission in one fenced transaction; returns the
-        executions now queued, to be published. `now`: the database clock, epoch s."""
+        executions now queued, to be published (`held`: those a cap held back).
+        `now`: the database clock, epoch s. A row withdrawn or changed since it was
+        staged is neither: admit_executions updates only rows still as loaded."""
+        self.held = []
         with transaction.atomic():
             numbers = partitions.fence()
             owned = set(numbers)
@@ -105,6 +110,7 @@ class Admission:
                     for r in rows
                 )
         faults.crash_at("after_admit")
+        self.held = [p for items in held.values() for p in items]
         return [p for p in to_send if p.id in admitted]
 
     def _decide_overlap(self, ready: list[Pending]) -> list[Pending]:

@@ -9,15 +9,21 @@ Each cycle
      the steps whose answer is no (an idle cycle is one round trip);
   1. drops the partitions the keeper could not renew, and hands over or takes
      partitions to keep its fair share (partitions.py);
-  2. fires: claims due schedules of its partitions (FOR UPDATE SKIP LOCKED),
-     creates their executions (INSERT … ON CONFLICT DO NOTHING) and advances
-     next_run_at, in one transaction fenced by its partition epochs (firing.py);
-  3. loads executions due within the lookahead into an in-memory heap;
-  4. at each one's due time (database clock) decides the overlap policy, admits
-     it against the tenant's and the platform's in-flight caps (marking it queued,
-     in one fenced transaction that serialises admission across beats:
-     admission.py), then publishes what it admitted to the Celery queue
-     `{priority}.{duration}` (publish.py);
+  2. stages (pre-staged firing): claims the schedules of its partitions due
+     within the stage-ahead window (BEAT_STAGE_AHEAD_S, minutes; FOR UPDATE SKIP
+     LOCKED), creates their executions (INSERT … ON CONFLICT DO NOTHING) and
+     advances next_run_at, in one transaction fenced by its partition epochs
+     (firing.py) — all of it well before the due time;
+  3. loads the staged executions into an in-memory heap — incrementally, from a
+     watermark (store.horizon): only rows written since the last load — and hands
+     them to the publisher to build their message bytes ahead (`prepare`);
+  4. at each one's due time (database clock), chunk by chunk in due order, decides
+     the overlap policy, admits it against the tenant's and the platform's in-flight
+     caps and the daily quota (marking it queued, in one fenced transaction that
+     serialises admission across beats: admission.py), then publishes what it
+     admitted to the Celery queue `{priority}.{duration}` (publish.py) before the
+     next chunk is admitted. Rows withdrawn since staging (an edit or pause,
+     services/schedules.py) are simply not admitted: they are gone;
   5. sweeps: re-publishes queued rows nobody claimed, rescues expired worker
      leases (sweeper.py), resumes schedules whose pause ended, and now and then
      purges expired history (retention.py).
@@ -36,6 +42,7 @@ import socket
 import time
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +65,11 @@ from dispatch.services import WAKE_CHANNEL
 
 log = logging.getLogger("dispatch.beat")
 
+# Executions admitted in one transaction at the due instant, then published before
+# the next chunk is admitted: the first messages of a 100k burst leave after one
+# chunk's admission, not after all of it.
+ADMIT_CHUNK = 5000
+
 
 @dataclass
 class Counters:
@@ -72,7 +84,7 @@ class BeatConfig:
     partitions: int = 16
     lease_ttl_s: float = 10.0
     cycle_s: float = 1.0
-    lookahead_s: float = 10.0
+    lookahead_s: float = 90.0  # the stage-ahead window (BEAT_STAGE_AHEAD_S)
     batch: int = 1000
     queued_republish_s: float = 60.0
     sweep_interval_s: float = 2.0
@@ -86,7 +98,7 @@ class BeatConfig:
             "partitions": settings.SCHEDULER_PARTITIONS,
             "lease_ttl_s": settings.BEAT_LEASE_TTL_S,
             "cycle_s": settings.BEAT_CYCLE_S,
-            "lookahead_s": settings.BEAT_LOOKAHEAD_S,
+            "lookahead_s": settings.BEAT_STAGE_AHEAD_S,
             "batch": settings.BEAT_BATCH,
             "queued_republish_s": settings.QUEUED_REPUBLISH_S,
             "sweep_interval_s": settings.SWEEP_INTERVAL_S,
@@ -112,7 +124,13 @@ class Beat:
         # Backfills and bulk operations, on a thread of their own; only `run()` starts it.
         self.control = ControlPump(name=config.name)
         self.heap: list[Pending] = []
-        self.in_heap: set[str] = set()
+        # id -> the item in the heap that stands for it: an item popped that is not
+        # its id's current one was superseded by a later load (lazy deletion).
+        self.in_heap: dict[str, Pending] = {}
+        # The load watermark (store.horizon); None: load the whole window next time.
+        self._horizon: tuple[int, datetime] | None = None
+        # Held back at admission (a cap): admitted again at the next load.
+        self._held: list[Pending] = []
         self.counters = Counters()
         self.stopping = False
         self._last_sweep = 0.0
@@ -204,14 +222,14 @@ class Beat:
                     found = store.probe(
                         numbers=sorted(self.owned),
                         lookahead=self.cfg.lookahead_s,
-                        known=sorted(self.in_heap),
+                        since=self._horizon,
                         sweep=sweep_due,
                         republish_s=self.cfg.queued_republish_s,
                         grace_s=settings.EXECUTION_BACKSTOP_GRACE_S,
                     )
                     if found.due and self.fire_all_due():
                         self._fired_since_load = True
-                    if found.unloaded or self._fired_since_load:
+                    if found.unloaded or self._fired_since_load or self._held:
                         self._fired_since_load = False
                         self.load_pending()
                     self.publish_due()
@@ -233,9 +251,17 @@ class Beat:
         """Drop what the keeper could not renew (renewing inline when no keeper thread
         runs and a renewal is due), then hand over or take partitions: partitions lost
         or changed. No round trip unless the fair share changed or a renewal is due."""
+        before = dict(self.owned)
         self.keeper.keep()
         lost = self.partitions.apply_lost()
-        return lost + self.partitions.rebalance(self.keeper.live)
+        changed = lost + self.partitions.rebalance(self.keeper.live)
+        if any(before.get(n) != epoch for n, epoch in self.owned.items()):
+            # A partition taken at a new epoch (a crashed or departing beat's, or our
+            # own lost and taken back in this same call, its heap items dropped): its
+            # staged rows are `scheduled` in PostgreSQL, written before our
+            # watermark — load it all.
+            self._horizon = None
+        return changed
 
     def fire_all_due(self) -> int:
         """Fire batch after batch until the due set is drained: schedules claimed."""
@@ -257,40 +283,79 @@ class Beat:
             return claimed
 
     def load_pending(self) -> int:
-        """Executions due within the lookahead into the heap: how many were new."""
-        loaded = 0
-        for item in firing.load_pending(
-            sorted(self.owned), lookahead_s=self.cfg.lookahead_s, limit=self.cfg.batch * 10
-        ):
-            if item.id in self.in_heap:
+        """Executions staged within the window into the heap (incrementally, since the
+        last load's watermark), their messages prepared ahead: how many were new."""
+        loaded: list[Pending] = []
+        held, self._held = self._held, []
+        for item in held:
+            if item.id not in self.in_heap and item.partition in self.owned:
+                self._push(item)
+        items, mark = firing.load_pending(
+            sorted(self.owned),
+            lookahead_s=self.cfg.lookahead_s,
+            # Pages bounded: a 100k load's transient rows stay small beside the heap.
+            limit=min(self.cfg.batch * 10, 10_000),
+            since=self._horizon,
+        )
+        self._horizon = mark
+        for item in items:
+            known = self.in_heap.get(item.id)
+            if known is not None and (known.due, known.attempt) == (item.due, item.attempt):
                 continue
-            self.in_heap.add(item.id)
-            heapq.heappush(self.heap, item)
-            loaded += 1
-        return loaded
+            # New, or rewritten since it was loaded (a retry's new due time): the
+            # older heap entry is skipped when popped.
+            self._push(item)
+            loaded.append(item)
+        if loaded:
+            prepare = getattr(self._publisher(), "prepare", None)
+            if prepare is not None:
+                prepare(loaded)
+        return len(loaded)
+
+    def _push(self, item: Pending) -> None:
+        self.in_heap[item.id] = item
+        heapq.heappush(self.heap, item)
 
     def publish_due(self) -> int:
-        """Admit what is due now and publish it: messages published."""
+        """Admit what is due now and publish it, chunk by chunk: messages published."""
         now = self.db_time()
         ready: list[Pending] = []
+        dropped: list[str] = []
         while self.heap and self.heap[0].due <= now:
             item = heapq.heappop(self.heap)
-            self.in_heap.discard(item.id)
+            if self.in_heap.get(item.id) is not item:
+                continue  # superseded by a later load of the same id
+            del self.in_heap[item.id]
             if item.partition in self.owned:
                 ready.append(item)
+            else:
+                dropped.append(item.id)
         # What was admitted but could not be published last time keeps its slot: no
         # second admission, just another try (a duplicate message would be harmless).
         retry = [p for p in self._unsent if p.partition in self.owned]
         self._unsent = []
-        admitted = self.admission.admit(ready, self.partitions, now=now) if ready else []
-        to_send = retry + admitted
-        if not to_send:
-            return 0
+        published = self._send(retry) if retry else 0
+        for start in range(0, len(ready), ADMIT_CHUNK):
+            chunk = ready[start : start + ADMIT_CHUNK]
+            admitted = self.admission.admit(chunk, self.partitions, now=now)
+            held = self.admission.held
+            self._held.extend(held)
+            # Neither admitted nor held: withdrawn, skipped, cancelled or fenced off.
+            done = {p.id for p in admitted} | {p.id for p in held}
+            dropped.extend(p.id for p in chunk if p.id not in done)
+            if admitted:
+                published += self._send(admitted)
+        if dropped:
+            self._forget_prepared(dropped)
+        return published
+
+    def _send(self, to_send: list[Pending]) -> int:
+        """Publish admitted executions; what the broker did not take is retried next time."""
         published = self._publish(to_send)
         if published:
             faults.crash_at("after_publish")
         sent = {p.id for p in published}
-        self._unsent = [p for p in to_send if p.id not in sent]
+        self._unsent.extend(p for p in to_send if p.id not in sent)
         self.counters.published += len(published)
         return len(published)
 
@@ -357,6 +422,15 @@ class Beat:
     # --- the pieces the steps share --------------------------------------------------
 
     def _publish(self, items: list[Pending]) -> list[Pending]:
+        return self._publisher().publish(items)
+
+    def _forget_prepared(self, ids: list[str]) -> None:
+        """Items that left the heap unpublished: the publisher drops their prepared bytes."""
+        forget = getattr(self._publisher(), "forget", None)
+        if forget is not None:
+            forget(ids)
+
+    def _publisher(self) -> Publisher:
         broker = settings.CELERY_BROKER_URL
         if broker not in self._publishers:
             # Each broker call is bounded well inside the lease (a handful of them can
@@ -367,7 +441,7 @@ class Beat:
                 io_timeout_s=max(1.0, min(5.0, self.cfg.lease_ttl_s / 6)),
                 keepalive=self._keep_leases,
             )
-        return self._publishers[broker].publish(items)
+        return self._publishers[broker]
 
     def _keep_leases(self) -> None:
         """While publishing waits on the broker: the keeper's renewal when one is due
@@ -389,11 +463,13 @@ class Beat:
         """A partition given up or lost: the next owner's sweep re-publishes its
         admitted executions (they are queued, unclaimed), and loads the rest."""
         self._unsent = [p for p in self._unsent if p.partition != number]
-        kept = [p for p in self.heap if p.partition != number]
-        if len(kept) != len(self.heap):
-            self.heap = kept
+        self._held = [p for p in self._held if p.partition != number]
+        gone = [p.id for p in self.in_heap.values() if p.partition == number]
+        if gone:
+            self.in_heap = {i: p for i, p in self.in_heap.items() if p.partition != number}
+            self.heap = [p for p in self.heap if self.in_heap.get(p.id) is p]
             heapq.heapify(self.heap)
-            self.in_heap = {p.id for p in self.heap}
+            self._forget_prepared(gone)
 
     def _totals(self) -> tuple[int, int, int]:
         """The counters the heartbeat reports: (fired, published, stale writes rejected)."""

@@ -212,7 +212,7 @@ def keep_leases(
 
 class Probe(NamedTuple):
     due: bool  # a schedule of our partitions is due within the lookahead
-    unloaded: bool  # a pending execution in the lookahead is not in the heap
+    unloaded: bool  # a pending execution in the window was written since the last load
     sweep: bool  # the sweep has something to do (False when it was not asked)
 
 
@@ -220,7 +220,7 @@ def probe(
     *,
     numbers: list[int],
     lookahead: float,
-    known: list[str],
+    since: tuple[int, datetime] | None,
     sweep: bool,
     republish_s: float,
     grace_s: float,
@@ -230,7 +230,8 @@ def probe(
         {
             "numbers": numbers,
             "lookahead": lookahead,
-            "known": known,
+            "since": since[0] if since else None,
+            "until": since[1] if since else None,
             "sweep": sweep,
             "republish_s": republish_s,
             "grace_s": grace_s,
@@ -304,9 +305,32 @@ def advance_schedules(*, ids: list[uuid.UUID], next_run_ats: list[datetime | Non
     sql.rows("advance_schedules", {"ids": ids, "next_run_ats": next_run_ats})
 
 
-def pending_executions(*, numbers: list[int], lookahead: float, limit: int) -> list[PendingRow]:
+def horizon(*, lookahead: float) -> tuple[int, datetime]:
+    """The load watermark (beat_horizon): rows written by older transactions are visible
+    now; and the end of the window loaded now."""
+    (row,) = sql.rows("beat_horizon", {"lookahead": lookahead})
+    return int(row.horizon), row.until
+
+
+def pending_executions(
+    *,
+    numbers: list[int],
+    lookahead: float,
+    limit: int,
+    since: tuple[int, datetime] | None = None,
+    after: tuple[datetime, uuid.UUID] | None = None,
+) -> list[PendingRow]:
     rows = sql.rows(
-        "pending_executions", {"numbers": numbers, "lookahead": lookahead, "limit": limit}
+        "pending_executions",
+        {
+            "numbers": numbers,
+            "lookahead": lookahead,
+            "limit": limit,
+            "since": since[0] if since else None,
+            "until": since[1] if since else None,
+            "after_due": after[0] if after else None,
+            "after_id": after[1] if after else None,
+        },
     )
     return [PendingRow._make(r) for r in rows]
 

@@ -24,8 +24,76 @@ from dispatch.services.common import (
     _wake_beat,
     schedule_snapshot,
 )
-from dispatch.states import AuditAction, EventKind, ReasonCode
+from dispatch.states import AuditAction, EventData, EventKind, ReasonCode, Trigger
 from tenants.roles import Principal
+
+# What the beat plans from, or puts in the message: a change to any of these within
+# the stage-ahead window withdraws the occurrences already staged (_withdraw_staged).
+PLAN_FIELDS = (
+    "cron",
+    "timezone",
+    "run_at",
+    "jitter_s",
+    "misfire",
+    "misfire_grace_s",
+    "catch_up_limit",
+    "priority",
+    "duration_class",
+    "overlap",
+)
+# Occurrences the beat staged from the schedule's timing: the only ones withdrawn.
+# Manual runs, re-runs, backfills and dependency runs were asked for as they are.
+_STAGED_TRIGGERS = (Trigger.CRON, Trigger.API, Trigger.CATCH_UP)
+
+
+def _withdraw_staged(schedule: Schedule) -> list[datetime]:
+    """Delete the occurrences the beat staged ahead that are not published yet (first
+    attempt, still `scheduled`, never admitted) and set next_run_at back to the
+    earliest, so the beat plans them again from the definition as it is now — as if
+    they had never been staged. Returns the occurrences withdrawn.
+
+    Deleted, not cancelled: the unique (schedule, scheduled_for) key must let the
+    re-planned occurrence of the same instant in. The row locks decide against a
+    beat admitting concurrently: a row it made `queued` first no longer matches
+    (and is published); one withdrawn first is gone when its admission runs
+    (admit_executions updates only rows still `scheduled`)."""
+    staged = list(
+        Execution.objects.filter(
+            schedule=schedule,
+            state=ExecutionState.SCHEDULED,
+            attempt=1,
+            attempt_base=0,
+            enqueued_at__isnull=True,
+            trigger__in=_STAGED_TRIGGERS,
+        )
+        .select_for_update()
+        .values_list("id", "scheduled_for")
+    )
+    if not staged:
+        return []
+    Execution.objects.filter(id__in=[i for i, _ in staged]).delete()
+    withdrawn = sorted(sf for _, sf in staged)
+    if schedule.next_run_at is None or withdrawn[0] < schedule.next_run_at:
+        schedule.next_run_at = withdrawn[0]
+    return withdrawn
+
+
+def _replanned_event(
+    schedule: Schedule, actor: Principal, withdrawn: list[datetime], *, what: str, now: datetime
+) -> None:
+    n = len(withdrawn)
+    _event(
+        schedule,
+        EventKind.REPLANNED,
+        f"re-planned: schedule {what} at {now:%H:%M:%S} UTC by {actor.label} "
+        f"({n} staged occurrence{'s' if n != 1 else ''} withdrawn, "
+        f"first {withdrawn[0]:%H:%M:%S} UTC)",
+        actor=actor,
+        data={
+            EventData.WITHDRAWN: [w.isoformat() for w in withdrawn[:100]],
+            "withdrawn_total": n,
+        },
+    )
 
 
 @transaction.atomic
@@ -86,6 +154,11 @@ def schedule_update(
     timing_changed = any(
         spec.values.get(k) != getattr(schedule, k) for k in ("cron", "timezone", "run_at")
     )
+    plan_changed = bool(spec.depends_on) or any(
+        k in spec.values and spec.values[k] != getattr(schedule, k) for k in PLAN_FIELDS
+    )
+    # Before the new definition is stored: what was staged from the old one goes.
+    withdrawn = _withdraw_staged(schedule) if plan_changed else []
     _store(schedule, spec)
     now = db_now()
     if timing_changed and (schedule.kind == Kind.CRON or schedule.next_run_at is not None):
@@ -114,6 +187,8 @@ def schedule_update(
         actor=actor,
         audit=audit,
     )
+    if withdrawn:
+        _replanned_event(schedule, actor, withdrawn, what="edited", now=now)
     _wake_beat(schedule, now=now)
     return schedule
 
@@ -169,6 +244,9 @@ def schedule_pause(
     if schedule.paused:
         return _pause_update(actor, schedule, reason=reason, until=until)
     before = schedule_snapshot(schedule)
+    # Staged occurrences go back to next_run_at: resuming decides them by the
+    # misfire policy exactly as if they had never been staged.
+    withdrawn = _withdraw_staged(schedule)
     schedule.paused = True
     schedule.paused_at = now
     schedule.paused_until = until
@@ -183,6 +261,7 @@ def schedule_pause(
             "paused_reason",
             "paused_by",
             "version",
+            "next_run_at",
         ]
     )
     msg = f"paused by {actor.label}" + (f' ("{reason}")' if reason else "")
@@ -203,6 +282,8 @@ def schedule_pause(
         data={"reason": reason, "until": until.isoformat() if until else None},
         audit=audit,
     )
+    if withdrawn:
+        _replanned_event(schedule, actor, withdrawn, what="paused", now=now)
     return schedule
 
 

@@ -53,7 +53,7 @@ SELECT clock_timestamp() AS now,
 -- name: beat_probe
 -- The cycle's first round trip, read-only (no fence needed): is anything of our
 -- partitions due to fire (the firing statements' filters, both kinds), is a pending
--- execution in the lookahead that the beat has not loaded (`known`: its heap), and,
+-- execution in the stage-ahead window written since the beat last loaded, and,
 -- when the sweep is due, has the sweep anything to do (stale_queued, auto_resume,
 -- paused_upstreams_due, sweep_lock_expired's filters). Each answer is a superset of
 -- what the statement it stands for would find, so skipping on "no" loses nothing;
@@ -71,8 +71,12 @@ SELECT
           AND e.state IN ('scheduled', 'retry_scheduled')
           AND COALESCE(e.next_attempt_at, e.due_at)
               <= statement_timestamp() + make_interval(secs => %(lookahead)s)
-          -- an anti-join, hashed: the heap can hold thousands of ids
-          AND NOT EXISTS (SELECT 1 FROM unnest(%(known)s::uuid[]) AS k(id) WHERE k.id = e.id)
+          -- Written (inserted or updated) by a transaction not yet finished when
+          -- the beat last loaded (its horizon, beat_horizon; NULL: nothing loaded
+          -- yet): a watermark, not the heap's ids — with 100k staged rows those
+          -- were megabytes a cycle. age() compares transaction ids across wraparound.
+          AND (%(since)s::bigint IS NULL OR age(e.xmin) <= age(%(since)s::text::xid)
+               OR COALESCE(e.next_attempt_at, e.due_at) > %(until)s::timestamptz)
     ) AS unloaded,
     %(sweep)s AND (
         EXISTS (
@@ -271,8 +275,22 @@ SET next_run_at = v.next_run_at
 FROM unnest(%(ids)s::uuid[], %(next_run_ats)s::timestamptz[]) AS v(id, next_run_at)
 WHERE s.id = v.id
 
+-- name: beat_horizon
+-- The oldest transaction still running: every row written by a transaction older
+-- than this is visible to a statement starting now. Taken before loading, it is the
+-- watermark of what the load saw (pending_executions' and beat_probe's `since`).
+-- With it, the end of the window it loads: a row written before the horizon with a
+-- later due time (a rate-limit hand-back, a retry) enters the window afterwards and
+-- is found by its due time instead (`until`).
+SELECT mod(pg_snapshot_xmin(pg_current_snapshot())::text::bigint, 4294967296) AS horizon,
+       statement_timestamp() + make_interval(secs => %(lookahead)s) AS until
+
 -- name: pending_executions
--- Executions of our partitions due within the lookahead, waiting to be published (new, retries, or left behind by a crashed beat).
+-- Executions of our partitions due within the stage-ahead window, waiting to be
+-- published (new, retries, or left behind by a crashed beat), one page in (due, id)
+-- order after (after_due, after_id); with `since`, only rows written by a
+-- transaction not finished at the previous load (see beat_horizon): loading stays
+-- incremental when 100k rows are staged.
 SELECT e.id, e.attempt, COALESCE(e.next_attempt_at, e.due_at) AS due, s.priority, s.duration_class,
        e.tenant_id, e.partition, e.schedule_id, s.overlap, e.scheduled_for, e.trigger, e.state,
        e.attempt_base
@@ -281,7 +299,11 @@ JOIN dispatch_schedule s ON s.id = e.schedule_id
 WHERE e.partition = ANY(%(numbers)s::int[])
   AND e.state IN ('scheduled', 'retry_scheduled')
   AND COALESCE(e.next_attempt_at, e.due_at) <= statement_timestamp() + make_interval(secs => %(lookahead)s)
-ORDER BY due
+  AND (%(since)s::bigint IS NULL OR age(e.xmin) <= age(%(since)s::text::xid)
+       OR COALESCE(e.next_attempt_at, e.due_at) > %(until)s::timestamptz)
+  AND (%(after_due)s::timestamptz IS NULL
+       OR (COALESCE(e.next_attempt_at, e.due_at), e.id) > (%(after_due)s::timestamptz, %(after_id)s::uuid))
+ORDER BY due, e.id
 LIMIT %(limit)s
 
 -- name: admission_lock_global
