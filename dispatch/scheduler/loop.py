@@ -307,9 +307,7 @@ class Beat:
             self._push(item)
             loaded.append(item)
         if loaded:
-            prepare = getattr(self._publisher(), "prepare", None)
-            if prepare is not None:
-                prepare(loaded)
+            self._publisher().prepare(loaded)
         return len(loaded)
 
     def _push(self, item: Pending) -> None:
@@ -337,7 +335,17 @@ class Beat:
         published = self._send(retry) if retry else 0
         for start in range(0, len(ready), ADMIT_CHUNK):
             chunk = ready[start : start + ADMIT_CHUNK]
-            admitted = self.admission.admit(chunk, self.partitions, now=now)
+            try:
+                admitted = self.admission.admit(chunk, self.partitions, now=now)
+            except BaseException:
+                # The admission rolled back (the database went away mid-burst): this
+                # chunk and the ones after it are still `scheduled`, unchanged, and
+                # older than the load watermark, so no later load would find them
+                # again — they go back into the heap for the next cycle.
+                for item in ready[start:]:
+                    if item.id not in self.in_heap:
+                        self._push(item)
+                raise
             held = self.admission.held
             self._held.extend(held)
             # Neither admitted nor held: withdrawn, skipped, cancelled or fenced off.
@@ -426,9 +434,7 @@ class Beat:
 
     def _forget_prepared(self, ids: list[str]) -> None:
         """Items that left the heap unpublished: the publisher drops their prepared bytes."""
-        forget = getattr(self._publisher(), "forget", None)
-        if forget is not None:
-            forget(ids)
+        self._publisher().forget(ids)
 
     def _publisher(self) -> Publisher:
         broker = settings.CELERY_BROKER_URL

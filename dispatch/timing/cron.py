@@ -51,6 +51,7 @@ __all__ = [
     "Occurrence",
     "WouldRun",
     "describe",
+    "effective_seed",
     "get_zone",
     "jitter_seconds",
     "next_after",
@@ -298,14 +299,17 @@ def _field_text(values: frozenset[int], full: bool) -> str:
     return "*" if full else ",".join(map(str, sorted(values)))
 
 
-def _compile(expr: str, seed: str) -> _Schedule:
-    """The compiled expression. The seed only resolves `H`, so an expression without
-    one compiles once for every schedule (a burst of 100,000 `0 * * * *` schedules,
-    each its own seed, otherwise re-parsed per schedule through a cache far smaller
-    than the burst)."""
+def effective_seed(expr: str, seed: str) -> str:
+    """The part of a schedule's seed its expression depends on: the seed only resolves
+    `H`, so an expression without one is the same for every schedule ("": a burst of
+    100,000 `0 * * * *` schedules, each its own seed, compiles and plans once)."""
     if isinstance(expr, str) and "H" not in expr and "h" not in expr:
-        seed = ""
-    return _compile_seeded(expr, seed)
+        return ""
+    return seed
+
+
+def _compile(expr: str, seed: str) -> _Schedule:
+    return _compile_seeded(expr, effective_seed(expr, seed))
 
 
 @lru_cache(maxsize=4096)
