@@ -4,21 +4,42 @@
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+# The locked versions (requirements/lock.py writes and checks them): `make install`
+# installs exactly these, hash-checked; `make lock` refreshes them from pyproject.toml.
+LOCK := requirements/platform-dev.txt
+LOCKS := $(LOCK) requirements/platform.txt
+LOCK_TOOLS := $(VENV)/lock-tools
+LOCK_ARGS ?=
+# Reinstall when pyproject.toml or a lock changes.
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml $(LOCKS) | cksum | cut -d' ' -f1)
 EMBED := $(BIN)/python -m config.embedded run --
 PYTEST_ARGS ?=
 
-.PHONY: install run test test-fast lint format typecheck migrations-check check-deploy web worker worker-long beat bench chaos clean-data
+.PHONY: install lock lock-check run test test-fast lint format typecheck migrations-check check-deploy web worker worker-long beat bench chaos clean-data
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(LOCKS)
 	@$(PY) -c 'import sys; sys.exit("Python 3.11+ is required (found %s)" % sys.version.split()[0]) if sys.version_info < (3, 11) else None'
+	$(PY) requirements/lock.py check
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --disable-pip-version-check --upgrade pip
-	$(BIN)/pip install -q --disable-pip-version-check '.[dev]'
+	$(BIN)/pip install -q --disable-pip-version-check --require-hashes -r $(LOCK)
+	$(BIN)/pip install -q --disable-pip-version-check --no-deps --no-build-isolation .
+	$(BIN)/python requirements/lock.py verify-env $(LOCK)
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
 install: $(STAMP)
+
+## Re-resolve the locks after a change to pyproject.toml's dependencies, keeping
+## every locked version that still fits; LOCK_ARGS=--upgrade takes the newest of
+## everything, LOCK_ARGS="--upgrade-package NAME" of one. Commit the lock files.
+lock:
+	test -x $(LOCK_TOOLS)/bin/uv || { $(PY) -m venv $(LOCK_TOOLS) && \
+		$(LOCK_TOOLS)/bin/pip install -q --disable-pip-version-check --require-hashes -r requirements/tools.txt; }
+	$(PY) requirements/lock.py compile --uv $(LOCK_TOOLS)/bin/uv $(LOCK_ARGS)
+
+## Fails when pyproject.toml's dependencies changed without `make lock` (no network).
+lock-check:
+	$(PY) requirements/lock.py check
 
 ## The whole platform (web + beat + workers) on the embedded PostgreSQL and
 ## Redis unless DATABASE_URL / CELERY_BROKER_URL are set. Ctrl-C stops all.
