@@ -207,3 +207,34 @@ def test_a_cron_edit_within_the_window_replans_and_the_explainer_says_so(
     assert not Execution.objects.filter(schedule=s).exists()
     answer = explain(schedule=s, at=staged[0].scheduled_for)
     assert "re-planned: schedule edited at " in answer.sentence, answer.sentence
+
+
+def test_a_chunk_whose_admission_lost_the_database_is_published_on_a_later_cycle(
+    beat: Beat, admin_principal: Principal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The connection dies inside the admission (the server ends the session): the
+    transaction rolls back, and the staged rows it held — unchanged, older than the
+    load watermark — must go back into the heap, not be forgotten (the chaos suite
+    lost two of 450 this way before)."""
+    from django.db import connection
+
+    jobs = [job_in(admin_principal, 2, name=f"j{i}") for i in range(3)]
+    beat.cycle()
+    assert all(str(e.id) in beat.in_heap for e in Execution.objects.filter(schedule__in=jobs))
+    real_admit = beat.admission.admit
+    calls = {"n": 0}
+
+    def admit_on_a_dying_connection(*args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            # A real failure of the real connection, not a raised stand-in: the
+            # server terminates this session, the admission's first statement fails.
+            with connection.cursor() as cur:
+                cur.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+        return real_admit(*args, **kwargs)
+
+    monkeypatch.setattr(beat.admission, "admit", admit_on_a_dying_connection)
+    cycle_until([beat], lambda: calls["n"] >= 1)
+    cycle_until([beat], lambda: all(queued(j) for j in jobs))
+    assert calls["n"] >= 2
+    assert Execution.objects.filter(schedule__in=jobs).count() == 3
