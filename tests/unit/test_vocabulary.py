@@ -45,7 +45,11 @@ def test_every_event_kind_written_in_sql_is_an_event_kind() -> None:
         if "INSERT INTO dispatch_executionevent" in text
         for literal in _SQL_KIND.findall(text)
     }
-    assert written >= {"claimed", "attempt_started", "held_rate_limit"}  # the pattern still finds them
+    assert written >= {
+        "claimed",
+        "attempt_started",
+        "held_rate_limit",
+    }  # the pattern still finds them
     assert written <= set(EventKind.values), written - set(EventKind.values)
 
 
