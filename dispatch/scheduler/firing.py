@@ -320,8 +320,8 @@ class _FirePlan:
                 return
             fire, skipped, total, nxt = [run_at], [], 0, None
         else:
-            memo = (expr, tz, cron.effective_seed(expr, seed), next_run_at, now, until)
-            memo += (grace, misfire, catch_up)
+            memo: tuple[Any, ...] = (expr, tz, cron.effective_seed(expr, seed), next_run_at)
+            memo += (now, until, grace, misfire, catch_up)
             plan = self._plans.get(memo)
             if plan is None:
                 plan = self._plans[memo] = cron.plan_misfire(
