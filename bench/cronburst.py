@@ -52,6 +52,7 @@ from bench.common import (
     table,
 )
 from bench.procs import Children, beat_argv, forget_beats, rss_mb, wait_for_beats
+from core.redis_urls import kombu_url
 
 # The beats' stage-ahead when none is given (the pre-staging beat's default).
 STAGE_AHEAD_S = 90.0
@@ -75,9 +76,7 @@ def broker_url(broker: str) -> str:
             return url
         raise BenchError("cronburst --broker amqp: set RABBITMQ_URL (amqp://…)")
     if broker == "redis":
-        from bench.raw import kombu_redis_url
-
-        return kombu_redis_url(str(settings.REDIS_URL))
+        return kombu_url(str(settings.REDIS_URL))
     raise BenchError(f"unknown broker {broker!r} (redis or amqp)")
 
 

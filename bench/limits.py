@@ -49,6 +49,7 @@ from bench.procs import (
     forget_beats,
     lease_all_partitions,
 )
+from core import redis_urls
 
 KEY = "limits"
 
@@ -146,7 +147,7 @@ def run(n: int, noop_n: int) -> dict[str, Any]:
         raise BenchError(f"limits: the beat claimed {fired} of {n} due schedules")
     noop = noop_consume_rate(noop_n, workers=1, concurrency=1)
     redis_url = settings.CELERY_BROKER_URL
-    if not redis_url.startswith(("redis://", "rediss://", "redis+socket://")):
+    if not redis_urls.is_redis(redis_url):
         redis_url = settings.REDIS_URL
     url = amqp_url()
     return {

@@ -26,29 +26,12 @@ from urllib.parse import unquote, urlparse
 from django.conf import settings
 
 from bench.common import BenchError
+from core.redis_urls import kombu_url, redis_py_url
 
 TASK_NAME = "dispatch.run_execution"
 WINDOW = 1000
 SCRATCH = "bench.raw.scratch"
 TARGET = "bench.raw.target"
-
-
-def kombu_redis_url(url: str) -> str:
-    """kombu's spelling of a Redis URL (the embedded socket is `unix://` to redis-py)."""
-    if url.startswith("unix://"):
-        path, _, query = url.removeprefix("unix://").partition("?")
-        db = dict(p.split("=", 1) for p in query.split("&") if "=" in p).get("db", "0")
-        return f"redis+socket://{path}?virtual_host={db}"
-    return url
-
-
-def redis_py_url(url: str) -> str:
-    """redis-py's spelling of a kombu Redis URL (`redis+socket://` is kombu's own)."""
-    if url.startswith("redis+socket://"):
-        path, _, query = url.removeprefix("redis+socket://").partition("?")
-        db = dict(p.split("=", 1) for p in query.split("&") if "=" in p).get("virtual_host", "0")
-        return f"unix://{path}?db={db}"
-    return url
 
 
 def _task_template() -> tuple[dict[str, Any], dict[str, Any], Any]:
@@ -70,7 +53,7 @@ def redis_envelope(url: str) -> bytes:
     client = redis.Redis.from_url(redis_py_url(url), socket_timeout=10)
     try:
         client.delete(SCRATCH)
-        with Connection(kombu_redis_url(url)) as conn:
+        with Connection(kombu_url(url)) as conn:
             producer = conn.Producer()
             producer.publish(
                 [[0, 1], {}, embed],

@@ -14,6 +14,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from config import embedded
 from config.env import get, get_bool, get_int, get_list
+from core import redis_urls
 from dispatch.queues import DEFAULT_QUEUE
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -116,12 +117,9 @@ def _cache_url() -> str:
     # The cache (throttles, rate limits) lives in Redis database 1, apart from a
     # Redis broker's database 0: clearing the cache must never drop queued work.
     broker = get("CELERY_BROKER_URL") or ""
-    if broker.startswith("redis+socket://"):
-        return "unix://" + broker.removeprefix("redis+socket://").split("?")[0] + "?db=1"
-    if broker.startswith(("redis://", "rediss://")):
-        scheme, rest = broker.split("://", 1)
-        return f"{scheme}://{rest.split('/')[0]}/1"
-    return embedded.redis_url() + "?db=1"
+    if redis_urls.is_redis(broker):
+        return redis_urls.redis_py_url(broker, db=1)
+    return redis_urls.redis_py_url(embedded.redis_url(), db=1)
 
 
 REDIS_URL = get("REDIS_URL") or _cache_url()

@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
+from core import redis_urls
 from dispatch.queues import ALL_QUEUES
 from dispatch.selectors.ops import LAG_EXCLUDED_TRIGGERS
 from dispatch.sql import sql
@@ -125,11 +126,11 @@ class DatabaseCollector(Collector):
 
     def _queue_depths(self) -> Iterator[Any]:
         broker: str = settings.CELERY_BROKER_URL
-        if not broker.startswith(("redis://", "rediss://", "redis+socket://")):
+        if not redis_urls.is_redis(broker):
             return
         import redis
 
-        url = broker.replace("redis+socket://", "unix://")
+        url = redis_urls.redis_py_url(broker)
         depth = GaugeMetricFamily(
             "scheduler_queue_depth", "Messages waiting per Celery queue", labels=["queue"]
         )

@@ -9,6 +9,7 @@ from typing import Any
 
 from django.db.models import Count, Max, Q
 
+from core import redis_urls
 from dispatch.models import BeatNode, Execution, ExecutionState, SchedulerPartition, Trigger
 from dispatch.queues import ALL_QUEUES
 from dispatch.sql import sql
@@ -95,7 +96,7 @@ def ops_workers(*, since: datetime) -> list[WorkerSeen]:
 
 def queue_depths(broker: str) -> list[tuple[str, str]]:
     """Messages waiting per Celery queue (Redis brokers; "n/a" for others)."""
-    if not broker.startswith(("redis://", "rediss://", "redis+socket://", "unix://")):
+    if not redis_urls.is_redis(broker):
         return [(name, "n/a") for name in ALL_QUEUES]
     try:
         from kombu import Connection

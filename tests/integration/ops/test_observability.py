@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import re
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from config.logs import JsonFormatter, log_context
 from dispatch import services
 from dispatch.models import Execution
+from dispatch.queues import ALL_QUEUES
 from dispatch.scheduler.loop import Beat, BeatConfig
 from tenants.roles import Principal
 
@@ -55,6 +57,12 @@ def test_metrics_show_fire_lag_after_a_run(
     assert 'scheduler_executions{state="queued",tenant="billing"} 3.0' in body
     assert 'scheduler_tenant_inflight{tenant="billing"} 3.0' in body
     assert "scheduler_partition_ownership_changes_total" in body
+    if settings.CELERY_BROKER_URL.startswith(("redis", "unix")):
+        # Read through redis-py with the broker URL converted (embedded: a socket URL);
+        # a Redis error drops the family, so one line per queue proves the connection.
+        # (Not the depth itself: a stray worker of another test may drain the queue.)
+        depths = re.findall(r'^scheduler_queue_depth\{queue="([^"]+)"\} \d', body, re.M)
+        assert sorted(depths) == sorted(ALL_QUEUES), body
     # The beat's own spans: a cycle containing the claim batch and the publish.
     names = {s.name for s in spans.get_finished_spans()}
     assert {"beat.cycle", "beat.claim_batch", "beat.publish"} <= names

@@ -12,6 +12,7 @@ import redis
 from django.conf import settings
 from django.db import connection
 
+from core.redis_urls import redis_py_url
 from dispatch import services
 from dispatch.models import Execution, ExecutionEvent, Schedule, SchedulerPartition
 from dispatch.scheduler.loop import Beat
@@ -28,9 +29,7 @@ TARGET = {"type": "http", "url": "https://billing.internal/hook"}
 def queue_len(name: str) -> int:
     if not settings.CELERY_BROKER_URL.startswith("redis"):
         return -1
-    # kombu's embedded-socket scheme is redis-py's unix:// (make test without URLs).
-    url = settings.CELERY_BROKER_URL.replace("redis+socket://", "unix://", 1)
-    return int(redis.Redis.from_url(url).llen(name))
+    return int(redis.Redis.from_url(redis_py_url(settings.CELERY_BROKER_URL)).llen(name))
 
 
 @pytest.fixture(scope="module")
