@@ -8,6 +8,7 @@ import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 
 from core.db import notify
@@ -24,8 +25,9 @@ from tenants.roles import Principal
 
 WAKE_CHANNEL = "scheduler_wakeup"
 # One-offs and triggers due sooner than this wake the beat at once instead of
-# waiting for its next cycle.
-WAKE_HORIZON = timedelta(seconds=60)
+# waiting for its next cycle: at least the beat's stage-ahead window, so a job due
+# inside it is staged now rather than at the next incremental load.
+WAKE_HORIZON = timedelta(seconds=max(60.0, float(settings.BEAT_STAGE_AHEAD_S)))
 
 
 def schedule_snapshot(schedule: Schedule) -> dict[str, Any]:
