@@ -53,6 +53,11 @@ RETRY = {"max_attempts": 5, "backoff": "fixed", "initial_s": 1, "max_s": 1}
 # the next sweep.
 FAILOVER_BOUND_S = TTL + CYCLE + SWEEP
 FAILOVER_SLACK_S = 1.5
+# Rows due this soon after a beat fault show its failover. Not widened by LOOKAHEAD:
+# rows the victim had staged further ahead are reloaded by the new owner before they
+# fall due, and a 38 s window took in the lateness of the next nemeses (a worker cut
+# off from PostgreSQL, 10 s) and called it failover.
+FAILOVER_WINDOW_S = TTL * 2 + 4.0
 JOBS_PER_S = 2.5
 NEMESIS_EVERY_S = 8.0  # the short profile: each nemesis once, this far apart
 REDIS_BACKLOG_S = 1.5  # workers held this long (< EXEC_LEASE) so the broker has a backlog to lose
@@ -1278,7 +1283,7 @@ def check(
     for f in faults:
         if not f.kind.startswith("beat_") or f.kind in NOT_FAILOVER:
             continue
-        window_end = f.at + timedelta(seconds=TTL * 2 + LOOKAHEAD + 2)
+        window_end = f.at + timedelta(seconds=FAILOVER_WINDOW_S)
         hit = [
             lateness[str(r["id"])]
             for r in rows

@@ -6,8 +6,9 @@ members, the dashboard, execution timelines, operator views and time zones."""
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, time, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -243,10 +244,13 @@ def test_pause_with_reason_and_until_then_resume_shows_the_misfire_plan(world: W
     world.schedule.refresh_from_db()
     assert world.schedule.paused and world.schedule.paused_reason == "deploy freeze"
     assert world.schedule.paused_until is not None and world.schedule.paused_by == "user:olga"
-    # Pretend the pause lasted: three daily midnights were missed (misfire skip).
-    Schedule.objects.filter(pk=sid).update(
-        next_run_at=datetime.now(UTC) - timedelta(days=3, hours=1)
-    )
+    # Pretend the pause lasted: three daily midnights were missed (misfire skip). The
+    # first is the Amsterdam midnight two local days before the latest one, whatever the
+    # time of day (23:00 UTC is midnight there: "now - 3 days" counted 4 after it).
+    zone = ZoneInfo("Europe/Amsterdam")
+    latest = datetime.now(zone).replace(hour=0, minute=0, second=0, microsecond=0)
+    first = datetime.combine(latest.date() - timedelta(days=2), time(0), tzinfo=zone)
+    Schedule.objects.filter(pk=sid).update(next_run_at=first.astimezone(UTC))
     page = text(client.get(f"/schedules/{sid}/"))
     assert "Resuming now will run 0 occurrences and skip 3 (misfire policy: skip" in page
     Schedule.objects.filter(pk=sid).update(misfire="run_once")
