@@ -28,7 +28,7 @@ from tests.support.worker_support import db_now, purge
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 TARGET = {"type": "http", "url": "https://billing.internal/hook"}
-WINDOW_S = 30.0
+WINDOW_S = 20.0  # two lease TTLs (10 s): a lapse would show
 JOBS = 25
 # Per chunk, each way (a round trip pays twice); the brief's figures by default.
 PHASES_MS = [float(x) for x in os.environ.get("LATENCY_PHASES_MS", "300,500").split(",")]
