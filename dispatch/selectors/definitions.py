@@ -93,6 +93,9 @@ def definition_export(schedule: Schedule) -> dict[str, Any]:
     """The definition as a file would hold it: only the fields that differ from the
     default (name, cron or run_at, and target always), `paused: true` only when paused."""
     out = {k: v for k, v in definition_of(schedule).items() if _kept(k, v)}
+    if "retry" in out:
+        # Only the policy's keys that differ: the rest are filled back on apply.
+        out["retry"] = {k: v for k, v in out["retry"].items() if DEFAULTS["retry"].get(k) != v}
     if schedule.paused:
         out["paused"] = True
     return out

@@ -145,7 +145,7 @@ def _apply(
     if not prune:
         scope = scope.filter(name__in=names)
     live = {s.name: s for s in scope.select_for_update()}
-    _refuse_jobs(tenant_id=tenant.id, names=names, definitions=live)
+    _refuse_jobs(tenant_id=tenant.id, names=names)
     now = db_now()
     items = [
         _plan(actor, i, raw, names[i], live.get(names[i]), now) for i, raw in enumerate(definitions)
@@ -184,7 +184,7 @@ def _names(definitions: list[dict[str, Any]]) -> list[str]:
     return names
 
 
-def _refuse_jobs(*, tenant_id: Any, names: list[str], definitions: dict[str, Schedule]) -> None:
+def _refuse_jobs(*, tenant_id: Any, names: list[str]) -> None:
     # A live one-off of /v1/jobs holds the name: apply neither adopts it as a definition
     # nor collides with it at insert (that would be the unique index's 400, unexplained).
     taken = set(
@@ -193,7 +193,7 @@ def _refuse_jobs(*, tenant_id: Any, names: list[str], definitions: dict[str, Sch
         .values_list("name", flat=True)
     )
     for i, name in enumerate(names):
-        if name in taken and name not in definitions:
+        if name in taken:
             raise InvalidSchedule.field(
                 f"schedules[{i}].name", "a one-off job created through /v1/jobs has this name"
             )

@@ -128,6 +128,9 @@ def test_create_update_unchanged_delete_in_one_answer(api: APIClient, tenant: Te
 
 def test_a_field_left_out_means_its_default_not_as_it_is(api: APIClient, tenant: Tenant) -> None:
     applied(api, [d("a", jitter_s=30, retry={"max_attempts": 7}, priority="high")])
+    # The export holds only the retry key that differs; applied back, it is unchanged.
+    assert export(api)[0]["retry"] == {"max_attempts": 7}
+    assert applied(api, export(api))["summary"]["unchanged"] == 1
     body = applied(api, [d("a")])
     fields = body["changes"][0]["fields"]
     assert set(fields) == {"jitter_s", "retry", "priority"}
@@ -425,6 +428,14 @@ def test_export_is_minimal_and_apply_of_it_is_all_unchanged(api: APIClient, tena
         "priority",
         "duration",
     }
+    full = by_name["cron-full"]
+    assert full["retry"] == {"max_attempts": 5, "backoff": "fixed", "initial_s": 30, "max_s": 30}
+    assert (full["timezone"], full["jitter_s"], full["duration"]) == (
+        "Europe/Amsterdam",
+        20,
+        "long",
+    )
+    assert full["target"]["headers"] == {"X-Team": "billing"}
     before = writes(tenant)
     body = applied(api, exported, prune=True)
     assert body["summary"] == {"create": 0, "update": 0, "unchanged": 6, "delete": 0}
@@ -524,3 +535,18 @@ def test_two_applies_racing_on_the_same_names_end_consistent(
         cur.execute("SELECT indexdef FROM pg_indexes WHERE indexname = 'schedule_name_unique_live'")
         (indexdef,) = cur.fetchone()
     assert "UNIQUE" in indexdef and "deleted_at IS NULL" in indexdef
+
+
+def test_an_unchanged_file_costs_the_same_queries_whatever_its_length(api: APIClient) -> None:
+    from django.test.utils import CaptureQueriesContext
+
+    few = [d(f"few-{i}", depends_on=["few-0"] if i else []) for i in range(3)]
+    many = few + [d(f"many-{i}", depends_on=["few-0"]) for i in range(30)]
+    applied(api, many)
+    counted = []
+    for schedules in (few, many):
+        with CaptureQueriesContext(connection) as queries:
+            body = applied(api, schedules)
+        assert body["summary"]["unchanged"] == len(schedules)
+        counted.append(len(queries.captured_queries))
+    assert counted[0] == counted[1], counted
