@@ -26,6 +26,7 @@ from dispatch.exceptions import InvalidSchedule, QuotaExceeded, VersionConflict
 from dispatch.models import Schedule
 from dispatch.schedule_fields import clean_schedule
 from dispatch.selectors.definitions import (
+    LINKED_FIELDS,
     definition_filled,
     definition_of,
     definition_with,
@@ -229,6 +230,9 @@ def _plan(
     wanted = Schedule(id=schedule_id, tenant=actor.tenant)
     _store(wanted, spec)
     after = definition_with(wanted, depends_on)
+    for key in (k for k in LINKED_FIELDS if k != "depends_on"):
+        if key in after:  # links an unsaved schedule cannot have yet: as the file says
+            after[key] = list(data.get(key) or [])
     item = _Item(index, raw, name, existing, schedule_id, depends_on, Change(name, "unchanged"))
     if existing is None:
         item.change = Change(name, "create", next_after=_next_runs(wanted, now))
@@ -327,9 +331,10 @@ def _carry_out(
         if item.existing is None:
             schedule = schedule_create(actor=actor, data=data, schedule_id=item.schedule_id)
         elif item.definition_changed:
-            if "depends_on" not in item.change.fields:
-                # Unchanged upstreams stay as they are (set() again would re-plan for nothing).
-                data.pop("depends_on")
+            for key in LINKED_FIELDS:
+                if key not in item.change.fields:
+                    # Unchanged links stay as they are (set again, they would re-plan for nothing).
+                    data.pop(key, None)
             schedule = schedule_update(
                 actor=actor,
                 schedule_id=item.schedule_id,
