@@ -6,11 +6,13 @@ the same normalization, so apply(export()) changes nothing."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.db import connection
 from rest_framework.test import APIClient
 
@@ -489,6 +491,9 @@ def test_1000_definitions_fit_the_body_limit(api: APIClient, tenant: Tenant) -> 
         for i in range(APPLY_MAX)
     ]
     many[-1]["cron"] = "99 * * * *"
+    size = len(json.dumps({"schedules": many, "dry_run": True}))
+    # Past the ordinary endpoints' limit: only the bulk limit lets it through.
+    assert settings.API_MAX_BODY_BYTES < size < settings.API_BULK_MAX_BODY_BYTES, size
     res = apply(api, many, dry_run=True)
     err = error(res, 400)
     assert list(err["detail"]) == [f"schedules[{APPLY_MAX - 1}].cron"]
@@ -584,3 +589,41 @@ def test_calendars_are_definition_fields_when_merged(api: APIClient, tenant: Ten
     assert set(body["changes"][0]["fields"]) == {"exclude_calendars"}
     err = error(apply(api, [d("c", only_calendars=["nope"])]), 400)
     assert list(err["detail"]) == ["schedules[0].only_calendars"], err
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_patch_racing_an_apply_is_never_lost(
+    api_for: Callable[[Tenant, Role], APIClient], tenant: Tenant
+) -> None:
+    clients = [api_for(tenant, Role.OPERATOR) for _ in range(2)]
+    applied(clients[0], [d("a")])
+    a = live(tenant)["a"]
+
+    def go(client: APIClient) -> tuple[str, int, Any]:
+        if client is clients[0]:
+            res = client.patch(
+                f"/v1/schedules/{a.id}", {"priority": "high", "version": 1}, format="json"
+            )
+            return "patch", res.status_code, res.json()
+        res = apply(client, [d("a", jitter_s=9)])
+        return "apply", res.status_code, res.json()
+
+    results = {kind: (code, body) for kind, code, body in at_once(clients, go)}
+    apply_code, apply_body = results["apply"]
+    patch_code, _ = results["patch"]
+    assert apply_code == 200, apply_body
+    final = live(tenant)["a"]
+    change = apply_body["changes"][0]
+    if patch_code == 409:
+        # The apply went first: the PATCH made on version 1 is refused, not applied over it.
+        assert change["fields"] == {"jitter_s": {"before": 0, "after": 9}}
+        assert (final.version, final.jitter_s, final.priority) == (2, 9, "default")
+    else:
+        # The PATCH went first: the apply compared against it and set the file's values.
+        assert patch_code == 200
+        assert change["fields"] == {
+            "jitter_s": {"before": 0, "after": 9},
+            "priority": {"before": "high", "after": "default"},
+        }
+        assert (final.version, final.jitter_s, final.priority) == (3, 9, "default")
+    assert change["version"] == final.version
