@@ -295,28 +295,38 @@ def _check_upstreams(
 def _upstreams_first(items: list[_Item]) -> list[_Item]:
     """The items in request order, except that an item comes after the items of the
     file it depends on (they may be created by this apply). A cycle inside the file
-    is the first cycle member's 400."""
+    is a 400 naming the item that closes it. Iterative: a chain of 1,000 is no
+    deeper for Python than a chain of two."""
     by_name = {item.name: item for item in items}
+
+    def upstreams(item: _Item) -> list[_Item]:
+        return [by_name[n] for n in item.depends_on if n in by_name]
+
     order: list[_Item] = []
-    state: dict[str, int] = {}  # 1: on the path, 2: placed
-
-    def visit(item: _Item, path: list[str]) -> None:
-        if state.get(item.name) == 2:
-            return
-        if state.get(item.name) == 1:
-            cycle = " -> ".join([*path[path.index(item.name) :], item.name])
-            raise InvalidSchedule.field(
-                f"schedules[{item.index}].depends_on", f"dependency cycle in the file: {cycle}"
-            )
-        state[item.name] = 1
-        for upstream in item.depends_on:
-            if upstream in by_name:
-                visit(by_name[upstream], [*path, item.name])
-        state[item.name] = 2
-        order.append(item)
-
-    for item in items:
-        visit(item, [])
+    state: dict[str, int] = {}  # 1: on the current path, 2: placed
+    for root in items:
+        if root.name in state:
+            continue
+        state[root.name] = 1
+        path = [root]
+        pending = [iter(upstreams(root))]
+        while pending:
+            upstream = next(pending[-1], None)
+            if upstream is None:
+                done = path.pop()
+                pending.pop()
+                state[done.name] = 2
+                order.append(done)
+            elif state.get(upstream.name) == 1:
+                names = [i.name for i in path[path.index(upstream) :]] + [upstream.name]
+                raise InvalidSchedule.field(
+                    f"schedules[{upstream.index}].depends_on",
+                    f"dependency cycle in the file: {' -> '.join(names)}",
+                )
+            elif upstream.name not in state:
+                state[upstream.name] = 1
+                path.append(upstream)
+                pending.append(iter(upstreams(upstream)))
     return order
 
 

@@ -502,6 +502,25 @@ def test_1000_definitions_fit_the_body_limit(api: APIClient, tenant: Tenant) -> 
     assert not Schedule.objects.filter(tenant=tenant).exists()
 
 
+def test_a_chain_of_1000_in_the_file_is_ordered_and_its_cycle_found(
+    api: APIClient, tenant: Tenant
+) -> None:
+    # Each depends on the next, the last on the first: a cycle 1,000 long (no writes).
+    chain = [d(f"c{i}", depends_on=[f"c{(i + 1) % APPLY_MAX}"]) for i in range(APPLY_MAX)]
+    err = error(apply(api, chain, dry_run=True), 400)
+    assert list(err["detail"]) == ["schedules[0].depends_on"], err
+    assert "dependency cycle in the file: c0 -> c1 -> c2" in err["message"]
+    assert err["message"].endswith("c999 -> c0")
+    assert not Schedule.objects.filter(tenant=tenant).exists()
+    # Without the closing edge, the upstreams are created first whatever the order.
+    body = applied(api, [d("c0", depends_on=["c1"]), d("c1", depends_on=["c2"]), d("c2")])
+    assert [c["name"] for c in body["changes"]] == ["c0", "c1", "c2"]
+    # Created upstream first (one transaction: the audit rows' order tells).
+    ids = {str(s.id): name for name, s in live(tenant).items()}
+    created = AuditEvent.objects.filter(tenant=tenant, action="schedule.create").order_by("pk")
+    assert [ids[a.object_id] for a in created] == ["c2", "c1", "c0"]
+
+
 def test_the_openapi_document_describes_both(client: Any) -> None:
     doc = client.get("/v1/openapi.json").json()
     post = doc["paths"]["/v1/schedules:apply"]["post"]
