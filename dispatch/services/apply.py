@@ -235,7 +235,7 @@ def _plan(
             after[key] = list(data.get(key) or [])
     item = _Item(index, raw, name, existing, schedule_id, depends_on, Change(name, "unchanged"))
     if existing is None:
-        item.change = Change(name, "create", next_after=_next_runs(wanted, now))
+        item.change = Change(name, "create")  # its next runs: once created (_carry_out)
         item.definition_changed = True
         item.pause = True if raw.get("paused") else None
         return item
