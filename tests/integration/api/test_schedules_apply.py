@@ -145,12 +145,17 @@ def test_prune_never_touches_one_off_jobs(api: APIClient, tenant: Tenant) -> Non
     res = api.post("/v1/jobs", {"run_at": LATER, "target": TARGET, "name": "remind"}, format="json")
     assert res.status_code == 201, res.content
     job_id = res.json()["id"]
+    batch = {"jobs": [{"run_at": LATER, "target": TARGET, "idempotency_key": "k1"}]}
+    res = api.post("/v1/jobs:batch", batch, format="json")
+    assert res.status_code == 200, res.content
+    batch_id = res.json()["results"][0]["job"]["id"]
     applied(api, [d("a")])
     body = applied(api, [], prune=True)
     assert body["summary"] == {"create": 0, "update": 0, "unchanged": 0, "delete": 1}
     assert [c["name"] for c in body["changes"]] == ["a"]
-    job = Schedule.objects.get(pk=job_id)
-    assert job.deleted_at is None and job.version == 1
+    for pk in (job_id, batch_id):
+        job = Schedule.objects.get(pk=pk)
+        assert job.deleted_at is None and job.version == 1
     # Not a definition: the export leaves it out, and apply neither adopts nor collides with it.
     assert export(api) == []
     err = error(apply(api, [d("remind", cron=None, run_at=LATER)]), 400)
