@@ -62,7 +62,7 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix .
 
 typecheck: $(STAMP)
-	$(EMBED) $(BIN)/mypy config core tenants dispatch console bench
+	$(EMBED) $(BIN)/mypy config core tenants dispatch console bench clients/python/scheduler_client
 
 migrations-check: $(STAMP)
 	$(EMBED) $(BIN)/python manage.py makemigrations --check --dry-run
