@@ -11,7 +11,9 @@ LOCKS := $(LOCK) requirements/platform.txt requirements/client.txt
 CLIENT := clients/python
 LOCK_TOOLS := $(VENV)/lock-tools
 LOCK_ARGS ?=
-# Reinstall when pyproject.toml or a lock changes.
+# Reinstall when pyproject.toml or a lock changes. The client and schedctl
+# ($(CLIENT)) go in after the platform with --no-deps: requirements/client.txt is
+# resolved within $(LOCK), so everything the client needs is already there, locked.
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml $(CLIENT)/pyproject.toml $(LOCKS) | cksum | cut -d' ' -f1)
 EMBED := $(BIN)/python -m config.embedded run --
 PYTEST_ARGS ?=
@@ -24,8 +26,6 @@ $(STAMP): pyproject.toml $(CLIENT)/pyproject.toml $(LOCKS)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check --require-hashes -r $(LOCK)
 	$(BIN)/pip install -q --disable-pip-version-check --no-deps --no-build-isolation .
-	# The client and schedctl: its dependencies are all in $(LOCK) (requirements/client.txt
-	# is resolved within it), so nothing unlocked comes in.
 	$(BIN)/pip install -q --disable-pip-version-check --no-deps --no-build-isolation ./$(CLIENT)
 	$(BIN)/python requirements/lock.py verify-env $(LOCK)
 	rm -f $(VENV)/.installed-*
