@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,6 +66,8 @@ class Exchange:
     method: str
     path: str
     status: int | None  # None: no answer (a connection error)
+    sent: float  # time.monotonic() when the request went out
+    answered: float  # ... and when the answer (or the error) came back
 
 
 class Recorder(httpx.HTTPTransport):
@@ -77,12 +80,18 @@ class Recorder(httpx.HTTPTransport):
         self.exchanges: list[Exchange] = []
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
+        sent = time.monotonic()
         try:
             response = super().handle_request(request)
         except httpx.TransportError:
-            self.exchanges.append(Exchange(request.method, request.url.path, None))
+            self.exchanges.append(
+                Exchange(request.method, request.url.path, None, sent, time.monotonic())
+            )
             raise
-        self.exchanges.append(Exchange(request.method, request.url.path, response.status_code))
+        response.read()  # the whole answer, so `answered` is when it was in
+        self.exchanges.append(
+            Exchange(request.method, request.url.path, response.status_code, sent, time.monotonic())
+        )
         if self.on_response is not None:
             self.on_response(response)
         return response
