@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,10 @@ def owner(db: Any, server: WebServer, tmp_path: Path, monkeypatch: pytest.Monkey
     return tenant
 
 
+def owner_url() -> str:
+    return os.environ["SCHEDCTL_URL"]
+
+
 def schedctl(*argv: str) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     code = main(list(argv), out=out, err=err)
@@ -70,10 +75,9 @@ def test_apply_then_export_round_trips_with_no_changes(owner: Tenant, tmp_path: 
 
     code, out, err = schedctl("apply", "-f", str(source), "--dry-run", "--exit-code")
     assert code == 3, err  # three to create: a CI check fails
-    assert out.splitlines()[:2] == [
-        "+ create extract",
-        "    next runs: " + out.splitlines()[1].removeprefix("    next runs: "),
-    ]
+    lines = out.splitlines()
+    assert lines[0] == "+ create extract"
+    assert lines[1].startswith("    next runs: ") and len(lines[1].split(", ")) == 5
     assert out.splitlines()[-1] == "dry run: 3 to create, 0 to update, 0 to delete, 0 unchanged"
     client = Client(owner_url(), owner.token)
     assert list(client.list_schedules()) == []  # a dry run writes nothing
@@ -103,12 +107,6 @@ def test_apply_then_export_round_trips_with_no_changes(owner: Tenant, tmp_path: 
     assert out.splitlines() == ["dry run: 0 to create, 0 to update, 0 to delete, 3 unchanged"]
     code, out, _ = schedctl("export", "--json")
     assert code == 0 and json.loads(out) == document
-
-
-def owner_url() -> str:
-    import os
-
-    return os.environ["SCHEDCTL_URL"]
 
 
 def test_a_dry_run_diff_shows_fields_and_the_next_runs_that_change(
@@ -211,7 +209,4 @@ def test_bad_files_and_refused_applies_exit_as_ci_expects(owner: Tenant, tmp_pat
     with pytest.raises(Conflict):
         client.apply_schedules([definition("versioned", jitter_s=9, version=1)])
     assert client.find_schedule("versioned").jitter_s == 5
-    assert client.export_schedules() == [
-        {k: v for k, v in definition("versioned", jitter_s=5).items()}
-        | {"target": client.export_schedules()[0]["target"]}
-    ]
+    assert [(d["name"], d["jitter_s"]) for d in client.export_schedules()] == [("versioned", 5)]
