@@ -3,6 +3,8 @@ wraps, keyset paging across pages, and the typed errors of the API's envelope.""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import stat
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -32,7 +34,7 @@ from scheduler_client import (  # isort: skip  (clients/python is put on sys.pat
     ValidationError,
 )
 from scheduler_client import config  # isort: skip
-from scheduler_client.models import Execution, Explanation, Job, Schedule  # isort: skip
+from scheduler_client.models import Evidence, Execution, Explanation, Job, Schedule  # isort: skip
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -199,3 +201,38 @@ def test_from_env_reads_the_environment_then_the_login_file(
     monkeypatch.setenv(config.TOKEN_ENV, "from-the-environment")  # the environment wins
     with Client.from_env() as client, pytest.raises(Unauthorized):
         list(client.list_schedules())
+
+
+def test_the_models_match_the_servers_openapi_document(server: WebServer) -> None:
+    """The hand-written models name only fields the server documents (so a rename on
+    the server fails here, not in a user's terminal)."""
+    status, _, body = server.request("GET", "/v1/openapi.json")
+    assert status == 200
+    document = json.loads(body)
+    schemas = document["components"]["schemas"]
+    for model, component in [
+        (Schedule, "ScheduleOutDoc"),
+        (Job, "JobOutDoc"),
+        (Execution, "ExecutionDetailDoc"),
+        (Explanation, "ExplanationDoc"),
+        (Evidence, "EvidenceDoc"),
+    ]:
+        documented = set(schemas[component]["properties"])
+        named = {f.name for f in dataclasses.fields(model)} - {"raw"}
+        if model is Schedule or model is Job:
+            named -= {"health"}  # GET /v1/schedules/{id} only: ScheduleWithHealthDoc
+            assert "health" in schemas["ScheduleWithHealthDoc"]["properties"]
+        assert named <= documented, f"{model.__name__}: {sorted(named - documented)}"
+    for path, method in [
+        ("/v1/schedules", "get"),
+        ("/v1/schedules", "post"),
+        ("/v1/schedules/{id}", "patch"),
+        ("/v1/schedules/{id}:pause", "post"),
+        ("/v1/schedules/{id}/explain", "get"),
+        ("/v1/schedules:apply", "post"),
+        ("/v1/schedules:export", "get"),
+        ("/v1/jobs:batch", "post"),
+        ("/v1/executions", "get"),
+        ("/v1/executions/{id}:cancel", "post"),
+    ]:
+        assert method in document["paths"][path], (method, path)
