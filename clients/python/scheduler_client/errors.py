@@ -31,9 +31,9 @@ class ApiError(Exception):
         self.retry_after = retry_after  # seconds the server asked for (429 / 503)
 
     def __str__(self) -> str:
-        if self.detail in (None, "", {}, []):
-            return self.message
-        return f"{self.message} ({_detail_text(self.detail)})"
+        # The message usually is the first detail already ("cron: ..."): add only the rest.
+        extra = [part for part in _detail_parts(self.detail) if part not in self.message]
+        return f"{self.message} ({'; '.join(extra)})" if extra else self.message
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(status={self.status}, code={self.code!r}, message={self.message!r})"
@@ -97,17 +97,18 @@ BY_STATUS: dict[int, type[ApiError]] = {
 }
 
 
-def _detail_text(detail: Any) -> str:
-    # {"field": ["reason", ...]} → "field: reason; ..." — what a terminal wants.
+def _detail_parts(detail: Any) -> list[str]:
+    # {"field": ["reason", ...]} → ["field: reason", ...] — what a terminal wants.
+    if detail in (None, "", {}, []):
+        return []
     if isinstance(detail, dict):
-        parts = []
-        for key, value in detail.items():
-            text = "; ".join(map(str, value)) if isinstance(value, list) else _detail_text(value)
-            parts.append(f"{key}: {text}")
-        return "; ".join(parts)
+        return [
+            f"{key}: {'; '.join(map(str, value)) if isinstance(value, list) else value}"
+            for key, value in detail.items()
+        ]
     if isinstance(detail, list):
-        return "; ".join(_detail_text(item) for item in detail)
-    return str(detail)
+        return [str(item) for item in detail]
+    return [str(detail)]
 
 
 def from_response(status: int, body: Any, *, retry_after: float | None = None) -> ApiError:

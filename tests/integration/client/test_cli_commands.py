@@ -102,10 +102,14 @@ def test_login_saves_a_private_config_and_never_prints_the_token(
 ) -> None:
     tenant = make_tenant("billing")
     assert schedctl("ls").code == 2  # nothing configured yet: a usage error
+    path = home / "xdg" / "schedctl" / "config.toml"
+    wrong = schedctl("login", "--url", server.url, "--token", "not-a-token")
+    assert wrong.code == 1 and wrong.err.startswith("error: ")  # checked before it is saved
+    assert not path.exists() and "not-a-token" not in wrong.out + wrong.err
+
     monkeypatch.setattr(sys, "stdin", io.StringIO(tenant.token + "\n"))
     run = schedctl("login", "--url", server.url, "--token-stdin")
     assert run.code == 0, run.err
-    path = home / "xdg" / "schedctl" / "config.toml"
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert tenant.token in path.read_text()
     assert tenant.token not in run.out + run.err
@@ -163,6 +167,7 @@ def test_exit_codes_and_error_messages(owner: Tenant, server: WebServer, tmp_pat
     invalid = schedctl("create", "--name", "bad", "--cron", "0 99 * * *", "--target-url", "https://billing.internal/hook")  # fmt: skip
     assert invalid.code == 2  # the API's 400: invalid input
     assert invalid.err.startswith("error: ") and "cron" in invalid.err
+    assert invalid.err.count("out of range") == 1  # the message, not again as its detail
 
     from_file = tmp_path / "one.yaml"
     from_file.write_text(json.dumps(definition("from-file")))

@@ -12,6 +12,7 @@ import yaml
 
 from scheduler_client import config, definitions, preview
 from scheduler_client.cli.context import Context, UsageError
+from scheduler_client.client import Client
 from scheduler_client.models import Execution, Schedule
 
 # What `runs --failed` means: the server's "recent failures" (dead, failed, timed
@@ -31,6 +32,11 @@ def _parse_instant(text: str, name: str) -> datetime:
     return value
 
 
+def _page_size(limit: int) -> int | None:
+    # --limit N: ask for N at once (the server allows up to 500 a page), not 50 and a second page.
+    return min(limit, 500) if limit > 0 else None
+
+
 def _iso(value: datetime) -> str:
     return value.isoformat().replace("+00:00", "Z")
 
@@ -48,6 +54,10 @@ def cmd_login(args: argparse.Namespace, ctx: Context) -> int:
         token = sys.stdin.readline().strip() if args.token_stdin or not sys.stdin.isatty() else ""
         if not token:
             raise UsageError("login: give --token TOKEN or pipe it in with --token-stdin")
+    if not args.no_verify:
+        # One cheap authenticated read: a wrong URL or token fails now, not at the next command.
+        with Client(url, token, max_retries=1) as client:
+            client.request("GET", "/v1/schedules", params={"limit": 1})
     path = config.write_file(url, token)
     ctx.warn(f"logged in to {url}; saved to {path}")
     return 0
@@ -71,7 +81,9 @@ def _show_schedule(ctx: Context, schedule: Schedule) -> None:
 
 def cmd_ls(args: argparse.Namespace, ctx: Context) -> int:
     paused = {"yes": True, "no": False}.get(args.paused or "")
-    items = ctx.client.list_schedules(search=args.search, kind=args.kind, paused=paused)
+    items = ctx.client.list_schedules(
+        search=args.search, kind=args.kind, paused=paused, page_size=_page_size(args.limit)
+    )
     found = (
         [s for _, s in zip(range(args.limit), items, strict=False)] if args.limit else list(items)
     )
@@ -210,7 +222,9 @@ def cmd_runs(args: argparse.Namespace, ctx: Context) -> int:
     states: list[str] | None = list(FAILED_STATES) if args.failed else None
     if args.state:
         states = [*(states or []), *args.state.split(",")]
-    items = ctx.client.list_executions(schedule_id=schedule_id, state=states)
+    items = ctx.client.list_executions(
+        schedule_id=schedule_id, state=states, page_size=_page_size(args.limit)
+    )
     found = (
         [e for _, e in zip(range(args.limit), items, strict=False)] if args.limit else list(items)
     )
@@ -283,6 +297,7 @@ def cmd_preview(args: argparse.Namespace, ctx: Context) -> int:
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     p = subparsers.add_parser("login", help="save the server URL and token (config file, 0600)")
     p.add_argument("--token-stdin", action="store_true", help="read the token from stdin")
+    p.add_argument("--no-verify", action="store_true", help="save without checking the token")
     p.set_defaults(handler=cmd_login)
 
     p = subparsers.add_parser("ls", help="list schedules")
