@@ -82,11 +82,18 @@ def test_a_429_is_retried_after_the_servers_retry_after(server: WebServer, owner
     assert first.retry_after is not None and 1 <= first.retry_after <= 10
 
     # A Retry-After longer than the client will wait is raised at once, carrying it.
-    recorder = Recorder()
-    impatient = Client(server.url, owner.token, transport=recorder, max_retry_after=0.5)
-    with impatient, pytest.raises(Throttled) as raised:
-        impatient.request("GET", "/v1/schedules")
-    assert recorder.statuses() == [429] and raised.value.retry_after
+    raised: Throttled | None = None
+    for _ in range(5):  # the window may end before it goes out: then spend the next one
+        recorder = Recorder()
+        with Client(server.url, owner.token, transport=recorder, max_retry_after=0.5) as c:
+            try:
+                c.request("GET", "/v1/schedules")
+            except Throttled as exc:
+                raised = exc
+                break
+        _exhaust(server, owner.token)
+    assert raised is not None and raised.retry_after and raised.retry_after > 0.5
+    assert recorder.statuses() == [429]  # not retried: raised at once
 
     for _ in range(5):  # the window may end between two requests: then spend the next one
         recorder = Recorder()
@@ -104,16 +111,20 @@ def test_a_429_is_retried_after_the_servers_retry_after(server: WebServer, owner
 
 
 def test_every_method_is_retried_on_429(server: WebServer, owner: Tenant) -> None:
-    _exhaust(server, owner.token)
-    recorder = Recorder()
-    with Client(server.url, owner.token, transport=recorder) as client:
-        created = client.create_schedule(definition("after-the-throttle"))  # a POST
-    posts = [e.status for e in recorder.exchanges if e.method == "POST"]
-    assert posts[-1] == 201 and 429 in posts[:-1]
-    # Another token of the tenant (its own budget) sees one schedule: the throttled
-    # attempts did nothing.
+    created: list[str] = []
+    for attempt in range(5):  # as above: the window may end before the POST goes out
+        _exhaust(server, owner.token)
+        recorder = Recorder()
+        with Client(server.url, owner.token, transport=recorder) as client:
+            created.append(client.create_schedule(definition(f"after-{attempt}")).id)  # a POST
+        posts = [e.status for e in recorder.exchanges if e.method == "POST"]
+        if posts[0] == 429:
+            break
+    assert posts[0] == 429 and posts[-1] == 201 and set(posts[:-1]) == {429}
+    # Another token of the tenant (its own budget) sees each schedule once: the
+    # throttled attempts did nothing.
     with Client(server.url, extra_token(owner.slug, Role.VIEWER)) as check:
-        assert [s.id for s in check.list_schedules()] == [created.id]
+        assert sorted(s.id for s in check.list_schedules()) == sorted(created)
 
 
 def test_a_503_while_the_database_is_away_is_retried(
