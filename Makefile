@@ -7,22 +7,26 @@ BIN := $(VENV)/bin
 # The locked versions (requirements/lock.py writes and checks them): `make install`
 # installs exactly these, hash-checked; `make lock` refreshes them from pyproject.toml.
 LOCK := requirements/platform-dev.txt
-LOCKS := $(LOCK) requirements/platform.txt
+LOCKS := $(LOCK) requirements/platform.txt requirements/client.txt
+CLIENT := clients/python
 LOCK_TOOLS := $(VENV)/lock-tools
 LOCK_ARGS ?=
-# Reinstall when pyproject.toml or a lock changes.
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml $(LOCKS) | cksum | cut -d' ' -f1)
+# Reinstall when pyproject.toml or a lock changes. The client and schedctl
+# ($(CLIENT)) go in after the platform with --no-deps: requirements/client.txt is
+# resolved within $(LOCK), so everything the client needs is already there, locked.
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml $(CLIENT)/pyproject.toml $(LOCKS) | cksum | cut -d' ' -f1)
 EMBED := $(BIN)/python -m config.embedded run --
 PYTEST_ARGS ?=
 
 .PHONY: install lock lock-check run test test-fast lint format typecheck migrations-check check-deploy web worker worker-long beat bench chaos clean-data
 
-$(STAMP): pyproject.toml $(LOCKS)
+$(STAMP): pyproject.toml $(CLIENT)/pyproject.toml $(LOCKS)
 	@$(PY) -c 'import sys; sys.exit("Python 3.11+ is required (found %s)" % sys.version.split()[0]) if sys.version_info < (3, 11) else None'
 	$(PY) requirements/lock.py check
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check --require-hashes -r $(LOCK)
 	$(BIN)/pip install -q --disable-pip-version-check --no-deps --no-build-isolation .
+	$(BIN)/pip install -q --disable-pip-version-check --no-deps --no-build-isolation ./$(CLIENT)
 	$(BIN)/python requirements/lock.py verify-env $(LOCK)
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
@@ -62,7 +66,7 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix .
 
 typecheck: $(STAMP)
-	$(EMBED) $(BIN)/mypy config core tenants dispatch console bench
+	$(EMBED) $(BIN)/mypy config core tenants dispatch console bench clients/python/scheduler_client
 
 migrations-check: $(STAMP)
 	$(EMBED) $(BIN)/python manage.py makemigrations --check --dry-run

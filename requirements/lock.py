@@ -46,6 +46,12 @@ LOCKS = (
     Lock("requirements/platform-dev.txt", "pyproject.toml", extras=("dev",)),
     # The platform alone (a production image), the same versions as above.
     Lock("requirements/platform.txt", "pyproject.toml", within="requirements/platform-dev.txt"),
+    # The Python client and schedctl (clients/python), the same versions as the platform's.
+    Lock(
+        "requirements/client.txt",
+        "clients/python/pyproject.toml",
+        within="requirements/platform-dev.txt",
+    ),
 )
 
 PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)\s*(?:;\s*([^\\]+?))?\s*\\?$")

@@ -1,0 +1,31 @@
+"""Python client for the scheduling platform's REST API (and the `schedctl` CLI)."""
+
+from scheduler_client.client import Client
+from scheduler_client.errors import (
+    ApiError,
+    Conflict,
+    Forbidden,
+    NotFound,
+    PreconditionRequired,
+    QuotaExceeded,
+    Throttled,
+    TransportError,
+    Unauthorized,
+    Unavailable,
+    ValidationError,
+)
+
+__all__ = [
+    "ApiError",
+    "Client",
+    "Conflict",
+    "Forbidden",
+    "NotFound",
+    "PreconditionRequired",
+    "QuotaExceeded",
+    "Throttled",
+    "TransportError",
+    "Unauthorized",
+    "Unavailable",
+    "ValidationError",
+]

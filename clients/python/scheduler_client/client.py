@@ -1,0 +1,376 @@
+"""The synchronous client: one httpx connection pool, the API's error envelope
+as typed exceptions, keyset paging as iterators, and retries that are safe.
+
+Retries: a 429 or 503 means the server did nothing, so every method is retried,
+after the Retry-After the server sent (seconds or an HTTP date) or else an
+exponential, jittered, capped backoff. A connection error may have reached the
+server, so only idempotent requests are retried then: GET, PUT, DELETE, and the
+POSTs the API makes idempotent (a job with an idempotency_key, apply), which
+callers mark with `idempotent=True`. The backoff math is the platform's own
+(scheduler_client.timing.retry), not a second copy.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from scheduler_client import config
+from scheduler_client.errors import ApiError, TransportError, from_response
+from scheduler_client.models import Execution, Explanation, Job, Schedule
+from scheduler_client.timing import retry as backoff
+
+__all__ = ["Client"]
+
+IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
+RETRY_STATUSES = frozenset({429, 503})
+# The client's backoff policy in the platform's retry-policy shape.
+BACKOFF_POLICY = {"max_attempts": 0, "backoff": "exponential", "initial_s": 0.5, "max_s": 8.0}
+# A Retry-After longer than this is not waited out: the error is raised at once,
+# carrying retry_after, so a CLI does not hang for an hour.
+MAX_RETRY_AFTER_S = 60.0
+USER_AGENT = "scheduler-client/0.1"
+
+
+def _quote(value: str) -> str:
+    return quote(str(value), safe="")
+
+
+def _flag(value: bool | None) -> str | None:
+    return None if value is None else ("true" if value else "false")
+
+
+class Client:
+    """A tenant's view of the API, authenticated by a bearer token."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        timeout: float = 30.0,
+        max_retries: int = 4,
+        transport: httpx.BaseTransport | None = None,
+        max_retry_after: float = MAX_RETRY_AFTER_S,
+    ) -> None:
+        if not base_url:
+            raise ValueError("base_url is required")
+        if not token:
+            raise ValueError("token is required")
+        self.base_url = base_url.rstrip("/")
+        self.max_retries = max_retries
+        self.max_retry_after = max_retry_after
+        self._http = httpx.Client(
+            base_url=self.base_url,
+            timeout=timeout,
+            transport=transport,
+            headers={
+                "Authorization": f"Bearer {token}",
+                "Accept": "application/json",
+                "User-Agent": USER_AGENT,
+            },
+        )
+
+    @classmethod
+    def from_env(cls, **kwargs: Any) -> Client:
+        """SCHEDCTL_URL / SCHEDCTL_TOKEN, else the file `schedctl login` wrote."""
+        settings = config.load()
+        if not settings.url or not settings.token:
+            raise ValueError(
+                "no server configured: set SCHEDCTL_URL and SCHEDCTL_TOKEN, "
+                f"or run `schedctl login` (writes {config.config_path()})"
+            )
+        return cls(settings.url, settings.token, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"Client({self.base_url!r})"
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ transport
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+        idempotent: bool | None = None,
+    ) -> Any:
+        """Send one request (with retries); the parsed JSON answer, None when empty.
+
+        Raises the ApiError subclass for the status (errors.BY_STATUS), or
+        TransportError when no answer came.
+        """
+        response = self.send(
+            method, path, json=json, params=params, headers=headers, idempotent=idempotent
+        )
+        if not response.content:
+            return None
+        return response.json()
+
+    def send(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+        idempotent: bool | None = None,
+    ) -> httpx.Response:
+        """As request(), but the successful httpx.Response itself (headers, status)."""
+        method = method.upper()
+        safe = method in IDEMPOTENT_METHODS if idempotent is None else idempotent
+        query = {k: v for k, v in (params or {}).items() if v is not None}
+        attempt = 0
+        while True:
+            attempt += 1
+            retry_after: float | None = None
+            try:
+                response = self._http.request(
+                    method, path, json=json, params=query, headers=dict(headers or {})
+                )
+            except httpx.TransportError as exc:
+                if not safe or attempt > self.max_retries:
+                    raise TransportError(
+                        0, "network_error", f"{method} {path}: {exc or type(exc).__name__}"
+                    ) from exc
+            else:
+                if response.is_success:
+                    return response
+                retry_after = backoff.parse_retry_after(response.headers.get("Retry-After"))
+                if (
+                    response.status_code not in RETRY_STATUSES
+                    or attempt > self.max_retries
+                    or (retry_after is not None and retry_after > self.max_retry_after)
+                ):
+                    raise self._error(response, retry_after)
+            time.sleep(backoff.backoff_s(BACKOFF_POLICY, attempt, retry_after_s=retry_after))
+
+    @staticmethod
+    def _error(response: httpx.Response, retry_after: float | None) -> ApiError:
+        try:
+            body: Any = response.json()
+        except ValueError:
+            body = response.text[:500] or None
+        return from_response(response.status_code, body, retry_after=retry_after)
+
+    def paginate(
+        self, path: str, params: Mapping[str, Any] | None = None, *, limit: int | None = None
+    ) -> Iterator[dict[str, Any]]:
+        """Every item of a keyset-paged list ({"results", "next_cursor"}), page by page."""
+        query = dict(params or {})
+        if limit is not None:
+            query["limit"] = limit
+        while True:
+            page = self.request("GET", path, params=query)
+            yield from page["results"]
+            cursor = page.get("next_cursor")
+            if not cursor:
+                return
+            query["cursor"] = cursor
+
+    # ------------------------------------------------------------------ schedules
+
+    def list_schedules(
+        self,
+        *,
+        search: str | None = None,
+        kind: str | None = None,
+        paused: bool | None = None,
+        page_size: int | None = None,
+    ) -> Iterator[Schedule]:
+        """Every schedule of the tenant (keyset-paged underneath), newest first."""
+        params = {"search": search, "kind": kind, "paused": _flag(paused)}
+        for item in self.paginate("/v1/schedules", params, limit=page_size):
+            yield Schedule.from_json(item)
+
+    def get_schedule(self, schedule_id: str) -> Schedule:
+        return Schedule.from_json(self.request("GET", f"/v1/schedules/{_quote(schedule_id)}"))
+
+    def create_schedule(self, definition: Mapping[str, Any]) -> Schedule:
+        """POST /v1/schedules (not retried on a lost connection: it could create twice)."""
+        return Schedule.from_json(self.request("POST", "/v1/schedules", json=dict(definition)))
+
+    def update_schedule(
+        self, schedule_id: str, changes: Mapping[str, Any], *, version: int
+    ) -> Schedule:
+        """PATCH with If-Match: a stale `version` is Conflict, nothing written."""
+        return Schedule.from_json(
+            self.request(
+                "PATCH",
+                f"/v1/schedules/{_quote(schedule_id)}",
+                json=dict(changes),
+                headers={"If-Match": f'"{int(version)}"'},
+                # Conditional on the version: a repeat after a lost answer is a 409, never a
+                # second edit, so it is safe to send again.
+                idempotent=True,
+            )
+        )
+
+    def delete_schedule(self, schedule_id: str) -> None:
+        self.request("DELETE", f"/v1/schedules/{_quote(schedule_id)}")
+
+    def pause_schedule(
+        self, schedule_id: str, *, reason: str = "", until: str | None = None
+    ) -> Schedule:
+        body: dict[str, Any] = {"reason": reason}
+        if until is not None:
+            body["until"] = until
+        return Schedule.from_json(
+            self.request(
+                "POST", f"/v1/schedules/{_quote(schedule_id)}:pause", json=body, idempotent=True
+            )
+        )
+
+    def resume_schedule(self, schedule_id: str) -> Schedule:
+        return Schedule.from_json(
+            self.request("POST", f"/v1/schedules/{_quote(schedule_id)}:resume", idempotent=True)
+        )
+
+    def trigger_schedule(self, schedule_id: str) -> Execution:
+        """Run now (not retried on a lost connection: it could run twice)."""
+        return Execution.from_json(
+            self.request("POST", f"/v1/schedules/{_quote(schedule_id)}:trigger")
+        )
+
+    def preview_schedule(
+        self, schedule_id: str, *, count: int = 5, start: str | None = None
+    ) -> dict[str, Any]:
+        """The server's preview of a saved schedule (its own seed resolves H)."""
+        result: dict[str, Any] = self.request(
+            "GET",
+            f"/v1/schedules/{_quote(schedule_id)}/preview",
+            params={"count": count, "from": start},
+        )
+        return result
+
+    def explain(self, schedule_id: str, at: str) -> Explanation:
+        """Why the schedule did or did not run at `at` (an ISO 8601 instant)."""
+        return Explanation.from_json(
+            self.request("GET", f"/v1/schedules/{_quote(schedule_id)}/explain", params={"at": at})
+        )
+
+    def find_schedule(self, ref: str) -> Schedule:
+        """A schedule by id, or else by its exact name (names are not unique: two is an error)."""
+        try:
+            return self.get_schedule(ref)
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+        matches = [s for s in self.list_schedules(search=ref) if s.name == ref]
+        if len(matches) == 1:
+            return self.get_schedule(matches[0].id)
+        if not matches:
+            raise from_response(
+                404, {"error": {"code": "not_found", "message": f"no schedule {ref!r}"}}
+            )
+        ids = ", ".join(s.id for s in matches)
+        raise from_response(
+            409,
+            {
+                "error": {
+                    "code": "ambiguous",
+                    "message": f"{len(matches)} schedules are named {ref!r}: {ids}; use an id",
+                }
+            },
+        )
+
+    # ------------------------------------------------------------------ jobs and runs
+
+    def create_job(self, definition: Mapping[str, Any]) -> Job:
+        """POST /v1/jobs; with an idempotency_key a retry returns the same job (retried)."""
+        body = dict(definition)
+        return Job.from_json(
+            self.request(
+                "POST", "/v1/jobs", json=body, idempotent=bool(body.get("idempotency_key"))
+            )
+        )
+
+    def create_jobs(self, jobs: list[Mapping[str, Any]]) -> dict[str, Any]:
+        """POST /v1/jobs:batch: every item carries its idempotency_key, so it is retried."""
+        result: dict[str, Any] = self.request(
+            "POST", "/v1/jobs:batch", json={"jobs": [dict(j) for j in jobs]}, idempotent=True
+        )
+        return result
+
+    def list_jobs(
+        self, *, search: str | None = None, page_size: int | None = None
+    ) -> Iterator[Job]:
+        for item in self.paginate("/v1/jobs", {"search": search}, limit=page_size):
+            yield Job.from_json(item)
+
+    def get_job(self, job_id: str) -> Job:
+        return Job.from_json(self.request("GET", f"/v1/jobs/{_quote(job_id)}"))
+
+    def cancel_job(self, job_id: str) -> Job:
+        return Job.from_json(self.request("DELETE", f"/v1/jobs/{_quote(job_id)}"))
+
+    def list_executions(
+        self,
+        *,
+        schedule_id: str | None = None,
+        state: str | list[str] | None = None,
+        trigger: str | None = None,
+        since: str | None = None,
+        until: str | None = None,
+        error: str | None = None,
+        page_size: int | None = None,
+    ) -> Iterator[Execution]:
+        """The runs, newest first; `state` is one state or several (e.g. ["failed", "dead"])."""
+        params = {
+            "schedule_id": schedule_id,
+            "state": ",".join(state) if isinstance(state, list) else state,
+            "trigger": trigger,
+            "from": since,
+            "to": until,
+            "error": error,
+        }
+        for item in self.paginate("/v1/executions", params, limit=page_size):
+            yield Execution.from_json(item)
+
+    def get_execution(self, execution_id: str) -> Execution:
+        return Execution.from_json(self.request("GET", f"/v1/executions/{_quote(execution_id)}"))
+
+    def cancel_execution(self, execution_id: str, *, reason: str = "") -> Execution:
+        return Execution.from_json(
+            self.request(
+                "POST",
+                f"/v1/executions/{_quote(execution_id)}:cancel",
+                json={"reason": reason} if reason else None,
+                idempotent=True,  # cancelling twice is 200, unchanged
+            )
+        )
+
+    # ------------------------------------------------------------------ schedules as code
+
+    def apply_schedules(
+        self, definitions: list[dict[str, Any]], *, prune: bool = False, dry_run: bool = False
+    ) -> dict[str, Any]:
+        """POST /v1/schedules:apply — all or nothing; the summary and per-schedule changes."""
+        body = {"schedules": definitions, "prune": prune, "dry_run": dry_run}
+        # Keyed by name and all-or-nothing: sending it twice converges to the same state.
+        result: dict[str, Any] = self.request(
+            "POST", "/v1/schedules:apply", json=body, idempotent=True
+        )
+        return result
+
+    def export_schedules(self) -> list[dict[str, Any]]:
+        """GET /v1/schedules:export — the tenant's definitions, as apply takes them."""
+        result = self.request("GET", "/v1/schedules:export")
+        schedules: list[dict[str, Any]] = result["schedules"]
+        return schedules
