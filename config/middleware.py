@@ -60,7 +60,7 @@ class ApiBodyGuardMiddleware:
         if request.path.startswith("/v1/") and request.method in {"POST", "PUT", "PATCH"}:
             limit = (
                 settings.API_BULK_MAX_BODY_BYTES
-                if request.path.endswith((":bulk", ":batch"))
+                if request.path.endswith((":bulk", ":batch", ":apply"))
                 else settings.API_MAX_BODY_BYTES
             )
             try:

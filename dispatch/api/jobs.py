@@ -147,20 +147,21 @@ def _batch_items(request: Request) -> list[Any]:
     return jobs
 
 
-def _item_paths(index: int, detail: Any) -> dict[str, list[str]]:
-    """Field errors (a serializer's or the service's) under the item's path: `jobs[3].run_at`."""
+def _item_paths(index: int, detail: Any, prefix: str = "jobs") -> dict[str, list[str]]:
+    """Field errors (a serializer's or the service's) under the item's path: `jobs[3].run_at`
+    (`schedules[3].run_at` for POST /v1/schedules:apply)."""
     flat = _flatten(detail)
     if not isinstance(flat, dict):
         flat = {"non_field_errors": flat}
     paths: dict[str, list[str]] = {}
     for key, reasons in flat.items():
-        path = f"jobs[{index}]" if key == "non_field_errors" else f"jobs[{index}].{key}"
+        path = f"{prefix}[{index}]" if key == "non_field_errors" else f"{prefix}[{index}].{key}"
         paths[path] = reasons if isinstance(reasons, list) else [str(reasons)]
     return paths
 
 
-def _item_error(index: int, detail: Any) -> InvalidSchedule:
-    paths = _item_paths(index, detail)
+def _item_error(index: int, detail: Any, prefix: str = "jobs") -> InvalidSchedule:
+    paths = _item_paths(index, detail, prefix)
     return InvalidSchedule(_first_message(paths), detail=paths)
 
 

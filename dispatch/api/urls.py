@@ -1,10 +1,12 @@
 from django.urls import path, re_path
 
-from dispatch.api import alerts, backfills, bulk, health, jobs, runs, views
+from dispatch.api import alerts, apply, backfills, bulk, health, jobs, runs, views
 
 urlpatterns = [
     path("schedules", views.ScheduleListView.as_view(), name="api-schedules"),
     path("schedules:bulk", bulk.ScheduleBulkView.as_view(), name="api-schedules-bulk"),
+    path("schedules:apply", apply.ScheduleApplyView.as_view(), name="api-schedules-apply"),
+    path("schedules:export", apply.ScheduleExportView.as_view(), name="api-schedules-export"),
     re_path(
         r"^schedules/(?P<pk>[^/:]+):pause$",
         views.SchedulePauseView.as_view(),

@@ -1,6 +1,7 @@
 """Reads of the dispatch app, by concern. Every query starts from the tenant (fails closed).
 
   paging.py      keyset pagination of the list reads, path ids
+  definitions.py schedules as code: a definition as apply takes and export gives it
   schedules.py   schedules: one, a page, search, upstreams and dependents, next runs, upcoming fires
   executions.py  executions: one, a page, the timeline, running and troubled lists, usage
   previews.py    what a schedule means and would do: cron in words, previews, resume plan, history
@@ -34,6 +35,13 @@ from dispatch.selectors.backfills import (
     backfill_progress,
     backfill_summary,
     check_backfill_request,
+)
+from dispatch.selectors.definitions import (
+    definition_export,
+    definition_filled,
+    definition_of,
+    definitions_export,
+    definitions_live,
 )
 from dispatch.selectors.executions import (
     COUNT_CAP,
@@ -171,7 +179,12 @@ __all__ = [
     "backfill_summary",
     "check_backfill_request",
     "cron_text",
+    "definition_export",
+    "definition_filled",
+    "definition_of",
     "definition_preview",
+    "definitions_export",
+    "definitions_live",
     "execution_count",
     "execution_events",
     "execution_filter",

@@ -13,6 +13,7 @@ with NOTIFY, which PostgreSQL delivers only when the transaction commits.
   alert_channels.py  alert channels: create, update, delete, send a test (admins)
   alert_policies.py  alert policies (tenant default, schedule override), a schedule's snooze
   maintenance_windows.py  a tenant's maintenance windows (alerts held, summarised after)
+  apply.py      declarative apply: a file of definitions by name, in one transaction
   bulk.py       bulk actions by ids or filter, as operations (worked here or by the control pump)
 
 Callers use `from dispatch import services; services.x`: every public name is here.
@@ -31,6 +32,10 @@ from dispatch.services.alert_policies import (
     alert_policy_delete,
     alert_policy_set,
     schedule_snooze,
+)
+from dispatch.services.apply import (
+    ApplyResult,
+    schedules_apply,
 )
 from dispatch.services.backfills import (
     BackfillResult,
@@ -79,6 +84,7 @@ __all__ = [
     "TRIGGER_RETRY_AFTER_S",
     "WAKE_CHANNEL",
     "WAKE_HORIZON",
+    "ApplyResult",
     "BackfillResult",
     "BulkOutcome",
     "CancelResult",
@@ -110,4 +116,5 @@ __all__ = [
     "schedule_snooze",
     "schedule_trigger",
     "schedule_update",
+    "schedules_apply",
 ]

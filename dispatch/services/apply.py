@@ -1,0 +1,359 @@
+"""Declarative apply (POST /v1/schedules:apply): a file of definitions keyed by name,
+made true in ONE transaction — missing ones created, differing ones updated, equal
+ones left alone (no write, no audit, no version bump), and with `prune` the
+tenant's other definitions deleted. Nothing is half-applied: any error rolls the
+whole request back.
+
+Every write goes through the one-schedule services (schedule_create / _update /
+_delete / _pause / _resume), so validation, audit rows, timeline events, the
+withdrawal of staged occurrences and the beat wake-up are theirs, unchanged. A
+dry run does exactly the same work and rolls it back: its answer is the real one
+(quota, cycles, unique names included), only the ids of creates are not kept.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db import connection, transaction
+
+from core.db import db_now
+from core.errors import AppError
+from dispatch.exceptions import InvalidSchedule, QuotaExceeded, VersionConflict
+from dispatch.models import Schedule
+from dispatch.schedule_fields import clean_schedule
+from dispatch.selectors.definitions import (
+    definition_filled,
+    definition_of,
+    definition_with,
+    definitions_live,
+)
+from dispatch.selectors.schedules import schedule_preview
+from dispatch.services.common import _store
+from dispatch.services.schedules import (
+    schedule_create,
+    schedule_delete,
+    schedule_pause,
+    schedule_resume,
+    schedule_update,
+)
+from tenants.roles import Principal
+
+APPLY_MAX = 1000
+NEXT_RUNS = 5
+PAUSE_REASON = "paused by apply"
+# pg_advisory_xact_lock(class, key): applies of one tenant take turns, so two racing
+# on the same new names end as if run one after the other (the second sees the first's).
+_LOCK_CLASS = 4244
+
+
+@dataclass
+class Change:
+    name: str
+    action: str  # create | update | unchanged | delete
+    id: uuid.UUID | None = None
+    version: int | None = None
+    fields: dict[str, dict[str, Any]] = field(default_factory=dict)
+    next_before: list[datetime] = field(default_factory=list)
+    next_after: list[datetime] = field(default_factory=list)
+
+
+@dataclass
+class ApplyResult:
+    dry_run: bool
+    changes: list[Change]
+
+    @property
+    def summary(self) -> dict[str, int]:
+        counts = dict.fromkeys(("create", "update", "unchanged", "delete"), 0)
+        for change in self.changes:
+            counts[change.action] += 1
+        return counts
+
+
+class _RolledBack(Exception):
+    """Carries a dry run's answer out of the transaction it rolls back."""
+
+    def __init__(self, result: ApplyResult) -> None:
+        super().__init__("dry run")
+        self.result = result
+
+
+@dataclass
+class _Item:
+    index: int
+    raw: dict[str, Any]
+    name: str
+    existing: Schedule | None
+    schedule_id: uuid.UUID
+    depends_on: list[str]
+    change: Change
+    definition_changed: bool = False
+    pause: bool | None = None  # True: pause, False: resume, None: leave
+
+
+def at_item(index: int, exc: AppError) -> AppError:
+    """`exc` (same class) with its fields under the item's path: `schedules[3].cron`."""
+    prefix = f"schedules[{index}]"
+    detail = exc.detail or {"non_field_errors": [exc.message]}
+    paths = {prefix if k == "non_field_errors" else f"{prefix}.{k}": v for k, v in detail.items()}
+    first, reasons = next(iter(paths.items()))
+    return type(exc)(f"{first}: {reasons[0]}", detail=paths)
+
+
+def _next_runs(schedule: Schedule, now: datetime) -> list[datetime]:
+    return [
+        o.scheduled_for for o in schedule_preview(schedule=schedule, after=now, count=NEXT_RUNS)
+    ]
+
+
+def schedules_apply(
+    *,
+    actor: Principal,
+    definitions: list[dict[str, Any]],
+    prune: bool = False,
+    dry_run: bool = False,
+) -> ApplyResult:
+    """Apply `definitions` (each a validated DEF: the body of POST /v1/schedules with
+    depends_on as names, optional `version` and `paused`). Raises the first item's
+    error naming `schedules[i].<field>`; nothing is written then."""
+    if len(definitions) > APPLY_MAX:
+        raise InvalidSchedule.field("schedules", f"at most {APPLY_MAX} definitions per request")
+    try:
+        with transaction.atomic():
+            result = _apply(actor, definitions, prune=prune, dry_run=dry_run)
+            if dry_run:
+                raise _RolledBack(result)
+    except _RolledBack as done:
+        return done.result
+    return result
+
+
+def _apply(
+    actor: Principal, definitions: list[dict[str, Any]], *, prune: bool, dry_run: bool
+) -> ApplyResult:
+    tenant = actor.tenant
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [_LOCK_CLASS, str(tenant.id)])
+    names = _names(definitions)
+    # The rows this apply may change, locked: a concurrent PATCH waits for us (and then
+    # sees the new version: its If-Match is a 409) instead of being overwritten.
+    scope = definitions_live(tenant=tenant)
+    if not prune:
+        scope = scope.filter(name__in=names)
+    live = {s.name: s for s in scope.select_for_update()}
+    _refuse_jobs(tenant_id=tenant.id, names=names, definitions=live)
+    now = db_now()
+    items = [
+        _plan(actor, i, raw, names[i], live.get(names[i]), now) for i, raw in enumerate(definitions)
+    ]
+    pruned = sorted(set(live) - set(names)) if prune else []
+    # Upstreams by name: the file's own first, then the tenant's live schedules.
+    ids = _check_upstreams(tenant_id=tenant.id, items=items, pruned=set(pruned))
+    ids |= {item.name: item.schedule_id for item in items}
+    for item in _upstreams_first(items):
+        _carry_out(actor, item, ids, now, dry_run=dry_run)
+    changes = [item.change for item in items]
+    for name in pruned:
+        schedule = live[name]
+        before = _next_runs(schedule, now)
+        schedule_delete(actor=actor, schedule_id=schedule.id)
+        changes.append(
+            Change(name, "delete", schedule.id, _version_of(schedule.id), next_before=before)
+        )
+    return ApplyResult(dry_run=dry_run, changes=changes)
+
+
+def _names(definitions: list[dict[str, Any]]) -> list[str]:
+    names: list[str] = []
+    seen: dict[str, int] = {}
+    for i, raw in enumerate(definitions):
+        name = raw.get("name")
+        if not isinstance(name, str) or not name.strip():
+            raise InvalidSchedule.field(f"schedules[{i}].name", "is required")
+        name = name.strip()
+        if name in seen:
+            raise InvalidSchedule.field(
+                f"schedules[{i}].name", f"duplicate: {name!r} is also schedules[{seen[name]}]"
+            )
+        seen[name] = i
+        names.append(name)
+    return names
+
+
+def _refuse_jobs(*, tenant_id: Any, names: list[str], definitions: dict[str, Schedule]) -> None:
+    # A live one-off of /v1/jobs holds the name: apply neither adopts it as a definition
+    # nor collides with it at insert (that would be the unique index's 400, unexplained).
+    taken = set(
+        Schedule.objects.filter(tenant_id=tenant_id, deleted_at__isnull=True, name__in=names)
+        .exclude(request_digest="")
+        .values_list("name", flat=True)
+    )
+    for i, name in enumerate(names):
+        if name in taken and name not in definitions:
+            raise InvalidSchedule.field(
+                f"schedules[{i}].name", "a one-off job created through /v1/jobs has this name"
+            )
+
+
+def _plan(
+    actor: Principal,
+    index: int,
+    raw: dict[str, Any],
+    name: str,
+    existing: Schedule | None,
+    now: datetime,
+) -> _Item:
+    expected = raw.get("version")
+    if expected is not None and (existing is None or existing.version != expected):
+        current = f"it is now {existing.version}" if existing else "there is no such schedule"
+        raise VersionConflict(
+            f"schedules[{index}].version: {name!r} was changed concurrently: you sent "
+            f"version {expected}, {current}; export again and retry",
+            detail={f"schedules[{index}].version": [current]},
+        )
+    schedule_id = existing.id if existing is not None else uuid.uuid4()
+    data = definition_filled(raw)
+    depends_on = sorted(set(data.pop("depends_on")))
+    try:
+        # The validation of schedule_create / schedule_update (depends_on is resolved by
+        # name below, and validated again by the service with ids).
+        spec = clean_schedule(
+            tenant=actor.tenant, data=data, schedule_id=schedule_id, existing=existing
+        )
+    except InvalidSchedule as exc:
+        raise at_item(index, exc) from None
+    wanted = Schedule(id=schedule_id, tenant=actor.tenant)
+    _store(wanted, spec)
+    after = definition_with(wanted, depends_on)
+    item = _Item(index, raw, name, existing, schedule_id, depends_on, Change(name, "unchanged"))
+    if existing is None:
+        item.change = Change(name, "create", next_after=_next_runs(wanted, now))
+        item.definition_changed = True
+        item.pause = True if raw.get("paused") else None
+        return item
+    before = definition_of(existing)
+    fields = {k: {"before": before[k], "after": v} for k, v in after.items() if before[k] != v}
+    item.definition_changed = bool(fields)
+    paused = raw.get("paused")
+    if paused is not None and paused != existing.paused:
+        item.pause = bool(paused)
+        fields["paused"] = {"before": existing.paused, "after": bool(paused)}
+    runs = _next_runs(existing, now)
+    item.change = Change(
+        name,
+        "update" if fields else "unchanged",
+        existing.id,
+        existing.version,
+        fields,
+        next_before=runs,
+        next_after=runs,
+    )
+    return item
+
+
+def _check_upstreams(
+    *, tenant_id: Any, items: list[_Item], pruned: set[str]
+) -> dict[str, uuid.UUID]:
+    """Every depends_on name is a definition of the file or a live schedule of the
+    tenant that this apply keeps; returns the ids of the latter by name."""
+    in_file = {item.name for item in items}
+    wanted = {n for item in items for n in item.depends_on} - in_file
+    found = dict(
+        Schedule.objects.filter(
+            tenant_id=tenant_id, deleted_at__isnull=True, name__in=wanted
+        ).values_list("name", "id")
+    )
+    for item in items:
+        if len(item.depends_on) > 20:
+            raise InvalidSchedule.field(
+                f"schedules[{item.index}].depends_on", "at most 20 upstream schedules"
+            )
+        for upstream in item.depends_on:
+            if upstream in in_file:
+                continue
+            if upstream in pruned:
+                raise InvalidSchedule.field(
+                    f"schedules[{item.index}].depends_on",
+                    f"{upstream!r} is not in the file, so prune would delete it",
+                )
+            if upstream not in found:
+                raise InvalidSchedule.field(
+                    f"schedules[{item.index}].depends_on",
+                    f"no schedule named {upstream!r} in the file or the tenant",
+                )
+    return found
+
+
+def _upstreams_first(items: list[_Item]) -> list[_Item]:
+    """The items in request order, except that an item comes after the items of the
+    file it depends on (they may be created by this apply). A cycle inside the file
+    is the first cycle member's 400."""
+    by_name = {item.name: item for item in items}
+    order: list[_Item] = []
+    state: dict[str, int] = {}  # 1: on the path, 2: placed
+
+    def visit(item: _Item, path: list[str]) -> None:
+        if state.get(item.name) == 2:
+            return
+        if state.get(item.name) == 1:
+            cycle = " -> ".join([*path[path.index(item.name) :], item.name])
+            raise InvalidSchedule.field(
+                f"schedules[{item.index}].depends_on", f"dependency cycle in the file: {cycle}"
+            )
+        state[item.name] = 1
+        for upstream in item.depends_on:
+            if upstream in by_name:
+                visit(by_name[upstream], [*path, item.name])
+        state[item.name] = 2
+        order.append(item)
+
+    for item in items:
+        visit(item, [])
+    return order
+
+
+def _carry_out(
+    actor: Principal, item: _Item, ids: dict[str, uuid.UUID], now: datetime, *, dry_run: bool
+) -> None:
+    if not item.definition_changed and item.pause is None:
+        return
+    data = definition_filled(item.raw)
+    data["depends_on"] = [str(ids[n]) for n in item.depends_on]
+    try:
+        if item.existing is None:
+            schedule = schedule_create(actor=actor, data=data, schedule_id=item.schedule_id)
+        elif item.definition_changed:
+            if "depends_on" not in item.change.fields:
+                # Unchanged upstreams stay as they are (set() again would re-plan for nothing).
+                data.pop("depends_on")
+            schedule = schedule_update(
+                actor=actor,
+                schedule_id=item.schedule_id,
+                data=data,
+                expected_version=item.existing.version,
+            )
+        else:
+            schedule = item.existing
+        if item.pause is True:
+            schedule = schedule_pause(actor=actor, schedule_id=schedule.id, reason=PAUSE_REASON)
+        elif item.pause is False:
+            schedule = schedule_resume(actor=actor, schedule_id=schedule.id)
+    except QuotaExceeded as exc:
+        raise QuotaExceeded(
+            f"schedules[{item.index}]: {exc.message}; nothing was applied",
+            detail={f"schedules[{item.index}]": [exc.message]},
+        ) from None
+    except InvalidSchedule as exc:
+        raise at_item(item.index, exc) from None
+    item.change.id = None if dry_run and item.existing is None else schedule.id
+    item.change.version = schedule.version
+    if item.definition_changed:
+        item.change.next_after = _next_runs(schedule, now)
+
+
+def _version_of(schedule_id: uuid.UUID) -> int:
+    return int(Schedule.objects.values_list("version", flat=True).get(pk=schedule_id))
