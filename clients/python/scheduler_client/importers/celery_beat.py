@@ -13,7 +13,7 @@ requires both, cron either) are Problems. Rows are identified by their primary k
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -110,8 +110,8 @@ def _json_value(raw: Any, default: Any) -> Any:
 
 
 def _iso(value: Any) -> str:
-    if isinstance(value, datetime):
-        return value.isoformat().replace("+00:00", "Z")
+    if isinstance(value, datetime):  # the session's zone: UTC for the definition
+        return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
     return str(value)
 
 
