@@ -57,7 +57,10 @@ def load_dump(text: str) -> dict[str, dict[int, dict[str, Any]]]:
             raise ValueError("not a dumpdata file: each object needs 'model' and 'fields'")
         model = str(obj["model"])
         if model.startswith(_PREFIX):
-            tables.setdefault(model[len(_PREFIX) :], {})[obj.get("pk")] = dict(obj["fields"])
+            pk = obj.get("pk")
+            if not isinstance(pk, int):
+                raise ValueError(f"{model}: pk {pk!r} is not a number")
+            tables.setdefault(model[len(_PREFIX) :], {})[pk] = dict(obj["fields"])
     return tables
 
 
@@ -190,14 +193,14 @@ def parse_rows(
             if row is None:
                 problem(f"interval schedule {task['interval']} is missing from the input")
                 continue
-            expr = interval_cron(int(row["every"]), str(row["period"]))
-            if expr is None:
+            every = interval_cron(int(row["every"]), str(row["period"]))
+            if every is None:
                 problem(
                     f"interval {row['every']} {row['period']} has no cron equivalent "
                     "(exact divisors of an hour or of a day only)"
                 )
                 continue
-            definition.update(cron=expr, timezone=timezone)
+            definition.update(cron=every, timezone=timezone)
         else:
             problem("no schedule (interval, crontab, solar or clocked) is set")
             continue
