@@ -119,3 +119,10 @@ def test_apply_then_server_preview_pause_and_policies(tenant: Tenant, api_for: A
     )
     assert invoice.retry["max_attempts"] == 3 and invoice.timeout_s == 900
     assert Schedule.objects.get(tenant=tenant, name="web-cache-warmer").paused is True
+
+
+def test_text_output_names_documents() -> None:
+    code, text = run_text(["k8s", MANIFEST, "--target-template", TEMPLATE, *AFTER_ARG])
+    assert code == 4
+    assert f"{MANIFEST} (document 6): Deployment web" in text
+    assert "options   concurrency=replace paused" in text

@@ -105,7 +105,7 @@ def _crontab(args: argparse.Namespace, ctx: Context) -> int:
             raise UsageError(str(exc)) from None
         total.definitions += part.definitions
         total.problems += part.problems
-    return _finish(args, ctx, total)
+    return _finish(args, ctx, total, unit="line")
 
 
 def _k8s(args: argparse.Namespace, ctx: Context) -> int:
@@ -115,7 +115,7 @@ def _k8s(args: argparse.Namespace, ctx: Context) -> int:
         total = k8s.parse_manifest(text, source=",".join(args.files), template=template)
     except (TemplateError, ValueError) as exc:
         raise UsageError(str(exc)) from None
-    return _finish(args, ctx, total)
+    return _finish(args, ctx, total, unit="document")
 
 
 def _celery_beat(args: argparse.Namespace, ctx: Context) -> int:
@@ -135,7 +135,7 @@ def _celery_beat(args: argparse.Namespace, ctx: Context) -> int:
         if type(exc).__module__.split(".")[0] != "psycopg":
             raise
         raise UsageError(f"{celery_beat.redact_url(args.database_url)}: {exc}") from None
-    return _finish(args, ctx, result)
+    return _finish(args, ctx, result, unit="row id")
 
 
 def _after(args: argparse.Namespace) -> datetime:
@@ -171,7 +171,9 @@ def _target_summary(target: dict[str, Any]) -> str:
     return json.dumps(target)
 
 
-def _finish(args: argparse.Namespace, ctx: Context, result: ImportResult) -> int:
+def _finish(args: argparse.Namespace, ctx: Context, result: ImportResult, *, unit: str) -> int:
+    """`unit` names what Problem.line counts: a crontab line, a manifest's document
+    (1-based, `---` separated), a periodic task's row id."""
     after = _after(args)
     listed = [{**d, "next_runs": first_runs(d, after)} for d in result.definitions]
     problems = [p.as_dict() for p in result.problems]
@@ -190,7 +192,7 @@ def _finish(args: argparse.Namespace, ctx: Context, result: ImportResult) -> int
             | ({"applied": applied} if applied is not None else {})
         )
     else:
-        _print_text(ctx, listed, problems, applied, args.output)
+        _print_text(ctx, listed, problems, applied, args.output, unit)
     return EXIT_PROBLEMS if problems else 0
 
 
@@ -200,6 +202,7 @@ def _print_text(
     problems: list[dict[str, Any]],
     applied: dict[str, Any] | None,
     output: str | None,
+    unit: str,
 ) -> None:
     verb = "applied" if applied is not None else "would create"
     ctx.print(f"{len(listed)} definition(s) {verb}:")
@@ -219,7 +222,9 @@ def _print_text(
     if problems:
         ctx.print(f"\n{len(problems)} problem(s):")
         for p in problems:
-            where = f"{p['source']}:{p['line']}" if p["line"] is not None else p["source"]
+            where = p["source"]
+            if p["line"] is not None:
+                where += f":{p['line']}" if unit == "line" else f" ({unit} {p['line']})"
             ctx.print(f"  {where}: {p['text'].strip()}")
             ctx.print(f"    → {p['reason']}")
     if output:
