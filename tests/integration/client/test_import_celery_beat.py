@@ -132,6 +132,8 @@ def test_database_and_dump_give_the_same_import(beat_db: tuple[str, Path]) -> No
         "Europe/Amsterdam",  # interval tasks: the --tz (the app's CELERY_TIMEZONE)
     )
     assert defs["rollup"]["cron"] == "0 */2 * * *"
+    # No queue on the task: Celery's default queue.
+    assert defs["rollup"]["target"]["routing_key"] == "billing.celery"
     assert defs["nightly cleanup"]["paused"] is True
     assert defs["nightly cleanup"]["timezone"] == "America/New_York"
     assert defs["migrate once"]["run_at"] == "2026-06-01T09:00:00Z"

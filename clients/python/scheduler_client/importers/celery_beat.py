@@ -34,6 +34,8 @@ TEMPLATE_REQUIRED = (
     '"body": {"task": "{task}", "args": "{args}", "kwargs": "{kwargs}"}}\''
 )
 _PREFIX = "django_celery_beat."
+# A task without a queue goes to Celery's default queue (task_default_queue).
+DEFAULT_QUEUE = "celery"
 
 
 def redact_url(url: str) -> str:
@@ -226,7 +228,7 @@ def parse_rows(
             "task": str(task.get("task") or ""),
             "args": args,
             "kwargs": kwargs,
-            "queue": str(task.get("queue") or ""),
+            "queue": str(task.get("queue") or DEFAULT_QUEUE),
         }
         result.definitions.append(
             {
