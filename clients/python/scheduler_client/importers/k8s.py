@@ -39,7 +39,7 @@ TEMPLATE_REQUIRED = (
 )
 
 
-def _documents(text: str, source: str, result: ImportResult) -> list[tuple[int, Any]]:
+def _documents(text: str, source: str) -> list[tuple[int, Any]]:
     try:
         docs = list(yaml.safe_load_all(text))
     except yaml.YAMLError as exc:
@@ -68,7 +68,7 @@ def parse_manifest(text: str, *, source: str, template: dict[str, Any] | None) -
     if template is None:
         raise TemplateError(TEMPLATE_REQUIRED)
     result = ImportResult()
-    docs = _documents(text, source, result)
+    docs = _documents(text, source)
     cronjobs = [
         (i, d)
         for i, d in docs
