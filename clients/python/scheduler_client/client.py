@@ -21,6 +21,7 @@ import httpx
 
 from scheduler_client import config
 from scheduler_client.errors import ApiError, TransportError, from_response
+from scheduler_client.models import Execution, Explanation, Job, Schedule
 from scheduler_client.timing import retry as backoff
 
 __all__ = ["Client"]
@@ -37,6 +38,10 @@ USER_AGENT = "scheduler-client/0.1"
 
 def _quote(value: str) -> str:
     return quote(str(value), safe="")
+
+
+def _flag(value: bool | None) -> str | None:
+    return None if value is None else ("true" if value else "false")
 
 
 class Client:
@@ -178,6 +183,178 @@ class Client:
             if not cursor:
                 return
             query["cursor"] = cursor
+
+    # ------------------------------------------------------------------ schedules
+
+    def list_schedules(
+        self,
+        *,
+        search: str | None = None,
+        kind: str | None = None,
+        paused: bool | None = None,
+        page_size: int | None = None,
+    ) -> Iterator[Schedule]:
+        """Every schedule of the tenant (keyset-paged underneath), newest first."""
+        params = {"search": search, "kind": kind, "paused": _flag(paused)}
+        for item in self.paginate("/v1/schedules", params, limit=page_size):
+            yield Schedule.from_json(item)
+
+    def get_schedule(self, schedule_id: str) -> Schedule:
+        return Schedule.from_json(self.request("GET", f"/v1/schedules/{_quote(schedule_id)}"))
+
+    def create_schedule(self, definition: Mapping[str, Any]) -> Schedule:
+        """POST /v1/schedules (not retried on a lost connection: it could create twice)."""
+        return Schedule.from_json(self.request("POST", "/v1/schedules", json=dict(definition)))
+
+    def update_schedule(
+        self, schedule_id: str, changes: Mapping[str, Any], *, version: int
+    ) -> Schedule:
+        """PATCH with If-Match: a stale `version` is Conflict, nothing written."""
+        return Schedule.from_json(
+            self.request(
+                "PATCH",
+                f"/v1/schedules/{_quote(schedule_id)}",
+                json=dict(changes),
+                headers={"If-Match": f'"{int(version)}"'},
+                # Conditional on the version: a repeat after a lost answer is a 409, never a
+                # second edit, so it is safe to send again.
+                idempotent=True,
+            )
+        )
+
+    def delete_schedule(self, schedule_id: str) -> None:
+        self.request("DELETE", f"/v1/schedules/{_quote(schedule_id)}")
+
+    def pause_schedule(
+        self, schedule_id: str, *, reason: str = "", until: str | None = None
+    ) -> Schedule:
+        body: dict[str, Any] = {"reason": reason}
+        if until is not None:
+            body["until"] = until
+        return Schedule.from_json(
+            self.request(
+                "POST", f"/v1/schedules/{_quote(schedule_id)}:pause", json=body, idempotent=True
+            )
+        )
+
+    def resume_schedule(self, schedule_id: str) -> Schedule:
+        return Schedule.from_json(
+            self.request("POST", f"/v1/schedules/{_quote(schedule_id)}:resume", idempotent=True)
+        )
+
+    def trigger_schedule(self, schedule_id: str) -> Execution:
+        """Run now (not retried on a lost connection: it could run twice)."""
+        return Execution.from_json(
+            self.request("POST", f"/v1/schedules/{_quote(schedule_id)}:trigger")
+        )
+
+    def preview_schedule(
+        self, schedule_id: str, *, count: int = 5, start: str | None = None
+    ) -> dict[str, Any]:
+        """The server's preview of a saved schedule (its own seed resolves H)."""
+        result: dict[str, Any] = self.request(
+            "GET",
+            f"/v1/schedules/{_quote(schedule_id)}/preview",
+            params={"count": count, "from": start},
+        )
+        return result
+
+    def explain(self, schedule_id: str, at: str) -> Explanation:
+        """Why the schedule did or did not run at `at` (an ISO 8601 instant)."""
+        return Explanation.from_json(
+            self.request("GET", f"/v1/schedules/{_quote(schedule_id)}/explain", params={"at": at})
+        )
+
+    def find_schedule(self, ref: str) -> Schedule:
+        """A schedule by id, or else by its exact name (names are not unique: two is an error)."""
+        try:
+            return self.get_schedule(ref)
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+        matches = [s for s in self.list_schedules(search=ref) if s.name == ref]
+        if len(matches) == 1:
+            return self.get_schedule(matches[0].id)
+        if not matches:
+            raise from_response(
+                404, {"error": {"code": "not_found", "message": f"no schedule {ref!r}"}}
+            )
+        ids = ", ".join(s.id for s in matches)
+        raise from_response(
+            409,
+            {
+                "error": {
+                    "code": "ambiguous",
+                    "message": f"{len(matches)} schedules are named {ref!r}: {ids}; use an id",
+                }
+            },
+        )
+
+    # ------------------------------------------------------------------ jobs and runs
+
+    def create_job(self, definition: Mapping[str, Any]) -> Job:
+        """POST /v1/jobs; with an idempotency_key a retry returns the same job (retried)."""
+        body = dict(definition)
+        return Job.from_json(
+            self.request(
+                "POST", "/v1/jobs", json=body, idempotent=bool(body.get("idempotency_key"))
+            )
+        )
+
+    def create_jobs(self, jobs: list[Mapping[str, Any]]) -> dict[str, Any]:
+        """POST /v1/jobs:batch: every item carries its idempotency_key, so it is retried."""
+        result: dict[str, Any] = self.request(
+            "POST", "/v1/jobs:batch", json={"jobs": [dict(j) for j in jobs]}, idempotent=True
+        )
+        return result
+
+    def list_jobs(
+        self, *, search: str | None = None, page_size: int | None = None
+    ) -> Iterator[Job]:
+        for item in self.paginate("/v1/jobs", {"search": search}, limit=page_size):
+            yield Job.from_json(item)
+
+    def get_job(self, job_id: str) -> Job:
+        return Job.from_json(self.request("GET", f"/v1/jobs/{_quote(job_id)}"))
+
+    def cancel_job(self, job_id: str) -> Job:
+        return Job.from_json(self.request("DELETE", f"/v1/jobs/{_quote(job_id)}"))
+
+    def list_executions(
+        self,
+        *,
+        schedule_id: str | None = None,
+        state: str | list[str] | None = None,
+        trigger: str | None = None,
+        since: str | None = None,
+        until: str | None = None,
+        error: str | None = None,
+        page_size: int | None = None,
+    ) -> Iterator[Execution]:
+        """The runs, newest first; `state` is one state or several (e.g. ["failed", "dead"])."""
+        params = {
+            "schedule_id": schedule_id,
+            "state": ",".join(state) if isinstance(state, list) else state,
+            "trigger": trigger,
+            "from": since,
+            "to": until,
+            "error": error,
+        }
+        for item in self.paginate("/v1/executions", params, limit=page_size):
+            yield Execution.from_json(item)
+
+    def get_execution(self, execution_id: str) -> Execution:
+        return Execution.from_json(self.request("GET", f"/v1/executions/{_quote(execution_id)}"))
+
+    def cancel_execution(self, execution_id: str, *, reason: str = "") -> Execution:
+        return Execution.from_json(
+            self.request(
+                "POST",
+                f"/v1/executions/{_quote(execution_id)}:cancel",
+                json={"reason": reason} if reason else None,
+                idempotent=True,  # cancelling twice is 200, unchanged
+            )
+        )
 
     # ------------------------------------------------------------------ schedules as code
 

@@ -17,13 +17,19 @@ import sys
 from collections.abc import Sequence
 from typing import IO
 
-from scheduler_client.cli.context import Context, UsageError
+from scheduler_client.cli.context import (
+    EXIT_API,
+    EXIT_CHANGES,
+    EXIT_OK,
+    EXIT_USAGE,
+    Context,
+    UsageError,
+)
 from scheduler_client.errors import ApiError, QuotaExceeded, ValidationError
 
 __all__ = ["COMMAND_MODULES", "EXIT_API", "EXIT_CHANGES", "EXIT_OK", "EXIT_USAGE", "main"]
 
 COMMAND_MODULES = ("core", "apply", "imports")
-EXIT_OK, EXIT_API, EXIT_USAGE, EXIT_CHANGES = 0, 1, 2, 3
 
 
 def _common_options(parser: argparse.ArgumentParser, *, suppress: bool) -> None:

@@ -1,10 +1,115 @@
-"""`schedctl apply -f FILE|DIR [--prune] [--dry-run [--exit-code]]` and `schedctl export`."""
+"""`schedctl apply -f FILE|DIR [--prune] [--dry-run [--exit-code]]` and `schedctl export`.
+
+The server decides everything (POST /v1/schedules:apply is one transaction,
+keyed by name); the CLI reads the files, shows the answer as a diff with the
+next fire times that change, and maps it to exit codes a CI job can use.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
 from typing import Any
+
+from scheduler_client import definitions
+from scheduler_client.cli.context import EXIT_CHANGES, Context, UsageError
+
+MARKS = {"create": "+", "update": "~", "delete": "-", "unchanged": "="}
+
+
+def _value(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False)
+
+
+def _runs_text(runs: list[str]) -> str:
+    return ", ".join(runs) if runs else "(none)"
+
+
+def render_changes(result: dict[str, Any], *, verbose: bool = False) -> str:
+    """The apply answer as a reviewable diff: one block per schedule that changes."""
+    lines: list[str] = []
+    for change in result.get("changes", []):
+        action = change.get("action", "?")
+        if action == "unchanged" and not verbose:
+            continue
+        ident = f" ({change['id']})" if change.get("id") else ""
+        lines.append(f"{MARKS.get(action, '?')} {action} {change.get('name')}{ident}")
+        for name, diff in (change.get("fields") or {}).items():
+            lines.append(f"    {name}: {_value(diff.get('before'))} -> {_value(diff.get('after'))}")
+        runs = change.get("next_runs") or {}
+        before, after = runs.get("before") or [], runs.get("after") or []
+        if before != after:
+            if action == "create":
+                lines.append(f"    next runs: {_runs_text(after)}")
+            elif action == "delete":
+                lines.append(f"    next runs (no more): {_runs_text(before)}")
+            else:
+                lines.append(f"    next runs before: {_runs_text(before)}")
+                lines.append(f"    next runs after:  {_runs_text(after)}")
+    summary = result.get("summary", {})
+    counts = ", ".join(
+        f"{summary.get(key, 0)} to {key}"
+        if result.get("dry_run")
+        else f"{summary.get(key, 0)} {key}d"
+        for key in ("create", "update", "delete")
+    )
+    prefix = "dry run: " if result.get("dry_run") else ""
+    lines.append(f"{prefix}{counts}, {summary.get('unchanged', 0)} unchanged")
+    return "\n".join(lines) + "\n"
+
+
+def has_changes(result: dict[str, Any]) -> bool:
+    summary = result.get("summary", {})
+    return any(summary.get(key, 0) for key in ("create", "update", "delete"))
+
+
+def cmd_apply(args: argparse.Namespace, ctx: Context) -> int:
+    try:
+        loaded = definitions.load(args.file)
+    except definitions.DefinitionError as exc:
+        raise UsageError(str(exc)) from None
+    result = ctx.client.apply_schedules(loaded.definitions, prune=args.prune, dry_run=args.dry_run)
+    if ctx.json:
+        ctx.emit_json(result)
+    else:
+        ctx.out.write(render_changes(result, verbose=args.verbose))
+    if args.exit_code and has_changes(result):
+        return EXIT_CHANGES
+    return 0
+
+
+def cmd_export(args: argparse.Namespace, ctx: Context) -> int:
+    schedules = ctx.client.export_schedules()
+    if ctx.json:
+        text = json.dumps({"schedules": schedules}, indent=2, ensure_ascii=False) + "\n"
+    else:
+        text = definitions.dump(schedules)
+    if args.output and args.output != "-":
+        Path(args.output).write_text(text, encoding="utf-8")
+        ctx.warn(f"exported {len(schedules)} schedules to {args.output}")
+    else:
+        ctx.out.write(text)
+    return 0
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
-    """Filled in once the server's apply/export endpoints exist (wip/apply)."""
+    p = subparsers.add_parser(
+        "apply", help="make the tenant's schedules match a file or folder (one transaction)"
+    )
+    p.add_argument("-f", "--file", required=True, help="a YAML file, a folder of them, or -")
+    p.add_argument(
+        "--prune", action="store_true", help="also delete live schedules the files do not name"
+    )
+    p.add_argument("--dry-run", action="store_true", help="show the changes, write nothing")
+    p.add_argument(
+        "--exit-code",
+        action="store_true",
+        help="exit 3 when there are changes (with --dry-run: a CI check that fails on drift)",
+    )
+    p.add_argument("-v", "--verbose", action="store_true", help="list unchanged schedules too")
+    p.set_defaults(handler=cmd_apply)
+
+    p = subparsers.add_parser("export", help="the tenant's schedules as apply's YAML")
+    p.add_argument("-o", "--output", help="write to this file (default stdout)")
+    p.set_defaults(handler=cmd_export)

@@ -11,6 +11,11 @@ from typing import IO, Any
 from scheduler_client import config
 from scheduler_client.client import Client
 
+# The exit codes (CI scripts test them): 0 ok / no changes, 1 an API or network
+# error, 2 usage or invalid input (API 400 and 422 too), 3 `apply --exit-code`
+# found changes.
+EXIT_OK, EXIT_API, EXIT_USAGE, EXIT_CHANGES = 0, 1, 2, 3
+
 
 class UsageError(Exception):
     """Bad input the CLI itself detected: printed as `error: ...`, exit code 2."""
