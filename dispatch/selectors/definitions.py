@@ -33,7 +33,12 @@ DEFAULTS: dict[str, Any] = {
     "priority": Priority.DEFAULT.value,
     "duration": DurationClass.SHORT.value,
     "depends_on": [],
+    "exclude_calendars": [],
+    "only_calendars": [],
 }
+# Definition fields stored as links to other rows: a schedule knows them only once
+# saved, so apply takes their wanted value from the file itself (by name, as given).
+LINKED_FIELDS = ("depends_on", "exclude_calendars", "only_calendars")
 # Always in an exported definition, default or not.
 ALWAYS = ("name", "target")
 # In a definition, not in the stored schedule's definition fields: handled by apply itself.
@@ -75,7 +80,7 @@ def definition_filled(definition: dict[str, Any]) -> dict[str, Any]:
     filled = {k: v for k, v in definition.items() if k not in CONTROL_FIELDS}
     for key, value in DEFAULTS.items():
         if filled.get(key) is None:
-            filled[key] = [] if key == "depends_on" else value
+            filled[key] = [] if key in LINKED_FIELDS else value
     if isinstance(filled.get("retry"), dict):
         filled["retry"] = dict(retry.DEFAULT_POLICY) | filled["retry"]
     return filled
@@ -93,6 +98,9 @@ def definition_export(schedule: Schedule) -> dict[str, Any]:
     """The definition as a file would hold it: only the fields that differ from the
     default (name, cron or run_at, and target always), `paused: true` only when paused."""
     out = {k: v for k, v in definition_of(schedule).items() if _kept(k, v)}
+    if "retry" in out:
+        # Only the policy's keys that differ: the rest are filled back on apply.
+        out["retry"] = {k: v for k, v in out["retry"].items() if DEFAULTS["retry"].get(k) != v}
     if schedule.paused:
         out["paused"] = True
     return out
@@ -101,11 +109,14 @@ def definition_export(schedule: Schedule) -> dict[str, Any]:
 def definitions_live(*, tenant: Tenant) -> QuerySet[Schedule]:
     """The tenant's live schedules that are definitions: not the one-off jobs of
     /v1/jobs (those carry the request digest their idempotency is checked with)."""
+    links: list[str | Prefetch[Any]] = [
+        Prefetch("depends_on", queryset=Schedule.objects.only("name", "deleted_at"))
+    ]
+    if hasattr(Schedule, "calendar_links"):  # calendars (issue 20), where merged
+        links.append("calendar_links__calendar")
     return (
         Schedule.objects.filter(tenant=tenant, deleted_at__isnull=True, request_digest="")
-        .prefetch_related(
-            Prefetch("depends_on", queryset=Schedule.objects.only("name", "deleted_at"))
-        )
+        .prefetch_related(*links)
         .order_by("name", "id")
     )
 

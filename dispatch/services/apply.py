@@ -26,6 +26,7 @@ from dispatch.exceptions import InvalidSchedule, QuotaExceeded, VersionConflict
 from dispatch.models import Schedule
 from dispatch.schedule_fields import clean_schedule
 from dispatch.selectors.definitions import (
+    LINKED_FIELDS,
     definition_filled,
     definition_of,
     definition_with,
@@ -145,7 +146,7 @@ def _apply(
     if not prune:
         scope = scope.filter(name__in=names)
     live = {s.name: s for s in scope.select_for_update()}
-    _refuse_jobs(tenant_id=tenant.id, names=names, definitions=live)
+    _refuse_jobs(tenant_id=tenant.id, names=names)
     now = db_now()
     items = [
         _plan(actor, i, raw, names[i], live.get(names[i]), now) for i, raw in enumerate(definitions)
@@ -184,7 +185,7 @@ def _names(definitions: list[dict[str, Any]]) -> list[str]:
     return names
 
 
-def _refuse_jobs(*, tenant_id: Any, names: list[str], definitions: dict[str, Schedule]) -> None:
+def _refuse_jobs(*, tenant_id: Any, names: list[str]) -> None:
     # A live one-off of /v1/jobs holds the name: apply neither adopts it as a definition
     # nor collides with it at insert (that would be the unique index's 400, unexplained).
     taken = set(
@@ -193,7 +194,7 @@ def _refuse_jobs(*, tenant_id: Any, names: list[str], definitions: dict[str, Sch
         .values_list("name", flat=True)
     )
     for i, name in enumerate(names):
-        if name in taken and name not in definitions:
+        if name in taken:
             raise InvalidSchedule.field(
                 f"schedules[{i}].name", "a one-off job created through /v1/jobs has this name"
             )
@@ -229,6 +230,9 @@ def _plan(
     wanted = Schedule(id=schedule_id, tenant=actor.tenant)
     _store(wanted, spec)
     after = definition_with(wanted, depends_on)
+    for key in (k for k in LINKED_FIELDS if k != "depends_on"):
+        if key in after:  # links an unsaved schedule cannot have yet: as the file says
+            after[key] = list(data.get(key) or [])
     item = _Item(index, raw, name, existing, schedule_id, depends_on, Change(name, "unchanged"))
     if existing is None:
         item.change = Change(name, "create", next_after=_next_runs(wanted, now))
@@ -327,9 +331,10 @@ def _carry_out(
         if item.existing is None:
             schedule = schedule_create(actor=actor, data=data, schedule_id=item.schedule_id)
         elif item.definition_changed:
-            if "depends_on" not in item.change.fields:
-                # Unchanged upstreams stay as they are (set() again would re-plan for nothing).
-                data.pop("depends_on")
+            for key in LINKED_FIELDS:
+                if key not in item.change.fields:
+                    # Unchanged links stay as they are (set again, they would re-plan for nothing).
+                    data.pop(key, None)
             schedule = schedule_update(
                 actor=actor,
                 schedule_id=item.schedule_id,

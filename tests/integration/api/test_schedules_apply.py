@@ -6,11 +6,13 @@ the same normalization, so apply(export()) changes nothing."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.db import connection
 from rest_framework.test import APIClient
 
@@ -128,6 +130,9 @@ def test_create_update_unchanged_delete_in_one_answer(api: APIClient, tenant: Te
 
 def test_a_field_left_out_means_its_default_not_as_it_is(api: APIClient, tenant: Tenant) -> None:
     applied(api, [d("a", jitter_s=30, retry={"max_attempts": 7}, priority="high")])
+    # The export holds only the retry key that differs; applied back, it is unchanged.
+    assert export(api)[0]["retry"] == {"max_attempts": 7}
+    assert applied(api, export(api))["summary"]["unchanged"] == 1
     body = applied(api, [d("a")])
     fields = body["changes"][0]["fields"]
     assert set(fields) == {"jitter_s", "retry", "priority"}
@@ -425,6 +430,14 @@ def test_export_is_minimal_and_apply_of_it_is_all_unchanged(api: APIClient, tena
         "priority",
         "duration",
     }
+    full = by_name["cron-full"]
+    assert full["retry"] == {"max_attempts": 5, "backoff": "fixed", "initial_s": 30, "max_s": 30}
+    assert (full["timezone"], full["jitter_s"], full["duration"]) == (
+        "Europe/Amsterdam",
+        20,
+        "long",
+    )
+    assert full["target"]["headers"] == {"X-Team": "billing"}
     before = writes(tenant)
     body = applied(api, exported, prune=True)
     assert body["summary"] == {"create": 0, "update": 0, "unchanged": 6, "delete": 0}
@@ -478,6 +491,9 @@ def test_1000_definitions_fit_the_body_limit(api: APIClient, tenant: Tenant) -> 
         for i in range(APPLY_MAX)
     ]
     many[-1]["cron"] = "99 * * * *"
+    size = len(json.dumps({"schedules": many, "dry_run": True}))
+    # Past the ordinary endpoints' limit: only the bulk limit lets it through.
+    assert settings.API_MAX_BODY_BYTES < size < settings.API_BULK_MAX_BODY_BYTES, size
     res = apply(api, many, dry_run=True)
     err = error(res, 400)
     assert list(err["detail"]) == [f"schedules[{APPLY_MAX - 1}].cron"]
@@ -524,3 +540,90 @@ def test_two_applies_racing_on_the_same_names_end_consistent(
         cur.execute("SELECT indexdef FROM pg_indexes WHERE indexname = 'schedule_name_unique_live'")
         (indexdef,) = cur.fetchone()
     assert "UNIQUE" in indexdef and "deleted_at IS NULL" in indexdef
+
+
+def test_an_unchanged_file_costs_the_same_queries_whatever_its_length(api: APIClient) -> None:
+    from django.test.utils import CaptureQueriesContext
+
+    few = [d(f"few-{i}", depends_on=["few-0"] if i else []) for i in range(3)]
+    many = few + [d(f"many-{i}", depends_on=["few-0"]) for i in range(30)]
+    applied(api, many)
+    counted = []
+    for schedules in (few, many):
+        with CaptureQueriesContext(connection) as queries:
+            body = applied(api, schedules)
+        assert body["summary"]["unchanged"] == len(schedules)
+        counted.append(len(queries.captured_queries))
+    # Where calendars (issue 20) are merged, each schedule's preview reads its calendar
+    # links: one query per item, exactly; nothing else grows with the file.
+    extra = len(many) - len(few) if hasattr(Schedule, "calendar_links") else 0
+    assert counted[1] - counted[0] == extra, counted
+
+
+def test_calendars_are_definition_fields_when_merged(api: APIClient, tenant: Tenant) -> None:
+    # Calendars (issue 20) live on another branch; this runs once both are merged.
+    pytest.importorskip("dispatch.services.calendars")
+    for name in ("holidays", "stocktake"):
+        res = api.post(
+            "/v1/calendars",
+            {"name": name, "sources": [{"type": "dates", "dates": ["2030-01-02"]}]},
+            format="json",
+        )
+        assert res.status_code == 201, res.content
+    body = applied(api, [d("a", exclude_calendars=["holidays"]), d("b")])
+    assert body["summary"]["create"] == 2
+    exported = {e["name"]: e for e in export(api)}
+    assert exported["a"]["exclude_calendars"] == ["holidays"]
+    assert "exclude_calendars" not in exported["b"] and "only_calendars" not in exported["b"]
+    before = writes(tenant)
+    assert applied(api, list(exported.values()), prune=True)["summary"]["unchanged"] == 2
+    assert writes(tenant) == before
+    body = applied(api, [d("a", exclude_calendars=["stocktake"]), d("b", jitter_s=1)])
+    assert body["changes"][0]["fields"] == {
+        "exclude_calendars": {"before": ["holidays"], "after": ["stocktake"]}
+    }
+    assert set(body["changes"][1]["fields"]) == {"jitter_s"}
+    assert export(api)[0]["exclude_calendars"] == ["stocktake"]
+    # Left out of the file: no calendars (the default), as any other field.
+    body = applied(api, [d("a")])
+    assert set(body["changes"][0]["fields"]) == {"exclude_calendars"}
+    err = error(apply(api, [d("c", only_calendars=["nope"])]), 400)
+    assert list(err["detail"]) == ["schedules[0].only_calendars"], err
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_patch_racing_an_apply_is_never_lost(
+    api_for: Callable[[Tenant, Role], APIClient], tenant: Tenant
+) -> None:
+    clients = [api_for(tenant, Role.OPERATOR) for _ in range(2)]
+    applied(clients[0], [d("a")])
+    a = live(tenant)["a"]
+
+    def go(client: APIClient) -> tuple[str, int, Any]:
+        if client is clients[0]:
+            res = client.patch(
+                f"/v1/schedules/{a.id}", {"priority": "high", "version": 1}, format="json"
+            )
+            return "patch", res.status_code, res.json()
+        res = apply(client, [d("a", jitter_s=9)])
+        return "apply", res.status_code, res.json()
+
+    results = {kind: (code, body) for kind, code, body in at_once(clients, go)}
+    apply_code, apply_body = results["apply"]
+    patch_code, _ = results["patch"]
+    assert apply_code == 200, apply_body
+    final = live(tenant)["a"]
+    change = apply_body["changes"][0]
+    if patch_code == 409:
+        # The apply went first: the PATCH made on version 1 is refused, not applied over it.
+        assert change["fields"] == {"jitter_s": {"before": 0, "after": 9}}
+        assert (final.version, final.jitter_s, final.priority) == (2, 9, "default")
+    else:
+        # The PATCH went first: the apply compared against it and set the file's values.
+        assert patch_code == 200
+        assert change["fields"] == {
+            "jitter_s": {"before": 0, "after": 9},
+            "priority": {"before": "high", "after": "default"},
+        }
+        assert (final.version, final.jitter_s, final.priority) == (3, 9, "default")
+    assert change["version"] == final.version
