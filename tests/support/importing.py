@@ -1,23 +1,23 @@
 """Running `schedctl import …` in-process for the import tests: the CLI's own parser
-and handler with a Context whose client (when --apply is used) talks to the real
-Django application over httpx's WSGI transport — the whole HTTP stack, no server
-process, on the test's database transaction."""
+and handler with a Context whose client (when --apply is used) talks to a live
+gunicorn on the test database (client_support.live_server, one per module)."""
 
 from __future__ import annotations
 
 import io
 import json
-import sys
+from collections.abc import Iterator
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
+import pytest
+
+# client_support puts clients/python on sys.path (the client is not installed in the venv).
+from tests.support import client_support  # noqa: F401
+from tests.support.client_support import live_server
+from tests.support.procs import ROOT, WebServer
+
 SAMPLES = ROOT / "tests" / "integration" / "client" / "samples"
-# The client is its own distribution (clients/python); the shared venv does not
-# install it, so the tests import it from the source tree.
-if str(ROOT / "clients" / "python") not in sys.path:
-    sys.path.insert(0, str(ROOT / "clients" / "python"))
 
 from scheduler_client.cli import build_parser  # noqa: E402
 from scheduler_client.cli.context import Context  # noqa: E402
@@ -52,9 +52,21 @@ def platform_runs(expr: str, tz: str, after: datetime, count: int = 5) -> list[s
     ]
 
 
-def wsgi_client(token: str) -> Client:
-    import httpx
+@pytest.fixture(scope="module", name="web")
+def web_fixture(
+    django_db_setup: Any, django_db_blocker: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[WebServer]:
+    """A live server for the module (import it into a test module to use it)."""
+    with django_db_blocker.unblock(), live_server(tmp_path_factory.mktemp("web")) as server:
+        yield server
 
-    from config.wsgi import application
 
-    return Client("http://testserver", token, transport=httpx.WSGITransport(app=application))
+def server_previews(client: Client, applied: dict[str, Any], after: str) -> dict[str, list[str]]:
+    """Each applied schedule's first 5 runs after `after`, from the live GET …/preview."""
+    out = {}
+    for change in applied["changes"]:
+        body = client.request(
+            "GET", f"/v1/schedules/{change['id']}/preview", params={"count": 5, "from": after}
+        )
+        out[change["name"]] = [o["scheduled_for"] for o in body["occurrences"]]
+    return out

@@ -9,13 +9,20 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from rest_framework.test import APIClient
 
 from dispatch.models import Schedule
 from tenants import services as tenant_services
-from tenants.models import Tenant
 from tenants.roles import Role
-from tests.support.importing import SAMPLES, platform_runs, run_import, run_text, wsgi_client
+from tests.support.importing import (
+    SAMPLES,
+    Client,
+    WebServer,
+    platform_runs,
+    run_import,
+    run_text,
+    server_previews,
+    web_fixture,  # noqa: F401  # the module's live server, as the `web` fixture
+)
 
 # A fixed instant (the week Europe springs forward), never the time of day.
 AFTER = datetime(2026, 3, 27, tzinfo=UTC)
@@ -138,28 +145,24 @@ def test_text_output_lists_runs_and_problems_with_lines() -> None:
     assert f"{USER}:18: @reboot" in text
 
 
-# The WSGI transport runs Django's request signals, which close the connection
-# after each request (the test client disconnects them): a transactional test.
-@pytest.mark.django_db(transaction=True)
-def test_apply_creates_schedules_whose_server_preview_matches(tenant: Tenant, api_for: Any) -> None:
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)  # the live server reads committed rows
+def test_apply_creates_schedules_whose_server_preview_matches(web: WebServer) -> None:
+    tenant = tenant_services.tenant_create(slug="billing", name="Billing")
     _, token = tenant_services.token_issue(tenant=tenant, name="ci", role=Role.OPERATOR)
-    client = wsgi_client(token)
-    code, doc, _ = run_import(
-        ["crontab", USER, "--target-template", TEMPLATE, "--apply", *AFTER_ARG], client
-    )
-    assert code == 4
-    assert doc["applied"]["summary"] == {"create": 9, "update": 0, "unchanged": 0, "delete": 0}
-    api: APIClient = api_for(tenant, Role.VIEWER)
-    for d in doc["definitions"]:
-        schedule = Schedule.objects.get(tenant=tenant, name=d["name"], deleted_at__isnull=True)
-        assert (schedule.cron, schedule.timezone) == (d["cron"], d["timezone"])
-        res = api.get(
-            f"/v1/schedules/{schedule.id}/preview", {"count": 5, "from": "2026-03-27T00:00:00Z"}
-        )
-        assert res.status_code == 200, res.content
-        assert [o["scheduled_for"] for o in res.json()["occurrences"]] == d["next_runs"]
-    # Importing again changes nothing: apply is keyed by name.
-    code, again, _ = run_import(
-        ["crontab", USER, "--target-template", TEMPLATE, "--apply", *AFTER_ARG], client
-    )
-    assert again["applied"]["summary"]["unchanged"] == 9
+    with Client(web.url, token) as client:
+        argv = ["crontab", USER, "--target-template", TEMPLATE, "--apply", *AFTER_ARG]
+        code, doc, _ = run_import(argv, client)
+        assert code == 4
+        applied = doc["applied"]
+        assert applied["summary"] == {"create": 9, "update": 0, "unchanged": 0, "delete": 0}
+        previews = server_previews(client, applied, "2026-03-27T00:00:00Z")
+        assert previews == {d["name"]: d["next_runs"] for d in doc["definitions"]}
+        for d in doc["definitions"]:
+            s = Schedule.objects.get(tenant=tenant, name=d["name"], deleted_at__isnull=True)
+            assert (s.cron, s.timezone, s.target["body"]) == (
+                d["cron"], d["timezone"], d["target"]["body"],
+            )  # fmt: skip
+        # Importing again changes nothing: apply is keyed by name.
+        code, again, _ = run_import(argv, client)
+        assert again["applied"]["summary"]["unchanged"] == 9

@@ -11,9 +11,17 @@ import pytest
 
 from dispatch.models import Schedule
 from tenants import services as tenant_services
-from tenants.models import Tenant
 from tenants.roles import Role
-from tests.support.importing import SAMPLES, platform_runs, run_import, run_text, wsgi_client
+from tests.support.importing import (
+    SAMPLES,
+    Client,
+    WebServer,
+    platform_runs,
+    run_import,
+    run_text,
+    server_previews,
+    web_fixture,  # noqa: F401  # the module's live server, as the `web` fixture
+)
 
 AFTER = datetime(2026, 3, 27, tzinfo=UTC)
 AFTER_ARG = ["--after", "2026-03-27T00:00:00Z"]
@@ -96,21 +104,19 @@ def test_unreadable_manifest_is_exit_2(tmp_path: Any) -> None:
     assert code == 2 and "--target-template is required for CronJobs" in text
 
 
-@pytest.mark.django_db(transaction=True)  # the WSGI transport closes connections
-def test_apply_then_server_preview_pause_and_policies(tenant: Tenant, api_for: Any) -> None:
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)  # the live server reads committed rows
+def test_apply_then_server_preview_pause_and_policies(web: WebServer) -> None:
+    tenant = tenant_services.tenant_create(slug="billing", name="Billing")
     _, token = tenant_services.token_issue(tenant=tenant, name="ci", role=Role.OPERATOR)
-    code, doc, _ = run_import(
-        ["k8s", MANIFEST, "--target-template", TEMPLATE, "--apply", *AFTER_ARG],
-        wsgi_client(token),
-    )
-    assert code == 4
-    assert doc["applied"]["summary"]["create"] == 4
-    api = api_for(tenant, Role.VIEWER)
-    for d in doc["definitions"]:
-        s = Schedule.objects.get(tenant=tenant, name=d["name"], deleted_at__isnull=True)
-        res = api.get(f"/v1/schedules/{s.id}/preview", {"count": 5, "from": "2026-03-27T00:00:00Z"})
-        assert res.status_code == 200, res.content
-        assert [o["scheduled_for"] for o in res.json()["occurrences"]] == d["next_runs"]
+    with Client(web.url, token) as client:
+        code, doc, _ = run_import(
+            ["k8s", MANIFEST, "--target-template", TEMPLATE, "--apply", *AFTER_ARG], client
+        )
+        assert code == 4
+        assert doc["applied"]["summary"]["create"] == 4
+        previews = server_previews(client, doc["applied"], "2026-03-27T00:00:00Z")
+    assert previews == {d["name"]: d["next_runs"] for d in doc["definitions"]}
     invoice = Schedule.objects.get(tenant=tenant, name="billing-invoice-run")
     assert (invoice.overlap, invoice.misfire, invoice.misfire_grace_s) == (
         "forbid",
