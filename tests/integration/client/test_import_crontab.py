@@ -166,3 +166,30 @@ def test_apply_creates_schedules_whose_server_preview_matches(web: WebServer) ->
         # Importing again changes nothing: apply is keyed by name.
         code, again, _ = run_import(argv, client)
         assert again["applied"]["summary"]["unchanged"] == 9
+
+
+def test_zone_lines_and_system_macros(tmp_path: Any) -> None:
+    path = tmp_path / "app.cron"
+    path.write_text(
+        "TZ=Asia/Tokyo\n"
+        "@hourly   deploy  /opt/app/bin/tick\n"
+        "CRON_TZ=Mars/Olympus_Mons\n"
+        "0 8 * * * deploy  /opt/app/bin/morning\n"
+        "@reboot   root    /opt/app/bin/warm\n"
+    )
+    code, doc, _ = run_import(
+        ["crontab", "--system", str(path), "--target-template", TEMPLATE, *AFTER_ARG]
+    )
+    assert code == 4
+    assert [(d["name"], d["cron"], d["timezone"]) for d in doc["definitions"]] == [
+        ("tick", "@hourly", "Asia/Tokyo"),
+        ("morning", "0 8 * * *", "Asia/Tokyo"),  # the unknown zone is refused, Tokyo stays
+    ]
+    problems = by_line(doc["problems"])
+    assert "used as the schedule zone" in problems[1]
+    assert (
+        problems[3].startswith("CRON_TZ: ") and "the following lines keep Asia/Tokyo" in problems[3]
+    )
+    assert "@reboot is not supported" in problems[5]
+    for d in doc["definitions"]:
+        assert d["next_runs"] == platform_runs(d["cron"], d["timezone"], AFTER)
