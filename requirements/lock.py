@@ -50,6 +50,7 @@ LOCKS = (
     Lock(
         "requirements/client.txt",
         "clients/python/pyproject.toml",
+        extras=("celery-beat",),
         within="requirements/platform-dev.txt",
     ),
 )
