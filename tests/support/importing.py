@@ -6,16 +6,12 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
-import pytest
-
 # client_support puts clients/python on sys.path (the client is not installed in the venv).
 from tests.support import client_support  # noqa: F401
-from tests.support.client_support import live_server
-from tests.support.procs import ROOT, WebServer
+from tests.support.procs import ROOT
 
 SAMPLES = ROOT / "tests" / "integration" / "client" / "samples"
 
@@ -50,15 +46,6 @@ def platform_runs(expr: str, tz: str, after: datetime, count: int = 5) -> list[s
         o.scheduled_for.isoformat().replace("+00:00", "Z")
         for o in cron.preview(expr, tz, seed="", after=after, count=count)
     ]
-
-
-@pytest.fixture(scope="module", name="web")
-def web_fixture(
-    django_db_setup: Any, django_db_blocker: Any, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[WebServer]:
-    """A live server for the module (import it into a test module to use it)."""
-    with django_db_blocker.unblock(), live_server(tmp_path_factory.mktemp("web")) as server:
-        yield server
 
 
 def server_previews(client: Client, applied: dict[str, Any], after: str) -> dict[str, list[str]]:

@@ -7,28 +7,19 @@ from __future__ import annotations
 import io
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from tests.support.client_support import TARGET, Tenant, definition, live_server, make_tenant
+from tests.support.client_support import TARGET, Tenant, definition, make_tenant
 from tests.support.procs import WebServer
 
 from scheduler_client import Client, Conflict  # isort: skip
 from scheduler_client.cli import main  # isort: skip
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture(scope="module")
-def server(
-    django_db_setup: Any, django_db_blocker: Any, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[WebServer]:
-    with django_db_blocker.unblock(), live_server(tmp_path_factory.mktemp("web")) as web:
-        yield web
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ import stat
 import subprocess
 import sys
 import venv
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,6 @@ from tests.support.client_support import (
     CLIENT_DIR,
     Tenant,
     definition,
-    live_server,
     make_tenant,
 )
 from tests.support.procs import WebServer
@@ -30,14 +28,6 @@ from scheduler_client import Client  # isort: skip
 from scheduler_client.cli import main  # isort: skip
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture(scope="module")
-def server(
-    django_db_setup: Any, django_db_blocker: Any, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[WebServer]:
-    with django_db_blocker.unblock(), live_server(tmp_path_factory.mktemp("web")) as web:
-        yield web
 
 
 @pytest.fixture

@@ -19,7 +19,6 @@ from tests.support.client_support import (
     Tenant,
     definition,
     extra_token,
-    live_server,
     make_tenant,
 )
 from tests.support.procs import WebServer
@@ -37,14 +36,6 @@ from scheduler_client import config  # isort: skip
 from scheduler_client.models import Evidence, Execution, Explanation, Job, Schedule  # isort: skip
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture(scope="module")
-def server(
-    django_db_setup: Any, django_db_blocker: Any, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[WebServer]:
-    with django_db_blocker.unblock(), live_server(tmp_path_factory.mktemp("web")) as web:
-        yield web
 
 
 @pytest.fixture

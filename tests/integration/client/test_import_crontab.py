@@ -21,7 +21,6 @@ from tests.support.importing import (
     run_import,
     run_text,
     server_previews,
-    web_fixture,  # noqa: F401  # the module's live server, as the `web` fixture
 )
 
 # A fixed instant (the week Europe springs forward), never the time of day.
@@ -147,10 +146,10 @@ def test_text_output_lists_runs_and_problems_with_lines() -> None:
 
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)  # the live server reads committed rows
-def test_apply_creates_schedules_whose_server_preview_matches(web: WebServer) -> None:
+def test_apply_creates_schedules_whose_server_preview_matches(server: WebServer) -> None:
     tenant = tenant_services.tenant_create(slug="billing", name="Billing")
     _, token = tenant_services.token_issue(tenant=tenant, name="ci", role=Role.OPERATOR)
-    with Client(web.url, token) as client:
+    with Client(server.url, token) as client:
         argv = ["crontab", USER, "--target-template", TEMPLATE, "--apply", *AFTER_ARG]
         code, doc, _ = run_import(argv, client)
         assert code == 4

@@ -20,7 +20,6 @@ from tests.support.importing import (
     run_import,
     run_text,
     server_previews,
-    web_fixture,  # noqa: F401  # the module's live server, as the `web` fixture
 )
 
 AFTER = datetime(2026, 3, 27, tzinfo=UTC)
@@ -106,10 +105,10 @@ def test_unreadable_manifest_is_exit_2(tmp_path: Any) -> None:
 
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)  # the live server reads committed rows
-def test_apply_then_server_preview_pause_and_policies(web: WebServer) -> None:
+def test_apply_then_server_preview_pause_and_policies(server: WebServer) -> None:
     tenant = tenant_services.tenant_create(slug="billing", name="Billing")
     _, token = tenant_services.token_issue(tenant=tenant, name="ci", role=Role.OPERATOR)
-    with Client(web.url, token) as client:
+    with Client(server.url, token) as client:
         code, doc, _ = run_import(
             ["k8s", MANIFEST, "--target-template", TEMPLATE, "--apply", *AFTER_ARG], client
         )
