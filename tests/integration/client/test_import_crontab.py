@@ -16,12 +16,12 @@ from tenants.roles import Role
 from tests.support.importing import (
     SAMPLES,
     Client,
-    WebServer,
     platform_runs,
     run_import,
     run_text,
     server_previews,
 )
+from tests.support.procs import WebServer
 
 # A fixed instant (the week Europe springs forward), never the time of day.
 AFTER = datetime(2026, 3, 27, tzinfo=UTC)

@@ -15,12 +15,12 @@ from tenants.roles import Role
 from tests.support.importing import (
     SAMPLES,
     Client,
-    WebServer,
     platform_runs,
     run_import,
     run_text,
     server_previews,
 )
+from tests.support.procs import WebServer
 
 AFTER = datetime(2026, 3, 27, tzinfo=UTC)
 AFTER_ARG = ["--after", "2026-03-27T00:00:00Z"]
