@@ -255,6 +255,10 @@ class AuditAction(models.TextChoices):
     # Maintenance windows (object_type "maintenance_window").
     MAINTENANCE_WINDOW_CREATE = "maintenance_window.create"
     MAINTENANCE_WINDOW_DELETE = "maintenance_window.delete"
+    # Calendars (object_type "calendar").
+    CALENDAR_CREATE = "calendar.create"
+    CALENDAR_UPDATE = "calendar.update"
+    CALENDAR_DELETE = "calendar.delete"
 
 
 class ChannelKind(models.TextChoices):

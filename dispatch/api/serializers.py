@@ -162,6 +162,20 @@ class ScheduleInSerializer(StrictSerializer):
     priority = serializers.ChoiceField(choices=Priority.values, required=False)
     duration = serializers.ChoiceField(choices=DurationClass.values, required=False)
     depends_on = serializers.ListField(child=serializers.UUIDField(), required=False, max_length=20)
+    exclude_calendars = serializers.ListField(
+        child=serializers.CharField(max_length=100),
+        required=False,
+        max_length=10,
+        help_text="calendars (names, or ids) whose dates do not run: every occurrence on an "
+        "excluded LOCAL date (in the schedule's timezone) is skipped",
+    )
+    only_calendars = serializers.ListField(
+        child=serializers.CharField(max_length=100),
+        required=False,
+        max_length=10,
+        help_text="when given, the schedule runs only on dates in at least one of these "
+        "calendars (names, or ids); exclude_calendars still apply",
+    )
 
 
 class SchedulePatchSerializer(ScheduleInSerializer):
@@ -322,6 +336,8 @@ class ScheduleOutDoc(serializers.Serializer[Any]):
     priority = serializers.ChoiceField(choices=Priority.values)
     duration = serializers.ChoiceField(choices=DurationClass.values)
     depends_on = serializers.ListField(child=serializers.UUIDField())
+    exclude_calendars = serializers.ListField(child=serializers.CharField())
+    only_calendars = serializers.ListField(child=serializers.CharField())
     paused = serializers.BooleanField()
     paused_at = serializers.DateTimeField(allow_null=True)
     paused_until = serializers.DateTimeField(allow_null=True)
