@@ -201,6 +201,10 @@ class ExplainCode(models.TextChoices):
         "that wall time was moved by a DST change; the answer is about the moved run",
     )
     PAUSED = "paused", "the schedule was (or is) paused at that time"
+    EXCLUDED_BY_CALENDAR = (
+        "excluded_by_calendar",
+        "an occurrence of the expression on a date one of the schedule's calendars excludes",
+    )
     NOT_CREATED_YET = "not_created_yet", "the schedule did not exist yet"
     DELETED = "deleted", "the schedule had been deleted"
     SKIPPED_MISFIRE = (

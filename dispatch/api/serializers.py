@@ -439,6 +439,12 @@ class OccurrenceDoc(serializers.Serializer[Any]):
     note = serializers.CharField(allow_null=True, help_text="DST annotation")
 
 
+class ExcludedDoc(serializers.Serializer[Any]):
+    scheduled_for = serializers.DateTimeField()
+    local = serializers.CharField()
+    reason = serializers.CharField(help_text="excluded by calendar 'NL holidays': 2026-12-25 ...")
+
+
 class PreviewDoc(serializers.Serializer[Any]):
     occurrences = OccurrenceDoc(many=True)
     description = serializers.CharField()
@@ -446,6 +452,11 @@ class PreviewDoc(serializers.Serializer[Any]):
     timezone = serializers.CharField()
     note = serializers.CharField(
         allow_null=True, help_text="set when paused until a time: earlier runs are left out"
+    )
+    excluded = ExcludedDoc(
+        many=True,
+        help_text="occurrences of the expression within the previewed span that the "
+        "schedule's calendars exclude (at most 50), with the reason",
     )
 
 

@@ -36,20 +36,23 @@ def calendar_get(*, tenant: Tenant, calendar_id: uuid.UUID | str) -> Calendar:
     return found
 
 
-# Expanded calendars by (id, version, years): every edit bumps the version, a new
-# year is a new key, so an entry never goes stale; bounded by clearing when full.
-_EXPANDED: dict[tuple[uuid.UUID, int, tuple[int, ...]], DateSet] = {}
+# Expanded calendars by (id, version, updated_at, years): every edit bumps the version
+# and the time (the time tells apart a version whose transaction rolled back from the
+# next edit's), a new year is a new key, so an entry never goes stale; bounded by
+# clearing when full.
+_EXPANDED: dict[tuple[uuid.UUID, int, dt.datetime, tuple[int, ...]], DateSet] = {}
 _EXPANDED_MAX = 1024
 
 
 def calendar_dates(calendar: Calendar, *, years: tuple[int, ...] | None = None) -> DateSet:
     """The calendar expanded for the planning years (cached per version)."""
-    key = (calendar.id, calendar.version, years or calendars.planning_years())
+    span = years or calendars.planning_years()
+    key = (calendar.id, calendar.version, calendar.updated_at, span)
     found = _EXPANDED.get(key)
     if found is None:
         if len(_EXPANDED) >= _EXPANDED_MAX:
             _EXPANDED.clear()
-        found = _EXPANDED[key] = calendars.expand(calendar.name, calendar.sources, years=key[2])
+        found = _EXPANDED[key] = calendars.expand(calendar.name, calendar.sources, years=span)
     return found
 
 

@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from dispatch.models import Execution, Kind, Schedule
+from dispatch.selectors.calendars import schedule_filter
 from dispatch.selectors.schedules import schedule_history, schedule_preview
 from dispatch.timing import cron
 from tenants.models import Tenant
@@ -140,6 +141,7 @@ def resume_preview(schedule: Schedule, now: datetime) -> ResumePreview:
         grace_s=schedule.misfire_grace_s,
         policy=schedule.misfire,
         catch_up_limit=schedule.catch_up_limit,
+        dates=schedule_filter(schedule.id),
     )
     run = len(plan.fire)
     return ResumePreview(
@@ -181,6 +183,7 @@ def schedule_history_rows(*, tenant: Tenant, schedule: Schedule, now: datetime) 
             end=now,
             seed=str(schedule.id),
             limit=HISTORY_LIMIT * 4,
+            dates=schedule_filter(schedule.id),
         )
     except cron.CronError:
         return rows

@@ -12,6 +12,7 @@ from django.db.models import Case, Q, Value, When
 
 from dispatch.exceptions import InvalidSchedule, NotFound
 from dispatch.models import Execution, Kind, Schedule
+from dispatch.selectors.calendars import schedule_filter
 from dispatch.selectors.paging import Page, _keyset, as_uuid
 from dispatch.timing import cron
 from tenants.models import Tenant
@@ -101,6 +102,7 @@ def schedule_preview(*, schedule: Schedule, after: datetime, count: int) -> list
         after=after,
         count=count,
         jitter_s=schedule.jitter_s,
+        dates=schedule_filter(schedule.id),
     )
 
 

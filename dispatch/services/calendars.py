@@ -17,7 +17,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.db.models.functions import Now
 
-from core.db import db_now
+from core.db import db_clock, db_now
 from core.errors import constraint_name
 from dispatch import calendars
 from dispatch.exceptions import InvalidSchedule, NotFound, StateConflict
@@ -122,9 +122,10 @@ def calendar_update(*, actor: Principal, calendar_id: str, data: dict[str, Any])
         calendar.sources = calendars.clean_sources(data["sources"], tenant=actor.tenant)
     calendar.version += 1
     calendar.updated_by = actor.label
-    calendar.updated_at = Now()
+    # The wall clock, not the transaction's: it also keys the expansion cache, and an
+    # edit rolled back must not share a key with the next one (same version).
+    calendar.updated_at = db_clock()
     _save(calendar)
-    calendar.refresh_from_db(fields=["updated_at"])
     if "sources" in data:
         _replan_users(actor, calendar)
     _audit(
