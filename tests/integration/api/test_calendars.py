@@ -218,3 +218,22 @@ def test_in_use_delete_is_409_naming_schedules_and_edit_replans(
     assert res.status_code == 200, res.content
     after = Schedule.objects.get(pk=sched["id"]).next_run_at
     assert after is not None and after.astimezone(zone).date() > day
+
+
+def test_backfill_plan_leaves_out_excluded_dates_on_a_dst_day(
+    api: APIClient, seed_example: dict[str, Any]
+) -> None:
+    post(api, {"name": "fall back", "sources": [{"type": "dates", "dates": ["2026-10-25"]}]})
+    sched = schedule(
+        api,
+        seed_example | {"cron": "0 * * * *", "concurrency": "allow"},
+        exclude_calendars=["fall back"],
+    )
+    window = {"from": "2026-10-24T00:00:00Z", "to": "2026-10-27T00:00:00Z", "dry_run": True}
+    res = api.post(
+        f"/v1/schedules/{sched['id']}:backfill", window | {"max_concurrent": 100}, format="json"
+    )
+    assert res.status_code == 200, res.content
+    local = [o["local"][:10] for o in res.json()["occurrences"]]
+    # 72 hours of hourly runs, less the 25 of the (fall-back) excluded day.
+    assert len(local) == 72 - 25 and "2026-10-25" not in local
