@@ -5,6 +5,9 @@ another tenant's calendar a 404 / unknown calendar."""
 from __future__ import annotations
 
 import datetime as dt
+import http.server
+import threading
+from collections.abc import Iterator
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -237,3 +240,63 @@ def test_backfill_plan_leaves_out_excluded_dates_on_a_dst_day(
     local = [o["local"][:10] for o in res.json()["occurrences"]]
     # 72 hours of hourly runs, less the 25 of the (fall-back) excluded day.
     assert len(local) == 72 - 25 and "2026-10-25" not in local
+
+
+class _IcsHandler(http.server.BaseHTTPRequestHandler):
+    body = ICS.encode()
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/calendar")
+        self.send_header("Content-Length", str(len(self.body)))
+        self.end_headers()
+        self.wfile.write(self.body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def ics_server(settings: Any) -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _IcsHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    port = server.server_address[1]
+    settings.TARGET_TEST_ALLOW = [f"127.0.0.1:{port}"]  # only this loopback receiver
+    try:
+        yield f"http://127.0.0.1:{port}/closures.ics"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_ics_url_is_fetched_once_and_stored(api: APIClient, ics_server: str) -> None:
+    body = post(api, {"name": "imported", "sources": [{"type": "ics", "url": ics_server}]})
+    shown = body["sources"][0]
+    assert shown["url"] == ics_server and shown["fetched_at"] and shown["bytes"] == len(ICS)
+    stored = Calendar.objects.get(pk=body["id"])
+    assert stored.sources[0]["content"] == ICS
+    # The remote file changing (or going away) does not change the calendar.
+    _IcsHandler.body = b"BEGIN:VCALENDAR\r\nEND:VCALENDAR\r\n"
+    try:
+        res = api.get(f"/v1/calendars/{body['id']}/dates?from=2027-01-01&to=2027-01-31")
+        assert [d["date"] for d in res.json()["results"]] == ["2027-01-05", "2027-01-06"]
+        # A re-import that fetches an .ics without events is refused, nothing changes.
+        res = api.patch(
+            f"/v1/calendars/{body['id']}",
+            {"sources": [{"type": "ics", "url": ics_server}]},
+            format="json",
+        )
+        assert res.status_code == 400, res.content
+        assert "sources[0].content" in res.json()["error"]["detail"]
+    finally:
+        _IcsHandler.body = ICS.encode()
+    assert Calendar.objects.get(pk=body["id"]).version == 1
+
+
+def test_openapi_documents_calendars(api: APIClient) -> None:
+    res = api.get("/v1/openapi.json")
+    assert res.status_code == 200, res.status_code
+    text = res.content.decode()
+    for needle in ("/v1/calendars/{id}/dates", "exclude_calendars", "excluded_by_calendar"):
+        assert needle in text, needle
