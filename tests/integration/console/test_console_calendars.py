@@ -1,0 +1,65 @@
+"""The schedule form's calendar fields: names one per line, saved as the schedule's
+exclude/only calendars, shown again on edit, an unknown name an inline error."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from dispatch.models import Schedule
+from dispatch.services import calendars as calendar_writes
+from tests.support.console_support import World, build_world, form_data
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def world(db: Any) -> World:
+    w = build_world()
+    for name, preset in (("weekends", "weekends"), ("workdays", "business_days")):
+        calendar_writes.calendar_create(
+            actor=w.admin_p, data={"name": name, "sources": [{"type": "preset", "preset": preset}]}
+        )
+    return w
+
+
+def test_form_saves_calendars_by_name_and_shows_them_on_edit(world: World) -> None:
+    client = world.client("operator")
+    data = form_data(name="daily", cron="0 9 * * *", exclude_calendars="weekends\n\nweekends\n")
+    response = client.post("/schedules/new", data)
+    assert response.status_code == 302, response.content.decode()[:2000]
+    s = Schedule.objects.get(name="daily")
+    assert [(link.role, link.calendar.name) for link in s.calendar_links.all()] == [
+        ("exclude", "weekends")
+    ]
+    assert s.next_run_at is not None and s.next_run_at.weekday() < 5
+    page = client.get(f"/schedules/{s.id}/edit").content.decode()
+    block = re.search(r'<textarea name="exclude_calendars"[^>]*>(.*?)</textarea>', page, re.S)
+    assert block is not None and block.group(1).strip() == "weekends"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field", "message"),
+    [
+        ({"exclude_calendars": "nope"}, "exclude_calendars", "unknown calendar &#x27;nope"),
+        (
+            {"exclude_calendars": "weekends\nworkdays"},
+            "exclude_calendars",
+            "would never run",
+        ),
+        ({"only_calendars": "theirs-or-none"}, "only_calendars", "unknown calendar"),
+    ],
+)
+def test_calendar_errors_are_inline_and_nothing_is_saved(
+    world: World, overrides: dict[str, str], field: str, message: str
+) -> None:
+    before = Schedule.objects.count()
+    response = world.client("operator").post("/schedules/new", form_data(**overrides))
+    assert response.status_code == 400
+    html = response.content.decode()
+    block = re.search(rf'<ul class="errorlist" id="id_{field}_error">(.*?)</ul>', html, re.S)
+    assert block is not None, html[:3000]
+    assert message in block.group(1)
+    assert Schedule.objects.count() == before
