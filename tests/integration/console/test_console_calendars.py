@@ -63,3 +63,19 @@ def test_calendar_errors_are_inline_and_nothing_is_saved(
     assert block is not None, html[:3000]
     assert message in block.group(1)
     assert Schedule.objects.count() == before
+
+
+def test_live_preview_leaves_out_and_lists_the_excluded_dates(world: World) -> None:
+    page = (
+        world.client("operator")
+        .post(
+            f"/schedules/{world.schedule.id}/preview",
+            form_data(name="nightly", cron="0 0 * * *", exclude_calendars="weekends"),
+        )
+        .content.decode()
+    )
+    assert "Left out by the calendars:" in page, page[:3000]
+    assert "excluded by calendar &#x27;weekends&#x27;" in page
+    assert "Saturday" in page or "Sunday" in page
+    # The edit changes the upcoming runs: the weekend ones are marked removed.
+    assert "change with this edit" in page
