@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from dispatch.models import Schedule
+from dispatch.models import Calendar, Schedule
 from dispatch.services import calendars as calendar_writes
 from tests.support.console_support import World, build_world, form_data
 
@@ -79,3 +79,30 @@ def test_live_preview_leaves_out_and_lists_the_excluded_dates(world: World) -> N
     assert "Saturday" in page or "Sunday" in page
     # The edit changes the upcoming runs: the weekend ones are marked removed.
     assert "change with this edit" in page
+
+
+def test_calendar_pages_create_show_dates_refuse_bad_input_and_in_use_delete(
+    world: World,
+) -> None:
+    client = world.client("operator")
+    sources = '[{"type": "holidays", "country": "NL"}]'
+    response = client.post("/calendars/", {"name": "NL", "description": "", "sources": sources})
+    assert response.status_code == 302
+    calendar = Calendar.objects.get(tenant=world.tenant, name="NL")
+    page = client.get(response["Location"]).content.decode()
+    assert "Christmas Day" in page and "No schedule uses this calendar." in page
+    bad = client.post(
+        "/calendars/", {"name": "x", "sources": '[{"type": "holidays", "country": "XX"}]'}
+    )
+    assert bad.status_code == 400
+    assert "sources[0].country: unknown country code" in bad.content.decode()
+    assert not Calendar.objects.filter(name="x").exists()
+    # In use by a schedule: the delete is refused, naming it.
+    client.post("/schedules/new", form_data(name="uses-nl", exclude_calendars="NL"))
+    refused = client.post(f"/calendars/{calendar.id}/delete")
+    assert refused.status_code == 409
+    assert "uses-nl" in refused.content.decode()
+    # Viewers read, cannot write; another tenant's calendar is a 404.
+    assert world.client("viewer").get(f"/calendars/{calendar.id}/").status_code == 200
+    assert world.client("viewer").post("/calendars/", {"name": "v"}).status_code == 403
+    assert world.client("outsider").get(f"/calendars/{calendar.id}/").status_code == 404
