@@ -247,7 +247,10 @@ class ScheduleForm(forms.Form):
             for name in ignored:
                 self.fields[name].disabled = False
 
-    LIVE_FIELDS = ("name", "kind", "cron", "run_at", "timezone", "jitter_s", "target")
+    LIVE_FIELDS = (
+        "name", "kind", "cron", "run_at", "timezone", "jitter_s", "target",
+        "exclude_calendars", "only_calendars",
+    )  # fmt: skip
 
     def live(self, url: str) -> None:
         """Validate and preview as the user types: each input posts the form (htmx, CSRF header)."""
