@@ -269,6 +269,18 @@ def clean_calendar_fields(
     return CalendarChoice(exclude=exclude, only=only)
 
 
+def check_calendars_apply(choice: CalendarChoice | None, *, has_upstreams: bool) -> None:
+    """A dependent runs for its upstreams' occurrences, not by its own timing: its own
+    calendars would do nothing, so they are refused (give them to the upstream)."""
+    if choice is not None and has_upstreams and (choice.exclude or choice.only):
+        field = "exclude_calendars" if choice.exclude else "only_calendars"
+        raise InvalidSchedule.field(
+            field,
+            "a schedule with depends_on runs after its upstreams' occurrences; "
+            "give the calendars to the upstream schedule instead",
+        )
+
+
 def store_calendar_links(schedule: Schedule, choice: CalendarChoice) -> None:
     ScheduleCalendar.objects.filter(schedule=schedule).delete()
     ScheduleCalendar.objects.bulk_create(

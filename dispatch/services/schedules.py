@@ -14,6 +14,7 @@ from dispatch.exceptions import InvalidSchedule, VersionConflict
 from dispatch.models import Execution, ExecutionState, Kind, Schedule
 from dispatch.schedule_fields import clean_schedule, partition_for
 from dispatch.services.calendars import (
+    check_calendars_apply,
     choice_filter,
     clean_calendar_fields,
     store_calendar_links,
@@ -111,6 +112,7 @@ def schedule_create(
     data = dict(data)
     calendars = clean_calendar_fields(actor, data)
     spec = clean_schedule(tenant=actor.tenant, data=data, schedule_id=schedule_id)
+    check_calendars_apply(calendars, has_upstreams=bool(spec.depends_on))
     _check_quota(actor)
     now = db_now()
     schedule = Schedule(
@@ -163,6 +165,8 @@ def schedule_update(
     spec = clean_schedule(
         tenant=actor.tenant, data=data, schedule_id=schedule.id, existing=schedule
     )
+    upstreams = spec.depends_on if spec.depends_on is not None else schedule.depends_on.exists()
+    check_calendars_apply(calendars, has_upstreams=bool(upstreams))
     timing_changed = any(
         spec.values.get(k) != getattr(schedule, k) for k in ("cron", "timezone", "run_at")
     )

@@ -300,3 +300,16 @@ def test_openapi_documents_calendars(api: APIClient) -> None:
     text = res.content.decode()
     for needle in ("/v1/calendars/{id}/dates", "exclude_calendars", "excluded_by_calendar"):
         assert needle in text, needle
+
+
+def test_a_dependent_cannot_take_calendars(api: APIClient, seed_example: dict[str, Any]) -> None:
+    post(api, {"name": "weekends", "sources": [{"type": "preset", "preset": "weekends"}]})
+    upstream = schedule(api, seed_example | {"name": "up"}, exclude_calendars=["weekends"])
+    body = schedule(
+        api,
+        seed_example | {"name": "down", "depends_on": [upstream["id"]]},
+        code=400,
+        exclude_calendars=["weekends"],
+    )
+    assert "give the calendars to the upstream" in body["detail"]["exclude_calendars"][0]
+    assert not Schedule.objects.filter(name="down").exists()
