@@ -45,7 +45,7 @@ def _first_run(
     schedule: Schedule, *, now: datetime, dates: DateFilter | None = None
 ) -> datetime | None:
     """The first run after ``now``: of a stored schedule under its stored calendars, of
-    a new one under ``dates``; 400 on exclude_calendars if the calendars leave none."""
+    a new one under ``dates``; 400 on its calendar field if the calendars leave none."""
     if schedule.kind == Kind.ONCE:
         return schedule.run_at
     if dates is None and not schedule._state.adding:
@@ -56,7 +56,8 @@ def _first_run(
         return cron.next_after(schedule.cron, schedule.timezone, after=now, seed=str(schedule.id))
     from dispatch.services.calendars import next_run
 
-    return next_run(schedule, now=now, dates=dates, field="exclude_calendars")
+    field = "only_calendars" if dates.only and not dates.exclude else "exclude_calendars"
+    return next_run(schedule, now=now, dates=dates, field=field)
 
 
 def _wake_beat(schedule: Schedule, *, now: datetime) -> None:

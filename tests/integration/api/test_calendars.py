@@ -186,7 +186,7 @@ def test_a_schedule_that_never_fires_is_400(api: APIClient, seed_example: dict[s
     body = schedule(
         api, seed_example | {"cron": "0 9 * * 1-5"}, code=400, only_calendars=["weekends"]
     )
-    assert "never" in body["detail"]["exclude_calendars"][0]
+    assert "never" in body["detail"]["only_calendars"][0]
 
 
 def test_in_use_delete_is_409_naming_schedules_and_edit_replans(
