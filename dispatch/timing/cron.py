@@ -42,7 +42,8 @@ from croniter import (  # type: ignore[import-untyped]  # no stubs in the projec
     croniter,
 )
 
-from dispatch.timing.calendars import SEARCH_DAYS, DateFilter
+# Relative: this package is also the Python client's `scheduler_client.timing` (a symlink).
+from .calendars import SEARCH_DAYS, DateFilter
 
 __all__ = [
     "MISFIRE_POLICIES",

@@ -3,7 +3,11 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
 from datetime import UTC, date, datetime, time, timedelta
+from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -184,3 +188,24 @@ def test_planners_agree_with_filtering_the_plain_list(
         late = [o for o in expected if o < end]
         assert filt.skipped_total == len(late)
         assert filt.skipped == late[-5:]
+
+
+def test_timing_imports_as_another_package_without_django_or_calendar_sources(
+    tmp_path: Path,
+) -> None:
+    # The Python client links this package in as `scheduler_client.timing`: no
+    # absolute `dispatch.` import, and none of Django, holidays or icalendar.
+    shutil.copytree(Path(cron.__file__).parent, tmp_path / "client_timing")
+    code = (
+        "import sys\n"
+        "for name in ('django', 'holidays', 'icalendar', 'dispatch'):\n"
+        "    sys.modules[name] = None\n"
+        f"sys.path.insert(0, {str(tmp_path)!r})\n"
+        "from client_timing import calendars, cron\n"
+        "print(cron.DateFilter is calendars.DateFilter)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, cwd=tmp_path
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "True"
