@@ -58,7 +58,18 @@ ERROR_FIELDS = {
     "target.timeout_s": "timeout_s",
     "jitter_s": "jitter_s",
     "depends_on": "depends_on",
+    "exclude_calendars": "exclude_calendars",
+    "only_calendars": "only_calendars",
 }
+
+
+def _lines(raw: Any) -> list[str]:
+    """Non-empty stripped lines, first occurrence of each kept."""
+    out: list[str] = []
+    for line in str(raw or "").splitlines():
+        if line.strip() and line.strip() not in out:
+            out.append(line.strip())
+    return out
 
 
 # The create form's hidden `preview_seed` becomes the new schedule's id, so the
@@ -184,6 +195,18 @@ class ScheduleForm(forms.Form):
         help_text="one schedule per line: its name or its id",
         widget=ScheduleRefsWidget(attrs={"rows": 3, "spellcheck": "false", "autocomplete": "off"}),
     )
+    exclude_calendars = forms.CharField(
+        required=False,
+        label="Not on the dates of (calendars)",
+        help_text="one calendar per line, by name: no run on a date it holds (local date)",
+        widget=forms.Textarea(attrs={"rows": 2, "spellcheck": "false", "autocomplete": "off"}),
+    )
+    only_calendars = forms.CharField(
+        required=False,
+        label="Only on the dates of (calendars)",
+        help_text="one calendar per line, by name; empty: every date",
+        widget=forms.Textarea(attrs={"rows": 2, "spellcheck": "false", "autocomplete": "off"}),
+    )
     version = forms.IntegerField(required=False, widget=forms.HiddenInput)
     preview_seed = forms.CharField(required=False, widget=forms.HiddenInput)
 
@@ -224,7 +247,10 @@ class ScheduleForm(forms.Form):
             for name in ignored:
                 self.fields[name].disabled = False
 
-    LIVE_FIELDS = ("name", "kind", "cron", "run_at", "timezone", "jitter_s", "target")
+    LIVE_FIELDS = (
+        "name", "kind", "cron", "run_at", "timezone", "jitter_s", "target",
+        "exclude_calendars", "only_calendars",
+    )  # fmt: skip
 
     def live(self, url: str) -> None:
         """Validate and preview as the user types: each input posts the form (htmx, CSRF header)."""
@@ -247,7 +273,8 @@ class ScheduleForm(forms.Form):
         if schedule.run_at is not None:
             local = schedule.run_at.astimezone(cron.get_zone(schedule.timezone))
             run_at = local.replace(tzinfo=None).isoformat(timespec="seconds")
-        return selectors.schedule_fields(schedule) | {
+        fields = selectors.schedule_fields(schedule)
+        return fields | {
             "cron": schedule.cron,
             "run_at": run_at,
             # timeout_s has its own field: the JSON shows the rest of the target.
@@ -265,8 +292,17 @@ class ScheduleForm(forms.Form):
                 .order_by("name")
                 .values_list("name", flat=True)
             ),
+            # Calendars by name, one per line (schedule_fields lists them in order).
+            "exclude_calendars": "\n".join(fields["exclude_calendars"]),
+            "only_calendars": "\n".join(fields["only_calendars"]),
             "version": schedule.version,
         }
+
+    def clean_exclude_calendars(self) -> list[str]:
+        return _lines(self.cleaned_data.get("exclude_calendars"))
+
+    def clean_only_calendars(self) -> list[str]:
+        return _lines(self.cleaned_data.get("only_calendars"))
 
     def clean_target(self) -> dict[str, Any]:
         raw = self.cleaned_data.get("target") or ""
@@ -349,6 +385,9 @@ class ScheduleForm(forms.Form):
             "misfire_grace_s": d["misfire_grace_s"],
             "jitter_s": d["jitter_s"],
             "depends_on": list(d.get("depends_on") or []),
+            # Names: the service resolves them (unknown → an error on the field).
+            "exclude_calendars": list(d.get("exclude_calendars") or []),
+            "only_calendars": list(d.get("only_calendars") or []),
         }
         # Only catch_up uses the limit; otherwise the stored (or default) one is kept.
         if d.get("misfire") == "catch_up" and d.get("catch_up_limit") is not None:

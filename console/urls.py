@@ -4,6 +4,7 @@ from django.urls import path
 from console.views import (
     access,
     alerts,
+    calendars,
     control,
     dashboard,
     executions,
@@ -84,6 +85,13 @@ urlpatterns = [
         "schedules/<uuid:schedule_id>/alerts/snooze",
         alerts.schedule_snooze,
         name="console-schedule-snooze",
+    ),
+    path("calendars/", calendars.calendars_page, name="console-calendars"),
+    path("calendars/<uuid:calendar_id>/", calendars.calendar_detail, name="console-calendar"),
+    path(
+        "calendars/<uuid:calendar_id>/delete",
+        calendars.calendar_delete,
+        name="console-calendar-delete",
     ),
     path("alerts/", alerts.alerts_page, name="console-alerts"),
     path("alerts/channels/new", alerts.channel_create, name="console-alert-channel-new"),

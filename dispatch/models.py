@@ -729,3 +729,65 @@ class MaintenanceWindow(models.Model):
 
     def __str__(self) -> str:
         return f"maintenance window {self.name}"
+
+
+class Calendar(models.Model):
+    """A tenant's named set of dates (dispatch/calendars.py validates and expands its
+    `sources`). What it does is said by the schedule listing it: excluded dates
+    (`exclude_calendars`) or the only dates that run (`only_calendars`).
+
+    Deleting is soft, like schedules, so audit rows keep pointing at something;
+    a calendar that a live schedule lists cannot be deleted."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+", db_index=False)
+    name = models.CharField(max_length=100)
+    description = models.CharField(max_length=500, blank=True, db_default="")
+    sources = models.JSONField(default=list)
+    version = models.PositiveIntegerField(default=1)
+    created_at = models.DateTimeField(db_default=Now())
+    updated_at = models.DateTimeField(db_default=Now())
+    created_by = models.CharField(max_length=200, blank=True, db_default="")
+    updated_by = models.CharField(max_length=200, blank=True, db_default="")
+    deleted_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["tenant", "name"]
+        constraints = [
+            # Also the tenant's index: every read starts from the tenant.
+            models.UniqueConstraint(
+                fields=["tenant", "name"],
+                condition=Q(deleted_at__isnull=True),
+                name="calendar_name_unique_live",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"calendar {self.name}"
+
+
+class ScheduleCalendar(models.Model):
+    """A schedule's use of a calendar, in the order the definition lists it."""
+
+    class Role(models.TextChoices):
+        EXCLUDE = "exclude"
+        ONLY = "only"
+
+    schedule = models.ForeignKey(
+        Schedule, on_delete=models.CASCADE, related_name="calendar_links", db_index=False
+    )
+    calendar = models.ForeignKey(Calendar, on_delete=models.PROTECT, related_name="schedule_links")
+    role = models.CharField(max_length=8, choices=Role.choices)
+    position = models.PositiveSmallIntegerField(default=0)
+
+    class Meta:
+        ordering = ["schedule", "role", "position"]
+        constraints = [
+            # Also the index of the beat's one-query-per-batch load by schedule.
+            models.UniqueConstraint(
+                fields=["schedule", "role", "calendar"], name="schedule_calendar_unique"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.role} {self.calendar_id} for {self.schedule_id}"

@@ -201,6 +201,10 @@ class ExplainCode(models.TextChoices):
         "that wall time was moved by a DST change; the answer is about the moved run",
     )
     PAUSED = "paused", "the schedule was (or is) paused at that time"
+    EXCLUDED_BY_CALENDAR = (
+        "excluded_by_calendar",
+        "an occurrence of the expression on a date one of the schedule's calendars excludes",
+    )
     NOT_CREATED_YET = "not_created_yet", "the schedule did not exist yet"
     DELETED = "deleted", "the schedule had been deleted"
     SKIPPED_MISFIRE = (
@@ -255,6 +259,10 @@ class AuditAction(models.TextChoices):
     # Maintenance windows (object_type "maintenance_window").
     MAINTENANCE_WINDOW_CREATE = "maintenance_window.create"
     MAINTENANCE_WINDOW_DELETE = "maintenance_window.delete"
+    # Calendars (object_type "calendar").
+    CALENDAR_CREATE = "calendar.create"
+    CALENDAR_UPDATE = "calendar.update"
+    CALENDAR_DELETE = "calendar.delete"
 
 
 class ChannelKind(models.TextChoices):

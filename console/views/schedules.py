@@ -24,6 +24,7 @@ from dispatch import selectors, services
 from dispatch.exceptions import DispatchError, InvalidSchedule
 from dispatch.models import Backfill, Kind, Schedule
 from dispatch.schedule_fields import clean_schedule
+from dispatch.services import calendars as calendar_services
 from dispatch.states import BackfillAction, ControlState
 from dispatch.timing import cron
 from tenants.roles import Principal, Role
@@ -182,6 +183,8 @@ def schedule_preview(
     else:
         data = form.to_service_data()
         try:
+            # The calendars as typed (not saved): the preview leaves their dates out.
+            choice = calendar_services.clean_calendar_fields(principal, data, existing=schedule)
             spec = clean_schedule(
                 tenant=principal.tenant, data=data, schedule_id=seed, existing=schedule
             )
@@ -192,7 +195,11 @@ def schedule_preview(
         else:
             ctx.update(
                 selectors.definition_preview(
-                    spec.values, seed=seed, schedule=schedule, now=services.db_now()
+                    spec.values,
+                    seed=seed,
+                    schedule=schedule,
+                    now=services.db_now(),
+                    dates=calendar_services.choice_filter(choice) if choice else None,
                 )
             )
     ctx["viewer_tz"] = viewer_zone(request)

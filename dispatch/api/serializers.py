@@ -162,6 +162,20 @@ class ScheduleInSerializer(StrictSerializer):
     priority = serializers.ChoiceField(choices=Priority.values, required=False)
     duration = serializers.ChoiceField(choices=DurationClass.values, required=False)
     depends_on = serializers.ListField(child=serializers.UUIDField(), required=False, max_length=20)
+    exclude_calendars = serializers.ListField(
+        child=serializers.CharField(max_length=100),
+        required=False,
+        max_length=10,
+        help_text="calendars (names, or ids) whose dates do not run: every occurrence on an "
+        "excluded LOCAL date (in the schedule's timezone) is skipped",
+    )
+    only_calendars = serializers.ListField(
+        child=serializers.CharField(max_length=100),
+        required=False,
+        max_length=10,
+        help_text="when given, the schedule runs only on dates in at least one of these "
+        "calendars (names, or ids); exclude_calendars still apply",
+    )
 
 
 class SchedulePatchSerializer(ScheduleInSerializer):
@@ -322,6 +336,8 @@ class ScheduleOutDoc(serializers.Serializer[Any]):
     priority = serializers.ChoiceField(choices=Priority.values)
     duration = serializers.ChoiceField(choices=DurationClass.values)
     depends_on = serializers.ListField(child=serializers.UUIDField())
+    exclude_calendars = serializers.ListField(child=serializers.CharField())
+    only_calendars = serializers.ListField(child=serializers.CharField())
     paused = serializers.BooleanField()
     paused_at = serializers.DateTimeField(allow_null=True)
     paused_until = serializers.DateTimeField(allow_null=True)
@@ -423,6 +439,12 @@ class OccurrenceDoc(serializers.Serializer[Any]):
     note = serializers.CharField(allow_null=True, help_text="DST annotation")
 
 
+class ExcludedDoc(serializers.Serializer[Any]):
+    scheduled_for = serializers.DateTimeField()
+    local = serializers.CharField()
+    reason = serializers.CharField(help_text="excluded by calendar 'NL holidays': 2026-12-25 ...")
+
+
 class PreviewDoc(serializers.Serializer[Any]):
     occurrences = OccurrenceDoc(many=True)
     description = serializers.CharField()
@@ -430,6 +452,11 @@ class PreviewDoc(serializers.Serializer[Any]):
     timezone = serializers.CharField()
     note = serializers.CharField(
         allow_null=True, help_text="set when paused until a time: earlier runs are left out"
+    )
+    excluded = ExcludedDoc(
+        many=True,
+        help_text="occurrences of the expression within the previewed span that the "
+        "schedule's calendars exclude (at most 50), with the reason",
     )
 
 

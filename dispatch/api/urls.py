@@ -1,6 +1,6 @@
 from django.urls import path, re_path
 
-from dispatch.api import alerts, apply, backfills, bulk, health, jobs, runs, views
+from dispatch.api import alerts, apply, backfills, bulk, calendars, health, jobs, runs, views
 
 urlpatterns = [
     path("schedules", views.ScheduleListView.as_view(), name="api-schedules"),
@@ -104,6 +104,15 @@ urlpatterns = [
         r"^maintenance-windows/(?P<pk>[^/:]+)$",
         alerts.MaintenanceWindowDetailView.as_view(),
         name="api-maintenance-window",
+    ),
+    path("calendars", calendars.CalendarListView.as_view(), name="api-calendars"),
+    re_path(
+        r"^calendars/(?P<pk>[^/:]+)/dates$",
+        calendars.CalendarDatesView.as_view(),
+        name="api-calendar-dates",
+    ),
+    re_path(
+        r"^calendars/(?P<pk>[^/:]+)$", calendars.CalendarDetailView.as_view(), name="api-calendar"
     ),
     path("alert-channels", alerts.AlertChannelListView.as_view(), name="api-alert-channels"),
     re_path(

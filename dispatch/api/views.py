@@ -37,6 +37,7 @@ from dispatch.api.serializers import (
     timeline_out,
 )
 from dispatch.exceptions import InvalidSchedule, PreconditionRequired
+from dispatch.selectors.calendars import schedule_filter
 from dispatch.states import ExecutionState, Trigger
 from dispatch.timing import cron
 from tenants.roles import Principal, Role
@@ -329,9 +330,22 @@ class SchedulePreviewView(StrictQueryView):
             occurrences = selectors.schedule_next_runs(schedule=schedule, after=after, count=count)
         except cron.CronError as exc:
             raise InvalidSchedule.field("from", exc.message) from None
+        excluded: list[cron.Excluded] = []
         if schedule.kind == "cron":
             text = selectors.cron_text(schedule.cron, seed=schedule.id)
             description, resolved = text.description, text.resolved
+            dates = schedule_filter(schedule.id)
+            if dates is not None and occurrences:
+                # What the calendars removed within the span the preview shows.
+                excluded = cron.excluded_between(
+                    schedule.cron,
+                    schedule.timezone,
+                    start=after,
+                    end=occurrences[-1].scheduled_for,
+                    seed=str(schedule.id),
+                    dates=dates,
+                    limit=50,
+                )
         else:
             description = f"once, at {iso_z(schedule.run_at)}"
             resolved = ""
@@ -355,6 +369,14 @@ class SchedulePreviewView(StrictQueryView):
                 )
                 if schedule.paused and schedule.paused_until
                 else None,
+                "excluded": [
+                    {
+                        "scheduled_for": iso_z(e.scheduled_for),
+                        "local": e.local.isoformat(),
+                        "reason": e.reason,
+                    }
+                    for e in excluded
+                ],
             }
         )
 

@@ -20,6 +20,7 @@ from dispatch.explain import records
 from dispatch.explain.present import Evidence, Explanation, both, cap, clock, late, who
 from dispatch.explain.records import PauseInterval
 from dispatch.models import Execution, ExecutionEvent, ExecutionState, Kind, Schedule, Trigger
+from dispatch.selectors.calendars import schedule_filter
 from dispatch.states import (
     ATTEMPT_END_EVENT_KINDS,
     CANCEL_EVENT_KINDS,
@@ -96,9 +97,13 @@ def explain(*, schedule: Schedule, at: datetime, now: datetime | None = None) ->
         return answer
     if schedule.kind == Kind.CRON and expr:
         try:
-            would = cron.would_run_at(expr, tz, seed=str(schedule.id), at=at, now=now)
+            would = cron.would_run_at(
+                expr, tz, seed=str(schedule.id), at=at, now=now, dates=schedule_filter(schedule.id)
+            )
         except cron.CronError as exc:
             return Explanation(ExplainCode.NOT_AN_OCCURRENCE, exc.message, at)
+        if would.excluded is not None and records.manual_near(schedule, at) is None:
+            return _excluded(schedule, at, would, zone, now)
         if would.note:
             notes.append(would.note)
         if would.is_occurrence:
@@ -168,6 +173,23 @@ def _with_replanned(answer: Explanation, schedule: Schedule, instant: datetime) 
         answer.sentence = f"{answer.sentence}; {event.message}"
         answer.evidence = [*answer.evidence, Evidence("event", str(event.pk), event.message)]
     return answer
+
+
+def _excluded(
+    schedule: Schedule, at: datetime, would: cron.WouldRun, zone: ZoneInfo, now: datetime
+) -> Explanation:
+    # The schedule's calendars as they are now: a calendar edit changes the answer for
+    # past dates too (the beat used the dates in force when it planned).
+    verb = "did not run" if at <= now else "will not run"
+    parts = [f"{both(at, zone)} {verb}: {would.excluded}"]
+    if would.next is not None:
+        parts.append(f"the next run is {both(would.next, zone)}")
+    return Explanation(
+        ExplainCode.EXCLUDED_BY_CALENDAR,
+        "; ".join(parts),
+        at,
+        evidence=[Evidence("schedule", str(schedule.id), schedule.name)],
+    )
 
 
 def _not_an_occurrence(

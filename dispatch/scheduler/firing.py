@@ -24,8 +24,10 @@ from dispatch.alerting import decision
 from dispatch.queues import queue_name
 from dispatch.scheduler import dependencies, store
 from dispatch.scheduler.partitions import Partitions
+from dispatch.selectors.calendars import schedule_filters
 from dispatch.states import EventKind, ExecutionState, Kind, Misfire, Overlap, ReasonCode, Trigger
 from dispatch.timing import cron
+from dispatch.timing.calendars import DateFilter
 from dispatch.timing.durations import spell
 
 # Occurrences of one paused upstream recorded per sweep at most; older ones of a
@@ -98,11 +100,13 @@ def _fire_planned(
         return 0, 0
     until = now + timedelta(seconds=lookahead_s)
     plan = _FirePlan(beat=partitions.cfg.name, epochs=partitions.owned)
+    # The batch's calendars in one query: an excluded local date has no occurrence.
+    filters = schedule_filters(s.id for s in due if s.kind == Kind.CRON)
     # The overlap policy is not applied here: an occurrence is planned up to the
     # lookahead before it is due, and whether the previous run is still active
     # is only known then (the admission decides it at due time).
     for sched in due:
-        plan.add_schedule(sched, now=now, until=until)
+        plan.add_schedule(sched, now=now, until=until, dates=filters.get(sched.id))
     inserted = store.insert_executions(plan.insert_params()) if plan.ids else []
     skipped = [row.id for row in inserted if row.state == ExecutionState.SKIPPED]
     if skipped:
@@ -178,6 +182,7 @@ def record_paused(partitions: Partitions, numbers: list[int], *, batch: int) -> 
         return 0
     now = db_clock()
     plan = _FirePlan(beat=partitions.cfg.name, epochs=partitions.owned)
+    filters = schedule_filters(sched.id for sched, _, _ in rows)
     for sched, paused_by, paused_reason in rows:
         missed = cron.plan_misfire(
             sched.cron,
@@ -190,6 +195,7 @@ def record_paused(partitions: Partitions, numbers: list[int], *, batch: int) -> 
             policy=sched.misfire,
             catch_up_limit=sched.catch_up_limit,
             max_listed=PAUSED_RECORD_LIMIT,
+            dates=filters.get(sched.id),
         )
         why = f"skipped: the schedule was paused by {paused_by or 'someone'}" + (
             f' ("{paused_reason}")' if paused_reason else ""
@@ -281,6 +287,7 @@ class _FirePlan:
         *,
         now: datetime,
         until: datetime,
+        dates: DateFilter | None = None,
     ) -> None:
         (
             sid,
@@ -321,7 +328,7 @@ class _FirePlan:
             fire, skipped, total, nxt = [run_at], [], 0, None
         else:
             memo: tuple[Any, ...] = (expr, tz, cron.effective_seed(expr, seed), next_run_at)
-            memo += (now, until, grace, misfire, catch_up)
+            memo += (now, until, grace, misfire, catch_up, dates)
             plan = self._plans.get(memo)
             if plan is None:
                 plan = self._plans[memo] = cron.plan_misfire(
@@ -334,6 +341,7 @@ class _FirePlan:
                     grace_s=grace,
                     policy=misfire,
                     catch_up_limit=catch_up,
+                    dates=dates,
                 )
             fire, skipped, total, nxt = (
                 plan.fire,

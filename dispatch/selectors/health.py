@@ -192,7 +192,7 @@ def schedules_by_health(
     )
     by_id = (
         Schedule.objects.select_related("tenant")
-        .prefetch_related("depends_on")
+        .prefetch_related("depends_on", "calendar_links__calendar")
         .in_bulk([r.schedule_id for r in rows])
     )
     return [

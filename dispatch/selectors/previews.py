@@ -10,8 +10,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from dispatch.models import Execution, Kind, Schedule
+from dispatch.selectors.calendars import schedule_filter
 from dispatch.selectors.schedules import schedule_history, schedule_preview
 from dispatch.timing import cron
+from dispatch.timing.calendars import DateFilter
 from tenants.models import Tenant
 
 # --- what a schedule means and would do (the console's pages and the API) -----------
@@ -43,10 +45,16 @@ class PreviewRow:
 
 
 def definition_preview(
-    values: dict[str, Any], *, seed: uuid.UUID, schedule: Schedule | None, now: datetime
+    values: dict[str, Any],
+    *,
+    seed: uuid.UUID,
+    schedule: Schedule | None,
+    now: datetime,
+    dates: DateFilter | None = None,
 ) -> dict[str, Any]:
     """The next runs of a definition as typed (cleaned `values`, not saved), and for an
-    edit of `schedule`, which runs the change adds or removes."""
+    edit of `schedule`, which runs the change adds or removes. With `dates` (the
+    calendars as typed), the runs they exclude are left out and listed in `excluded`."""
     tz = values["timezone"]
     out: dict[str, Any] = {"zone": tz}
     if values["kind"] == Kind.CRON:
@@ -56,8 +64,24 @@ def definition_preview(
         out["resolved"] = text.resolved if text.resolved != expr else ""
         out["hashed"] = "h" in expr.lower().replace("@hourly", "")
         occurrences = cron.preview(
-            expr, tz, seed=str(seed), after=now, count=PREVIEW_COUNT, jitter_s=values["jitter_s"]
+            expr,
+            tz,
+            seed=str(seed),
+            after=now,
+            count=PREVIEW_COUNT,
+            jitter_s=values["jitter_s"],
+            dates=dates,
         )
+        if dates is not None and occurrences:
+            out["excluded"] = cron.excluded_between(
+                expr,
+                tz,
+                start=now,
+                end=occurrences[-1].scheduled_for,
+                seed=str(seed),
+                dates=dates,
+                limit=PREVIEW_COUNT,
+            )
     else:
         run_at: datetime = values["run_at"]
         out["description"] = "once"
@@ -140,6 +164,7 @@ def resume_preview(schedule: Schedule, now: datetime) -> ResumePreview:
         grace_s=schedule.misfire_grace_s,
         policy=schedule.misfire,
         catch_up_limit=schedule.catch_up_limit,
+        dates=schedule_filter(schedule.id),
     )
     run = len(plan.fire)
     return ResumePreview(
@@ -181,6 +206,7 @@ def schedule_history_rows(*, tenant: Tenant, schedule: Schedule, now: datetime) 
             end=now,
             seed=str(schedule.id),
             limit=HISTORY_LIMIT * 4,
+            dates=schedule_filter(schedule.id),
         )
     except cron.CronError:
         return rows

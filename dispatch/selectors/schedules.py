@@ -12,6 +12,7 @@ from django.db.models import Case, Q, Value, When
 
 from dispatch.exceptions import InvalidSchedule, NotFound
 from dispatch.models import Execution, Kind, Schedule
+from dispatch.selectors.calendars import schedule_filter
 from dispatch.selectors.paging import Page, _keyset, as_uuid
 from dispatch.timing import cron
 from tenants.models import Tenant
@@ -33,7 +34,19 @@ def schedule_fields(schedule: Schedule) -> dict[str, Any]:
         "misfire_grace_s": schedule.misfire_grace_s,
         "catch_up_limit": schedule.catch_up_limit,
         "jitter_s": schedule.jitter_s,
+        **calendar_names(schedule),
     }
+
+
+def calendar_names(schedule: Schedule) -> dict[str, list[str]]:
+    """`exclude_calendars` / `only_calendars` by name, in the order given (prefetch
+    `calendar_links__calendar` for lists; a schedule being created has none yet)."""
+    out: dict[str, list[str]] = {"exclude_calendars": [], "only_calendars": []}
+    if schedule._state.adding:
+        return out
+    for link in schedule.calendar_links.all():
+        out[f"{link.role}_calendars"].append(link.calendar.name)
+    return out
 
 
 def schedule_get(*, tenant: Tenant, schedule_id: uuid.UUID | str) -> Schedule:
@@ -68,7 +81,7 @@ def schedule_list(
         qs = qs.filter(paused=paused)
     # Each row's output names its tenant and upstreams: fetched with the page, not per row.
     return _keyset(
-        qs.select_related("tenant").prefetch_related("depends_on"),
+        qs.select_related("tenant").prefetch_related("depends_on", "calendar_links__calendar"),
         field="created_at",
         cursor=cursor,
         limit=limit,
@@ -89,6 +102,7 @@ def schedule_preview(*, schedule: Schedule, after: datetime, count: int) -> list
         after=after,
         count=count,
         jitter_s=schedule.jitter_s,
+        dates=schedule_filter(schedule.id),
     )
 
 

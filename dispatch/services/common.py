@@ -19,6 +19,7 @@ from dispatch.schedule_fields import ScheduleSpec
 from dispatch.selectors import as_uuid, schedule_fields
 from dispatch.states import EventData, EventKind
 from dispatch.timing import cron
+from dispatch.timing.calendars import DateFilter
 from tenants.audit import audit_record
 from tenants.models import AuditEvent, TenantQuota
 from tenants.roles import Principal
@@ -42,10 +43,23 @@ def schedule_snapshot(schedule: Schedule) -> dict[str, Any]:
     }
 
 
-def _first_run(schedule: Schedule, *, now: datetime) -> datetime | None:
+def _first_run(
+    schedule: Schedule, *, now: datetime, dates: DateFilter | None = None
+) -> datetime | None:
+    """The first run after ``now``: of a stored schedule under its stored calendars, of
+    a new one under ``dates``; 400 on its calendar field if the calendars leave none."""
     if schedule.kind == Kind.ONCE:
         return schedule.run_at
-    return cron.next_after(schedule.cron, schedule.timezone, after=now, seed=str(schedule.id))
+    if dates is None and not schedule._state.adding:
+        from dispatch.selectors.calendars import schedule_filter
+
+        dates = schedule_filter(schedule.id)
+    if dates is None:
+        return cron.next_after(schedule.cron, schedule.timezone, after=now, seed=str(schedule.id))
+    from dispatch.services.calendars import next_run
+
+    field = "only_calendars" if dates.only and not dates.exclude else "exclude_calendars"
+    return next_run(schedule, now=now, dates=dates, field=field)
 
 
 def _wake_beat(schedule: Schedule, *, now: datetime) -> None:

@@ -13,6 +13,12 @@ from core.db import db_now
 from dispatch.exceptions import InvalidSchedule, VersionConflict
 from dispatch.models import Execution, ExecutionState, Kind, Schedule
 from dispatch.schedule_fields import clean_schedule, partition_for
+from dispatch.services.calendars import (
+    check_calendars_apply,
+    choice_filter,
+    clean_calendar_fields,
+    store_calendar_links,
+)
 from dispatch.services.common import (
     _audit,
     _check_quota,
@@ -103,7 +109,10 @@ def schedule_create(
     """Create a schedule. `schedule_id` lets a form that previewed the schedule keep the
     id it previewed with, so the H values and jitter shown are the ones it will get."""
     schedule_id = schedule_id or uuid.uuid4()
+    data = dict(data)
+    calendars = clean_calendar_fields(actor, data)
     spec = clean_schedule(tenant=actor.tenant, data=data, schedule_id=schedule_id)
+    check_calendars_apply(calendars, has_upstreams=bool(spec.depends_on))
     _check_quota(actor)
     now = db_now()
     schedule = Schedule(
@@ -114,10 +123,13 @@ def schedule_create(
     )
     _store(schedule, spec)
     # A schedule with upstreams is fired by them (dispatch/scheduler/dependencies.py), not by its own timing.
-    schedule.next_run_at = None if spec.depends_on else _first_run(schedule, now=now)
+    dates = choice_filter(calendars) if calendars else None
+    schedule.next_run_at = None if spec.depends_on else _first_run(schedule, now=now, dates=dates)
     _save_unique(schedule, force_insert=True)
     if spec.depends_on:
         schedule.depends_on.set(spec.depends_on)
+    if calendars:
+        store_calendar_links(schedule, calendars)
     audit = _audit(
         actor,
         AuditAction.SCHEDULE_CREATE,
@@ -148,15 +160,23 @@ def schedule_update(
             detail={"version": [f"current version is {schedule.version}"]},
         )
     before = schedule_snapshot(schedule)
+    data = dict(data)
+    calendars = clean_calendar_fields(actor, data, existing=schedule)
     spec = clean_schedule(
         tenant=actor.tenant, data=data, schedule_id=schedule.id, existing=schedule
     )
+    upstreams = spec.depends_on if spec.depends_on is not None else schedule.depends_on.exists()
+    check_calendars_apply(calendars, has_upstreams=bool(upstreams))
     timing_changed = any(
         spec.values.get(k) != getattr(schedule, k) for k in ("cron", "timezone", "run_at")
     )
     plan_changed = bool(spec.depends_on) or any(
         k in spec.values and spec.values[k] != getattr(schedule, k) for k in PLAN_FIELDS
     )
+    if calendars is not None:
+        # New calendars move the future like a new expression does.
+        store_calendar_links(schedule, calendars)
+        timing_changed = plan_changed = True
     # Before the new definition is stored: what was staged from the old one goes.
     withdrawn = _withdraw_staged(schedule) if plan_changed else []
     _store(schedule, spec)

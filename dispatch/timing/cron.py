@@ -42,16 +42,22 @@ from croniter import (  # type: ignore[import-untyped]  # no stubs in the projec
     croniter,
 )
 
+# Relative: this package is also the Python client's `scheduler_client.timing` (a symlink).
+from .calendars import SEARCH_DAYS, DateFilter
+
 __all__ = [
     "MISFIRE_POLICIES",
     "PREVIEW_MAX",
     "CronError",
+    "DateFilter",
     "DstCase",
+    "Excluded",
     "MisfirePlan",
     "Occurrence",
     "WouldRun",
     "describe",
     "effective_seed",
+    "excluded_between",
     "get_zone",
     "jitter_seconds",
     "next_after",
@@ -142,6 +148,16 @@ class WouldRun:
     # Which DST case `note` describes: "gap" (a wall time the clocks skipped, run at
     # the gap's end), "fold" (a wall time that occurs twice), None on ordinary times.
     dst: DstCase | None = None
+    # An occurrence of the expression that does not run because a calendar excludes
+    # its local date: the reason ("excluded by calendar 'NL holidays': ...").
+    excluded: str | None = None
+
+
+@dataclass(frozen=True)
+class Excluded:
+    scheduled_for: datetime  # the occurrence the expression gives, aware UTC
+    local: datetime
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -571,13 +587,55 @@ def _iter_after(sched: _Schedule, zone: ZoneInfo, after: datetime) -> Iterator[d
             last = later
 
 
+def _day_start(day: date, zone: ZoneInfo) -> datetime:
+    """The first instant whose local date is ``day`` (a gap at midnight: its end)."""
+    midnight = datetime.combine(day, time())
+    kind, u0, _ = _classify(midnight, zone)
+    return _gap_end(midnight, zone) if kind == _GAP else u0
+
+
+def _iter_dates(
+    sched: _Schedule, zone: ZoneInfo, after: datetime, dates: DateFilter | None
+) -> Iterator[datetime]:
+    """`_iter_after` without the occurrences whose local date ``dates`` excludes.
+
+    An excluded date restarts the walk at the next allowed date's first instant,
+    so a long exclusion costs one restart, not one step per occurrence. Bounded:
+    an excluded occurrence more than SEARCH_DAYS after ``after`` ends the
+    iteration (callers that need a next occurrence say it never fires).
+    """
+    if dates is None or dates.empty:
+        yield from _iter_after(sched, zone, after)
+        return
+    last = _local_naive(after, zone).date() + timedelta(days=SEARCH_DAYS)
+    cursor = after
+    while True:
+        for instant in _iter_after(sched, zone, cursor):
+            day = _local_naive(instant, zone).date()
+            if dates.allows(day):
+                yield instant
+                continue
+            following = dates.next_allowed(day, last=last) if day < last else None
+            if following is None:
+                return
+            cursor = max(cursor, _day_start(following, zone) - _TICK)
+            break
+        else:
+            return
+
+
 def _between(
-    sched: _Schedule, zone: ZoneInfo, start: datetime, end: datetime, limit: int | None = None
+    sched: _Schedule,
+    zone: ZoneInfo,
+    start: datetime,
+    end: datetime,
+    limit: int | None = None,
+    dates: DateFilter | None = None,
 ) -> list[datetime]:
     out: list[datetime] = []
     if end <= start:
         return out
-    for instant in _iter_after(sched, zone, start):
+    for instant in _iter_dates(sched, zone, start, dates):
         if instant > end or (limit is not None and len(out) >= limit):
             break
         out.append(instant)
@@ -617,7 +675,13 @@ def _day_instants(sched: _Schedule, zone: ZoneInfo, day: date) -> tuple[datetime
     return tuple(sorted(found))
 
 
-def _count(sched: _Schedule, zone: ZoneInfo, start: datetime, end: datetime) -> int:
+def _count(
+    sched: _Schedule,
+    zone: ZoneInfo,
+    start: datetime,
+    end: datetime,
+    dates: DateFilter | None = None,
+) -> int:
     """Number of occurrences o with start < o <= end, without listing them.
 
     Days with one steady offset are counted arithmetically from the times of
@@ -633,8 +697,11 @@ def _count(sched: _Schedule, zone: ZoneInfo, start: datetime, end: datetime) -> 
     listed: set[datetime] = set()
     total = 0
     day = first
+    dates = None if dates is None or dates.empty else dates
     while day <= last:
-        if _day_matches(sched, day):
+        # An instant's local date is its wall day, so an excluded day's instants are
+        # exactly the ones not counted here (listed ones are filtered below).
+        if _day_matches(sched, day) and (dates is None or dates.allows(day)):
             offset = _steady_offset(zone, day)
             if offset is None:
                 instants = _day_instants(sched, zone, day)
@@ -648,6 +715,8 @@ def _count(sched: _Schedule, zone: ZoneInfo, start: datetime, end: datetime) -> 
                 if lo <= hi:
                     total += bisect_right(tod, hi) - bisect_left(tod, lo)
         day += _DAY
+    if dates is not None:
+        listed = {i for i in listed if dates.allows(_local_naive(i, zone).date())}
     for instant in listed:
         wall = _local_naive(instant, zone)
         if _steady_offset(zone, wall.date()) is not None and _matches(sched, wall):
@@ -656,7 +725,12 @@ def _count(sched: _Schedule, zone: ZoneInfo, start: datetime, end: datetime) -> 
 
 
 def _latest(
-    sched: _Schedule, zone: ZoneInfo, start: datetime, end: datetime, k: int
+    sched: _Schedule,
+    zone: ZoneInfo,
+    start: datetime,
+    end: datetime,
+    k: int,
+    dates: DateFilter | None = None,
 ) -> list[datetime]:
     """The last ``k`` occurrences in (start, end], ascending, listing about k."""
     if k <= 0 or end <= start:
@@ -667,29 +741,36 @@ def _latest(
     near, width = end, timedelta(hours=1)
     while True:
         far = max(start, end - width)
-        if _count(sched, zone, far, end) >= k:
+        if _count(sched, zone, far, end, dates) >= k:
             break
         if far == start:  # fewer than k in the whole range
-            return _between(sched, zone, start, end)
+            return _between(sched, zone, start, end, dates=dates)
         near, width = far, width * 2
     while near - far > _SECOND:
         mid = far + (near - far) // 2
-        if _count(sched, zone, mid, end) >= k:
+        if _count(sched, zone, mid, end, dates) >= k:
             far = mid
         else:
             near = mid
-    return _between(sched, zone, far, end)[-k:]
+    return _between(sched, zone, far, end, dates=dates)[-k:]
 
 
 # --------------------------------------------------------------------------- public API
 
 
-def next_after(expr: str, tz: str, *, after: datetime, seed: str) -> datetime:
-    """First occurrence strictly after ``after``, aware UTC."""
+def next_after(
+    expr: str, tz: str, *, after: datetime, seed: str, dates: DateFilter | None = None
+) -> datetime:
+    """First occurrence strictly after ``after`` on a date ``dates`` allows, aware UTC."""
     sched, zone = _compile(expr, seed), get_zone(tz)
     after = _aware_utc(after, "after")
-    found = next(_iter_after(sched, zone, after), None)
+    found = next(_iter_dates(sched, zone, after, dates), None)
     if found is None:
+        if dates is not None and not dates.empty:
+            raise CronError(
+                f"'{expr}' never fires: every occurrence within {SEARCH_DAYS // 366} years "
+                f"after {after.date().isoformat()} is excluded by its calendars"
+            )
         raise CronError(f"'{expr}' has no occurrence after {after.isoformat()}")
     return found
 
@@ -702,13 +783,43 @@ def occurrences_between(
     end: datetime,
     seed: str,
     limit: int = 100_000,
+    dates: DateFilter | None = None,
 ) -> list[datetime]:
-    """Occurrences o with start < o <= end, ascending; at most ``limit`` (the earliest)."""
+    """Occurrences o with start < o <= end, ascending; at most ``limit`` (the earliest).
+    With ``dates``, those on excluded local dates are left out."""
     sched, zone = _compile(expr, seed), get_zone(tz)
     start, end = _aware_utc(start, "start"), _aware_utc(end, "end")
     if limit < 0:
         raise CronError("limit must be zero or more")
-    return _between(sched, zone, start, end, limit)
+    return _between(sched, zone, start, end, limit, dates)
+
+
+def excluded_between(
+    expr: str,
+    tz: str,
+    *,
+    start: datetime,
+    end: datetime,
+    seed: str,
+    dates: DateFilter,
+    limit: int = 100,
+) -> list[Excluded]:
+    """The occurrences o (start < o <= end) that ``dates`` removes, with the reason;
+    at most ``limit`` (the earliest). Walks the expression's own occurrences, so
+    keep the window to what a preview shows."""
+    sched, zone = _compile(expr, seed), get_zone(tz)
+    start, end = _aware_utc(start, "start"), _aware_utc(end, "end")
+    out: list[Excluded] = []
+    if dates.empty:
+        return out
+    for instant in _between(sched, zone, start, end):
+        local = instant.astimezone(zone)
+        reason = dates.reason(local.date())
+        if reason is not None:
+            out.append(Excluded(instant, local, reason))
+            if len(out) >= limit:
+                break
+    return out
 
 
 def jitter_seconds(*, seed: str, scheduled_for: datetime, jitter_s: int) -> int:
@@ -816,8 +927,11 @@ def preview(
     after: datetime,
     count: int,
     jitter_s: int = 0,
+    dates: DateFilter | None = None,
 ) -> list[Occurrence]:
-    """The next ``count`` (at most PREVIEW_MAX) occurrences strictly after ``after``."""
+    """The next ``count`` (at most PREVIEW_MAX) occurrences strictly after ``after``,
+    on dates ``dates`` allows (fewer when the calendars exclude the rest for
+    SEARCH_DAYS; `excluded_between` lists what they removed)."""
     sched, zone = _compile(expr, seed), get_zone(tz)
     after = _aware_utc(after, "after")
     if not 0 <= count <= PREVIEW_MAX:
@@ -825,7 +939,7 @@ def preview(
     if jitter_s < 0:
         raise CronError("jitter must be zero or more seconds")
     out: list[Occurrence] = []
-    for instant in islice(_iter_after(sched, zone, after), count):
+    for instant in islice(_iter_dates(sched, zone, after, dates), count):
         delay = jitter_seconds(seed=seed, scheduled_for=instant, jitter_s=jitter_s)
         out.append(
             Occurrence(
@@ -850,6 +964,7 @@ def plan_misfire(
     policy: str,
     catch_up_limit: int,
     max_listed: int = 1000,
+    dates: DateFilter | None = None,
 ) -> MisfirePlan:
     """Decide what to fire for occurrences from ``next_run_at`` up to ``until``.
 
@@ -867,6 +982,10 @@ def plan_misfire(
 
     ``next_run_at`` of the plan is the first occurrence after ``until`` (and not
     before the given next_run_at), or None if there is none.
+
+    With ``dates``, occurrences on excluded local dates do not exist for the plan:
+    neither fired nor skipped nor counted, and next_run_at is past them (None when
+    everything within SEARCH_DAYS is excluded).
     """
     sched, zone = _compile(expr, seed), get_zone(tz)
     first = _aware_utc(next_run_at, "next_run_at")
@@ -883,18 +1002,18 @@ def plan_misfire(
     lower = first - _TICK  # next_run_at itself is due
     cutoff = now - timedelta(seconds=grace_s)  # late means strictly before this
     late_end = min(cutoff - _TICK, until)
-    late_total = _count(sched, zone, lower, late_end)
+    late_total = _count(sched, zone, lower, late_end, dates)
     if policy == "skip":
         fire_late = 0
     elif policy == "run_once":
         fire_late = min(1, late_total)
     else:
         fire_late = min(catch_up_limit, late_total)
-    recent = _latest(sched, zone, lower, late_end, min(late_total, fire_late + max_listed))
+    recent = _latest(sched, zone, lower, late_end, min(late_total, fire_late + max_listed), dates)
     keep = len(recent) - fire_late
     skipped = recent[max(0, keep - max_listed) : keep]
-    on_time = _between(sched, zone, max(lower, cutoff - _TICK), until)
-    following = next(_iter_after(sched, zone, max(until, lower)), None)
+    on_time = _between(sched, zone, max(lower, cutoff - _TICK), until, dates=dates)
+    following = next(_iter_dates(sched, zone, max(until, lower), dates), None)
     return MisfirePlan(
         fire=recent[keep:] + on_time,
         skipped=skipped,
@@ -903,13 +1022,21 @@ def plan_misfire(
     )
 
 
-def _previous(sched: _Schedule, zone: ZoneInfo, at: datetime) -> datetime | None:
-    found = _latest(sched, zone, at - PREVIOUS_LOOKBACK, at - _TICK, 1)
+def _previous(
+    sched: _Schedule, zone: ZoneInfo, at: datetime, dates: DateFilter | None = None
+) -> datetime | None:
+    found = _latest(sched, zone, at - PREVIOUS_LOOKBACK, at - _TICK, 1, dates)
     return found[0] if found else None
 
 
 def would_run_at(
-    expr: str, tz: str, *, seed: str, at: datetime, now: datetime | None = None
+    expr: str,
+    tz: str,
+    *,
+    seed: str,
+    at: datetime,
+    now: datetime | None = None,
+    dates: DateFilter | None = None,
 ) -> WouldRun:
     """Whether the schedule runs at ``at`` (floored to the minute), and its neighbours.
 
@@ -917,14 +1044,21 @@ def would_run_at(
     repeated wall-clock time, or an instant just after a gap whose swallowed
     times were moved to the gap's end. It is worded in the past tense unless
     ``at`` is after ``now`` (a question about the future: "runs", "does not exist").
+    With ``dates``, an occurrence on an excluded local date is not one: ``excluded``
+    says why, and previous/next are the neighbours that do run.
     """
     sched, zone = _compile(expr, seed), get_zone(tz)
     at = _aware_utc(at, "at").replace(second=0, microsecond=0)
-    upcoming = _iter_after(sched, zone, at - _TICK)
+    excluded: str | None = None
+    if dates is not None and not dates.empty:
+        nominal = next(_iter_after(sched, zone, at - _TICK), None)
+        if nominal == at:
+            excluded = dates.reason(_local_naive(at, zone).date())
+    upcoming = _iter_dates(sched, zone, at - _TICK, dates)
     candidate = next(upcoming, None)
     is_occurrence = candidate == at
     following = next(upcoming, None) if is_occurrence else candidate
-    previous = _previous(sched, zone, at)
+    previous = _previous(sched, zone, at, dates)
 
     note: str | None = None
     dst: DstCase | None = None
@@ -946,4 +1080,5 @@ def would_run_at(
         next=following,
         note=note,
         dst=dst,
+        excluded=excluded,
     )

@@ -1,0 +1,141 @@
+"""Calendar pages: the tenant's calendars with a create form (sources as JSON, as in
+the API), one calendar's dates for the coming year, its edit and its delete.
+
+Writes go through dispatch.services.calendars; a 400 names the field (shown with
+the form), a delete of a calendar in use shows the 409's message (which names the
+schedules using it).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import uuid
+from typing import Any
+
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_http_methods, require_POST
+
+from console.access import base_context, tenant_view
+from dispatch.exceptions import InvalidSchedule, NotFound, StateConflict
+from dispatch.models import Calendar
+from dispatch.selectors import calendars as calendar_reads
+from dispatch.services import calendars as calendar_writes
+from tenants.roles import Principal, Role
+
+EXAMPLE = '[{"type": "holidays", "country": "NL"}, {"type": "preset", "preset": "weekends"}]'
+
+
+def _form_data(post: Any) -> tuple[dict[str, str], dict[str, Any], list[str]]:
+    form = {k: post.get(k, "") for k in ("name", "description", "sources")}
+    data: dict[str, Any] = {"name": form["name"], "description": form["description"]}
+    try:
+        data["sources"] = json.loads(form["sources"] or "null")
+    except ValueError as exc:
+        return form, data, [f"sources: is not valid JSON ({exc})"]
+    return form, data, []
+
+
+def _errors(exc: InvalidSchedule) -> list[str]:
+    detail = exc.detail if isinstance(exc.detail, dict) else {}
+    return [f"{k}: {r}" for k, rs in detail.items() for r in rs] or [exc.message]
+
+
+def _get(principal: Principal, calendar_id: uuid.UUID) -> Calendar:
+    try:
+        return calendar_reads.calendar_get(tenant=principal.tenant, calendar_id=calendar_id)
+    except NotFound:
+        raise Http404("calendar not found") from None
+
+
+@require_http_methods(["GET", "POST"])
+@tenant_view(Role.VIEWER, write_role=Role.OPERATOR)
+def calendars_page(request: HttpRequest, principal: Principal) -> HttpResponse:
+    form = {"name": "", "description": "", "sources": EXAMPLE}
+    errors: list[str] = []
+    status = 200
+    if request.method == "POST":
+        form, data, errors = _form_data(request.POST)
+        if not errors:
+            try:
+                calendar = calendar_writes.calendar_create(actor=principal, data=data)
+            except InvalidSchedule as exc:
+                errors = _errors(exc)
+            else:
+                return redirect(reverse("console-calendar", args=[calendar.id]))
+        status = 400
+    ctx = base_context(
+        request,
+        principal,
+        calendars=calendar_reads.calendar_list(tenant=principal.tenant),
+        form=form,
+        errors=errors,
+    )
+    return render(request, "console/calendars.html", ctx, status=status)
+
+
+@require_http_methods(["GET", "POST"])
+@tenant_view(Role.VIEWER, write_role=Role.OPERATOR)
+def calendar_detail(
+    request: HttpRequest, principal: Principal, calendar_id: uuid.UUID
+) -> HttpResponse:
+    calendar = _get(principal, calendar_id)
+    errors: list[str] = []
+    status = 200
+    form = {
+        "name": calendar.name,
+        "description": calendar.description,
+        "sources": json.dumps(calendar.sources, indent=1),
+    }
+    if request.method == "POST":
+        form, data, errors = _form_data(request.POST)
+        if not errors:
+            try:
+                calendar = calendar_writes.calendar_update(
+                    actor=principal, calendar_id=str(calendar.id), data=data
+                )
+            except InvalidSchedule as exc:
+                errors = _errors(exc)
+            else:
+                return redirect(reverse("console-calendar", args=[calendar.id]))
+        status = 400
+    today = dt.datetime.now(dt.UTC).date()
+    ctx = base_context(
+        request,
+        principal,
+        calendar=calendar,
+        form=form,
+        errors=errors,
+        dates=calendar_reads.calendar_date_list(
+            calendar, start=today, end=today + dt.timedelta(days=365)
+        ),
+        users=calendar_reads.calendar_users(calendar),
+        delete_error=request.GET.get("delete_error", ""),
+    )
+    return render(request, "console/calendar_detail.html", ctx, status=status)
+
+
+@require_POST
+@tenant_view(Role.OPERATOR)
+def calendar_delete(
+    request: HttpRequest, principal: Principal, calendar_id: uuid.UUID
+) -> HttpResponse:
+    calendar = _get(principal, calendar_id)
+    try:
+        calendar_writes.calendar_delete(actor=principal, calendar_id=str(calendar.id))
+    except StateConflict as exc:
+        ctx = base_context(
+            request,
+            principal,
+            calendar=calendar,
+            form={"name": calendar.name, "description": calendar.description,
+                  "sources": json.dumps(calendar.sources, indent=1)},
+            errors=[],
+            dates=[],
+            users=calendar_reads.calendar_users(calendar),
+            delete_error=exc.message,
+        )  # fmt: skip
+        return render(request, "console/calendar_detail.html", ctx, status=409)
+    return redirect(reverse("console-calendars"))

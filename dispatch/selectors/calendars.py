@@ -1,0 +1,136 @@
+"""Reads of calendars: a tenant's list, one, its expanded dates, and the date filters
+of schedules (the beat loads a whole batch's in one query)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+from dispatch import calendars
+from dispatch.exceptions import InvalidSchedule, NotFound
+from dispatch.models import Calendar, ScheduleCalendar
+from dispatch.selectors.paging import as_uuid
+from dispatch.timing.calendars import DateFilter, DateSet
+from tenants.models import Tenant
+
+MAX_DATES_WINDOW = 3 * 366
+
+
+def calendar_list(*, tenant: Tenant) -> list[Calendar]:
+    # Bounded by services.calendars.MAX_CALENDARS: no paging needed.
+    return list(Calendar.objects.filter(tenant=tenant, deleted_at__isnull=True).order_by("name"))
+
+
+def calendar_get(*, tenant: Tenant, calendar_id: uuid.UUID | str) -> Calendar:
+    pk = as_uuid(calendar_id)
+    found = (
+        Calendar.objects.filter(tenant=tenant, pk=pk, deleted_at__isnull=True).first()
+        if pk
+        else None
+    )
+    if found is None:
+        raise NotFound("calendar not found")
+    return found
+
+
+# Expanded calendars by (id, version, updated_at, years): every edit bumps the version
+# and the time (the time tells apart a version whose transaction rolled back from the
+# next edit's), a new year is a new key, so an entry never goes stale; bounded by
+# clearing when full.
+_EXPANDED: dict[tuple[uuid.UUID, int, dt.datetime, tuple[int, ...]], DateSet] = {}
+_EXPANDED_MAX = 1024
+
+
+def calendar_dates(calendar: Calendar, *, years: tuple[int, ...] | None = None) -> DateSet:
+    """The calendar expanded for the planning years (cached per version)."""
+    span = years or calendars.planning_years()
+    key = (calendar.id, calendar.version, calendar.updated_at, span)
+    found = _EXPANDED.get(key)
+    if found is None:
+        if len(_EXPANDED) >= _EXPANDED_MAX:
+            _EXPANDED.clear()
+        found = _EXPANDED[key] = calendars.expand(calendar.name, calendar.sources, years=span)
+    return found
+
+
+def calendar_date_list(calendar: Calendar, *, start: dt.date, end: dt.date) -> list[dict[str, Any]]:
+    """The dates the calendar holds in [start, end], with their labels."""
+    if end < start:
+        raise InvalidSchedule.field("to", f"{end} is before from {start}")
+    if (end - start).days > MAX_DATES_WINDOW:
+        raise InvalidSchedule.field("to", f"the window spans at most {MAX_DATES_WINDOW} days")
+    years = tuple(range(start.year, end.year + 1))
+    expanded = calendar_dates(calendar, years=years)
+    out: list[dict[str, Any]] = []
+    day = start
+    while day <= end:
+        label = expanded.label(day)
+        if label is not None:
+            out.append({"date": day.isoformat(), "name": label})
+        day += dt.timedelta(days=1)
+    return out
+
+
+def filter_of(links: Iterable[tuple[str, Calendar]]) -> DateFilter | None:
+    """One schedule's filter from its (role, calendar) links in order; None without any."""
+    exclude: list[DateSet] = []
+    only: list[DateSet] = []
+    for role, calendar in links:
+        (exclude if role == ScheduleCalendar.Role.EXCLUDE else only).append(
+            calendar_dates(calendar)
+        )
+    if not exclude and not only:
+        return None
+    return DateFilter(exclude=tuple(exclude), only=tuple(only))
+
+
+def schedule_filters(schedule_ids: Iterable[uuid.UUID]) -> dict[uuid.UUID, DateFilter]:
+    """The date filters of these schedules, in ONE query; schedules without calendars
+    are absent."""
+    ids = list(schedule_ids)
+    if not ids:
+        return {}
+    by_schedule: dict[uuid.UUID, list[tuple[str, Calendar]]] = defaultdict(list)
+    links = (
+        ScheduleCalendar.objects.filter(schedule_id__in=ids)
+        .select_related("calendar")
+        .order_by("schedule_id", "role", "position")
+    )
+    for link in links:
+        by_schedule[link.schedule_id].append((link.role, link.calendar))
+    out: dict[uuid.UUID, DateFilter] = {}
+    for sid, pairs in by_schedule.items():
+        found = filter_of(pairs)
+        if found is not None:
+            out[sid] = found
+    return out
+
+
+def schedule_filter(schedule_id: uuid.UUID) -> DateFilter | None:
+    return schedule_filters([schedule_id]).get(schedule_id)
+
+
+def schedule_calendar_names(schedule_id: uuid.UUID) -> dict[str, list[str]]:
+    """`exclude_calendars` / `only_calendars` of a schedule, names in order."""
+    out: dict[str, list[str]] = {"exclude_calendars": [], "only_calendars": []}
+    links = (
+        ScheduleCalendar.objects.filter(schedule_id=schedule_id)
+        .select_related("calendar")
+        .order_by("role", "position")
+    )
+    for link in links:
+        out[f"{link.role}_calendars"].append(link.calendar.name)
+    return out
+
+
+def calendar_users(calendar: Calendar) -> list[tuple[uuid.UUID, str]]:
+    """Live schedules listing the calendar: (id, name), by name."""
+    return list(
+        ScheduleCalendar.objects.filter(calendar=calendar, schedule__deleted_at__isnull=True)
+        .order_by("schedule__name")
+        .values_list("schedule_id", "schedule__name")
+        .distinct()
+    )

@@ -1,0 +1,297 @@
+"""Calendars: create, update, delete (operators), and a schedule's calendar links.
+
+Each write is one transaction with its audit row. An edit changes the future of the
+schedules listing the calendar: their staged occurrences are withdrawn (the same
+path as a schedule edit) and next_run_at recomputed, so the beat plans them again
+under the new dates. A calendar in use cannot be deleted (409 naming the schedules);
+an edit that would leave a schedule with no run in five years is refused (400).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models.functions import Now
+
+from core.db import db_clock, db_now
+from core.errors import constraint_name
+from dispatch import calendars
+from dispatch.exceptions import InvalidSchedule, NotFound, StateConflict
+from dispatch.models import Calendar, Kind, Schedule, ScheduleCalendar
+from dispatch.selectors.calendars import calendar_users, filter_of
+from dispatch.selectors.paging import as_uuid
+from dispatch.states import AuditAction
+from dispatch.timing import cron
+from dispatch.timing.calendars import DateFilter
+from tenants.audit import audit_record
+from tenants.roles import Principal
+
+MAX_CALENDARS = 200
+MAX_NAME = 100
+MAX_PER_SCHEDULE = 10
+CALENDAR_FIELDS = ("exclude_calendars", "only_calendars")
+
+
+def calendar_snapshot(calendar: Calendar) -> dict[str, Any]:
+    return {
+        "name": calendar.name,
+        "description": calendar.description,
+        "sources": calendars.source_summary(calendar.sources),
+        "version": calendar.version,
+    }
+
+
+def _audit(actor: Principal, action: str, calendar: Calendar, **kw: Any) -> None:
+    audit_record(
+        actor=actor, action=action, object_type="calendar", object_id=str(calendar.id), **kw
+    )
+
+
+def _name(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip() or len(value) > MAX_NAME:
+        raise InvalidSchedule.field("name", f"must be 1..{MAX_NAME} characters")
+    if not value.isprintable():
+        raise InvalidSchedule.field("name", "must be printable characters (no control characters)")
+    return value.strip()
+
+
+def _description(value: Any) -> str:
+    if not isinstance(value, str) or len(value) > 500 or not value.isprintable():
+        raise InvalidSchedule.field("description", "must be printable text, at most 500 characters")
+    return value
+
+
+def _save(calendar: Calendar, **kwargs: Any) -> None:
+    try:
+        with transaction.atomic():
+            calendar.save(**kwargs)
+    except IntegrityError as exc:
+        if constraint_name(exc) == "calendar_name_unique_live":
+            raise InvalidSchedule.field(
+                "name", "a calendar with this name already exists"
+            ) from None
+        raise
+
+
+def _locked(actor: Principal, calendar_id: str) -> Calendar:
+    pk = as_uuid(calendar_id)
+    found = (
+        Calendar.objects.select_for_update()
+        .filter(tenant=actor.tenant, pk=pk, deleted_at__isnull=True)
+        .first()
+        if pk
+        else None
+    )
+    if found is None:
+        raise NotFound("calendar not found")
+    return found
+
+
+@transaction.atomic
+def calendar_create(*, actor: Principal, data: dict[str, Any]) -> Calendar:
+    calendar = Calendar(
+        tenant=actor.tenant,
+        name=_name(data.get("name")),
+        description=_description(data.get("description", "")),
+        sources=calendars.clean_sources(data.get("sources"), tenant=actor.tenant),
+        created_by=actor.label,
+        updated_by=actor.label,
+    )
+    live = Calendar.objects.filter(tenant=actor.tenant, deleted_at__isnull=True)
+    if live.count() >= MAX_CALENDARS:
+        raise InvalidSchedule.field("name", f"a tenant has at most {MAX_CALENDARS} calendars")
+    _save(calendar, force_insert=True)
+    calendar.refresh_from_db(fields=["created_at", "updated_at"])
+    _audit(actor, AuditAction.CALENDAR_CREATE, calendar, after=calendar_snapshot(calendar))
+    return calendar
+
+
+@transaction.atomic
+def calendar_update(*, actor: Principal, calendar_id: str, data: dict[str, Any]) -> Calendar:
+    calendar = _locked(actor, calendar_id)
+    before = calendar_snapshot(calendar)
+    if "name" in data:
+        calendar.name = _name(data["name"])
+    if "description" in data:
+        calendar.description = _description(data["description"])
+    if "sources" in data:
+        calendar.sources = calendars.clean_sources(data["sources"], tenant=actor.tenant)
+    calendar.version += 1
+    calendar.updated_by = actor.label
+    # The wall clock, not the transaction's: it also keys the expansion cache, and an
+    # edit rolled back must not share a key with the next one (same version).
+    calendar.updated_at = db_clock()
+    _save(calendar)
+    if "sources" in data:
+        _replan_users(actor, calendar)
+    _audit(
+        actor,
+        AuditAction.CALENDAR_UPDATE,
+        calendar,
+        before=before,
+        after=calendar_snapshot(calendar),
+    )
+    return calendar
+
+
+@transaction.atomic
+def calendar_delete(*, actor: Principal, calendar_id: str) -> None:
+    calendar = _locked(actor, calendar_id)
+    users = calendar_users(calendar)
+    if users:
+        names = ", ".join(f"'{name}'" for _, name in users[:20])
+        more = f" and {len(users) - 20} more" if len(users) > 20 else ""
+        raise StateConflict(
+            f"calendar '{calendar.name}' is used by schedules {names}{more}; remove it from "
+            "their exclude_calendars / only_calendars first",
+            detail={"schedules": [str(sid) for sid, _ in users]},
+        )
+    _audit(actor, AuditAction.CALENDAR_DELETE, calendar, before=calendar_snapshot(calendar))
+    calendar.deleted_at = Now()
+    calendar.save(update_fields=["deleted_at"])
+
+
+def _replan_users(actor: Principal, calendar: Calendar) -> None:
+    """The calendar's dates changed: withdraw what its schedules staged, recompute
+    their next run under the new dates (400 if one would never fire)."""
+    from dispatch.services.schedules import _replanned_event, _withdraw_staged
+
+    users = [sid for sid, _ in calendar_users(calendar)]
+    if not users:
+        return
+    now = db_now()
+    schedules = Schedule.objects.select_for_update().filter(id__in=users).order_by("id")
+    for schedule in schedules:
+        if schedule.kind != Kind.CRON or schedule.paused:
+            continue
+        withdrawn = _withdraw_staged(schedule)
+        links = [(link.role, link.calendar) for link in _links(schedule)]
+        dates = filter_of(links)
+        has_upstreams = schedule.depends_on.exists()
+        if not has_upstreams:
+            schedule.next_run_at = next_run(schedule, now=now, dates=dates, field="sources")
+        schedule.save(update_fields=["next_run_at"])
+        if withdrawn:
+            _replanned_event(
+                schedule, actor, withdrawn, what=f"calendar '{calendar.name}' edited", now=now
+            )
+
+
+def _links(schedule: Schedule) -> list[ScheduleCalendar]:
+    return list(
+        ScheduleCalendar.objects.filter(schedule=schedule)
+        .select_related("calendar")
+        .order_by("role", "position")
+    )
+
+
+def next_run(
+    schedule: Schedule, *, now: datetime, dates: DateFilter | None, field: str
+) -> datetime:
+    """The schedule's first run after ``now`` under ``dates``; 400 on ``field`` if the
+    calendars leave none within five years."""
+    try:
+        return cron.next_after(
+            schedule.cron, schedule.timezone, after=now, seed=str(schedule.id), dates=dates
+        )
+    except cron.CronError as exc:
+        raise InvalidSchedule.field(
+            field, f"schedule '{schedule.name}' would never run: {exc.message}"
+        ) from None
+
+
+# --------------------------------------------------------------------------- schedule links
+
+
+@dataclass(frozen=True)
+class CalendarChoice:
+    """A schedule's calendars as validated from `exclude_calendars` / `only_calendars`."""
+
+    exclude: tuple[Calendar, ...]
+    only: tuple[Calendar, ...]
+
+    def links(self) -> list[tuple[str, Calendar]]:
+        exclude, only = str(ScheduleCalendar.Role.EXCLUDE), str(ScheduleCalendar.Role.ONLY)
+        return [(exclude, c) for c in self.exclude] + [(only, c) for c in self.only]
+
+    def names(self) -> dict[str, list[str]]:
+        return {
+            "exclude_calendars": [c.name for c in self.exclude],
+            "only_calendars": [c.name for c in self.only],
+        }
+
+
+def _resolve(actor: Principal, field: str, value: Any) -> tuple[Calendar, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise InvalidSchedule.field(field, "must be a list of calendar names (or ids)")
+    if len(value) > MAX_PER_SCHEDULE:
+        raise InvalidSchedule.field(field, f"at most {MAX_PER_SCHEDULE} calendars")
+    live = Calendar.objects.filter(tenant=actor.tenant, deleted_at__isnull=True)
+    by_name = {c.name: c for c in live.filter(name__in=value)}
+    ids = [u for u in (as_uuid(v) for v in value if v not in by_name) if u is not None]
+    by_id = {str(c.id): c for c in live.filter(id__in=ids)} if ids else {}
+    out: list[Calendar] = []
+    for v in value:
+        found = by_name.get(v) or by_id.get(str(as_uuid(v)) if as_uuid(v) else "")
+        if found is None:
+            raise InvalidSchedule.field(field, f"unknown calendar {v[:100]!r}")
+        if found in out:
+            raise InvalidSchedule.field(field, f"calendar {v[:100]!r} is listed twice")
+        out.append(found)
+    return tuple(out)
+
+
+def clean_calendar_fields(
+    actor: Principal, data: dict[str, Any], *, existing: Schedule | None = None
+) -> CalendarChoice | None:
+    """Pop `exclude_calendars` / `only_calendars` from ``data`` (they are not columns);
+    the choice, merged over the existing schedule's, or None when neither was given."""
+    given = {f: data.pop(f) for f in CALENDAR_FIELDS if f in data}
+    if not given:
+        return None
+    current = [(link.role, link.calendar) for link in _links(existing)] if existing else []
+    exclude = (
+        _resolve(actor, "exclude_calendars", given["exclude_calendars"])
+        if "exclude_calendars" in given
+        else tuple(c for r, c in current if r == ScheduleCalendar.Role.EXCLUDE)
+    )
+    only = (
+        _resolve(actor, "only_calendars", given["only_calendars"])
+        if "only_calendars" in given
+        else tuple(c for r, c in current if r == ScheduleCalendar.Role.ONLY)
+    )
+    return CalendarChoice(exclude=exclude, only=only)
+
+
+def check_calendars_apply(choice: CalendarChoice | None, *, has_upstreams: bool) -> None:
+    """A dependent runs for its upstreams' occurrences, not by its own timing: its own
+    calendars would do nothing, so they are refused (give them to the upstream)."""
+    if choice is not None and has_upstreams and (choice.exclude or choice.only):
+        field = "exclude_calendars" if choice.exclude else "only_calendars"
+        raise InvalidSchedule.field(
+            field,
+            "a schedule with depends_on runs after its upstreams' occurrences; "
+            "give the calendars to the upstream schedule instead",
+        )
+
+
+def store_calendar_links(schedule: Schedule, choice: CalendarChoice) -> None:
+    ScheduleCalendar.objects.filter(schedule=schedule).delete()
+    ScheduleCalendar.objects.bulk_create(
+        ScheduleCalendar(schedule=schedule, calendar=cal, role=role, position=i)
+        for i, (role, cal) in enumerate(choice.links())
+    )
+
+
+def choice_filter(choice: CalendarChoice) -> DateFilter | None:
+    return filter_of(choice.links())
+
+
+def schedule_uses(schedule_id: uuid.UUID) -> bool:
+    return ScheduleCalendar.objects.filter(schedule_id=schedule_id).exists()

@@ -1,0 +1,108 @@
+"""The schedule form's calendar fields: names one per line, saved as the schedule's
+exclude/only calendars, shown again on edit, an unknown name an inline error."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from dispatch.models import Calendar, Schedule
+from dispatch.services import calendars as calendar_writes
+from tests.support.console_support import World, build_world, form_data
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def world(db: Any) -> World:
+    w = build_world()
+    for name, preset in (("weekends", "weekends"), ("workdays", "business_days")):
+        calendar_writes.calendar_create(
+            actor=w.admin_p, data={"name": name, "sources": [{"type": "preset", "preset": preset}]}
+        )
+    return w
+
+
+def test_form_saves_calendars_by_name_and_shows_them_on_edit(world: World) -> None:
+    client = world.client("operator")
+    data = form_data(name="daily", cron="0 9 * * *", exclude_calendars="weekends\n\nweekends\n")
+    response = client.post("/schedules/new", data)
+    assert response.status_code == 302, response.content.decode()[:2000]
+    s = Schedule.objects.get(name="daily")
+    assert [(link.role, link.calendar.name) for link in s.calendar_links.all()] == [
+        ("exclude", "weekends")
+    ]
+    assert s.next_run_at is not None and s.next_run_at.weekday() < 5
+    page = client.get(f"/schedules/{s.id}/edit").content.decode()
+    block = re.search(r'<textarea name="exclude_calendars"[^>]*>(.*?)</textarea>', page, re.S)
+    assert block is not None and block.group(1).strip() == "weekends"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field", "message"),
+    [
+        ({"exclude_calendars": "nope"}, "exclude_calendars", "unknown calendar &#x27;nope"),
+        (
+            {"exclude_calendars": "weekends\nworkdays"},
+            "exclude_calendars",
+            "would never run",
+        ),
+        ({"only_calendars": "theirs-or-none"}, "only_calendars", "unknown calendar"),
+    ],
+)
+def test_calendar_errors_are_inline_and_nothing_is_saved(
+    world: World, overrides: dict[str, str], field: str, message: str
+) -> None:
+    before = Schedule.objects.count()
+    response = world.client("operator").post("/schedules/new", form_data(**overrides))
+    assert response.status_code == 400
+    html = response.content.decode()
+    block = re.search(rf'<ul class="errorlist" id="id_{field}_error">(.*?)</ul>', html, re.S)
+    assert block is not None, html[:3000]
+    assert message in block.group(1)
+    assert Schedule.objects.count() == before
+
+
+def test_live_preview_leaves_out_and_lists_the_excluded_dates(world: World) -> None:
+    page = (
+        world.client("operator")
+        .post(
+            f"/schedules/{world.schedule.id}/preview",
+            form_data(name="nightly", cron="0 0 * * *", exclude_calendars="weekends"),
+        )
+        .content.decode()
+    )
+    assert "Left out by the calendars:" in page, page[:3000]
+    assert "excluded by calendar &#x27;weekends&#x27;" in page
+    assert "Saturday" in page or "Sunday" in page
+    # The edit changes the upcoming runs: the weekend ones are marked removed.
+    assert "change with this edit" in page
+
+
+def test_calendar_pages_create_show_dates_refuse_bad_input_and_in_use_delete(
+    world: World,
+) -> None:
+    client = world.client("operator")
+    sources = '[{"type": "holidays", "country": "NL"}]'
+    response = client.post("/calendars/", {"name": "NL", "description": "", "sources": sources})
+    assert response.status_code == 302
+    calendar = Calendar.objects.get(tenant=world.tenant, name="NL")
+    page = client.get(response["Location"]).content.decode()
+    assert "Christmas Day" in page and "No schedule uses this calendar." in page
+    bad = client.post(
+        "/calendars/", {"name": "x", "sources": '[{"type": "holidays", "country": "XX"}]'}
+    )
+    assert bad.status_code == 400
+    assert "sources[0].country: unknown country code" in bad.content.decode()
+    assert not Calendar.objects.filter(name="x").exists()
+    # In use by a schedule: the delete is refused, naming it.
+    client.post("/schedules/new", form_data(name="uses-nl", exclude_calendars="NL"))
+    refused = client.post(f"/calendars/{calendar.id}/delete")
+    assert refused.status_code == 409
+    assert "uses-nl" in refused.content.decode()
+    # Viewers read, cannot write; another tenant's calendar is a 404.
+    assert world.client("viewer").get(f"/calendars/{calendar.id}/").status_code == 200
+    assert world.client("viewer").post("/calendars/", {"name": "v"}).status_code == 403
+    assert world.client("outsider").get(f"/calendars/{calendar.id}/").status_code == 404

@@ -1,0 +1,102 @@
+"""A real beat process honours calendars: an every-minute schedule whose local dates
+are excluded is not fired (not even its late catch-up occurrences) and its next run
+moves to the first allowed date, while the same schedule without the calendar fires.
+
+Independent of the time of day: the calendar excludes yesterday, today and tomorrow
+in the schedule's zone (computed from the database clock), so whichever local
+midnight falls during the test, nothing in the window is allowed; the next allowed
+occurrence is checked through next_run_at and the explainer, not by waiting for it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+from django.conf import settings
+
+from dispatch import explain, services
+from dispatch.models import Execution, Schedule
+from dispatch.services import calendars as calendar_writes
+from tenants.models import Tenant
+from tenants.roles import Principal
+from tests.support.procs import Proc, beat_cmd, processes, wait_for
+from tests.support.worker_support import db_now
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+TARGET = {"type": "http", "url": "https://billing.internal/hook"}
+ZONE = "America/New_York"
+
+
+@pytest.fixture
+def start(tmp_path: Path) -> Iterator[Callable[..., Proc]]:
+    with processes(tmp_path) as start:
+        yield start
+
+
+def test_beat_does_not_fire_excluded_dates_and_moves_past_them(
+    start: Callable[..., Proc], admin_principal: Principal, tenant: Tenant
+) -> None:
+    zone = ZoneInfo(ZONE)
+    now = db_now()
+    today = now.astimezone(zone).date()
+    closed = [today + dt.timedelta(days=d) for d in (-1, 0, 1)]
+    calendar_writes.calendar_create(
+        actor=admin_principal,
+        data={
+            "name": "closed",
+            "sources": [{"type": "dates", "dates": [str(d) for d in closed], "name": "closed"}],
+        },
+    )
+    body = {
+        "cron": "* * * * *",
+        "timezone": ZONE,
+        "target": TARGET,
+        "misfire": "catch_up",
+        "catch_up_limit": 3,
+    }
+    excluded = services.schedule_create(
+        actor=admin_principal, data=body | {"name": "excluded", "exclude_calendars": ["closed"]}
+    )
+    control = services.schedule_create(actor=admin_principal, data=body | {"name": "control"})
+    first_allowed = dt.datetime.combine(today + dt.timedelta(days=2), dt.time(), zone)
+    assert excluded.next_run_at == first_allowed.astimezone(dt.UTC)
+    # Both behind by ten minutes (the beat was "down"): the control catches up, the
+    # excluded one has nothing to catch up — those minutes are on excluded dates.
+    behind = now - dt.timedelta(minutes=10)
+    Schedule.objects.filter(id__in=[excluded.id, control.id]).update(next_run_at=behind)
+
+    beat = start(
+        "beat",
+        beat_cmd("--name", "cal-beat", "--lease-ttl", "3", "--cycle", "0.2", "--lookahead", "2"),
+        CELERY_BROKER_URL=settings.CELERY_BROKER_URL,
+    )
+
+    def planned() -> bool:
+        ran = Schedule.objects.get(id=excluded.id).next_run_at
+        return Execution.objects.filter(schedule=control).count() >= 4 and ran != behind
+
+    wait_for(planned, timeout=120, what="the beat planning both schedules")
+    assert Execution.objects.filter(schedule=excluded).count() == 0, beat.output()[-3000:]
+    assert Schedule.objects.get(id=excluded.id).next_run_at == first_allowed.astimezone(dt.UTC)
+    # The control kept firing each minute after its catch-up: the beat is live while
+    # the excluded schedule stays silent.
+    seen = Execution.objects.filter(schedule=control).count()
+    wait_for(
+        lambda: Execution.objects.filter(schedule=control).count() > seen,
+        timeout=120,
+        what="the control's next on-time occurrence",
+    )
+    assert Execution.objects.filter(schedule=excluded).count() == 0
+    # Why the excluded schedule did not run a minute ago, and when it runs next.
+    minute_ago = (db_now() - dt.timedelta(minutes=1)).replace(second=0, microsecond=0)
+    answer = explain.explain(
+        schedule=Schedule.objects.get(id=excluded.id), at=minute_ago, now=db_now()
+    )
+    assert answer.code == "excluded_by_calendar", answer.sentence
+    assert "excluded by calendar 'closed'" in answer.sentence
+    assert first_allowed.strftime("%Y-%m-%d") in answer.sentence
+    beat.stop()
