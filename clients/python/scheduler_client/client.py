@@ -21,7 +21,18 @@ import httpx
 
 from scheduler_client import config
 from scheduler_client.errors import ApiError, TransportError, from_response
-from scheduler_client.models import Execution, Explanation, Job, Schedule
+from scheduler_client.models import (
+    AlertChannel,
+    Backfill,
+    Calendar,
+    CalendarDate,
+    Execution,
+    Explanation,
+    Job,
+    MaintenanceWindow,
+    Operation,
+    Schedule,
+)
 from scheduler_client.timing import retry as backoff
 
 __all__ = ["Client"]
@@ -170,15 +181,21 @@ class Client:
         return from_response(response.status_code, body, retry_after=retry_after)
 
     def paginate(
-        self, path: str, params: Mapping[str, Any] | None = None, *, limit: int | None = None
+        self,
+        path: str,
+        params: Mapping[str, Any] | None = None,
+        *,
+        limit: int | None = None,
+        key: str = "results",
     ) -> Iterator[dict[str, Any]]:
-        """Every item of a keyset-paged list ({"results", "next_cursor"}), page by page."""
+        """Every item of a keyset-paged list ({key: [...], "next_cursor"}), page by page;
+        a list the server answers whole (no next_cursor) is one page."""
         query = dict(params or {})
         if limit is not None:
             query["limit"] = limit
         while True:
             page = self.request("GET", path, params=query)
-            yield from page["results"]
+            yield from page[key]
             cursor = page.get("next_cursor")
             if not cursor:
                 return
@@ -264,6 +281,12 @@ class Client:
         return Explanation.from_json(
             self.request("GET", f"/v1/schedules/{_quote(schedule_id)}/explain", params={"at": at})
         )
+
+    def schedule_health(self, schedule_id: str) -> dict[str, Any]:
+        """GET /v1/schedules/{id}/health: the same object as Schedule.health (last and next
+        run, success rates and p50/p95 durations over 24 h / 7 d / 30 d, failures in a row)."""
+        result: dict[str, Any] = self.request("GET", f"/v1/schedules/{_quote(schedule_id)}/health")
+        return result
 
     def find_schedule(self, ref: str) -> Schedule:
         """A schedule by id, or else by its exact name (names are not unique: two is an error)."""
@@ -355,6 +378,358 @@ class Client:
                 idempotent=True,  # cancelling twice is 200, unchanged
             )
         )
+
+    def rerun_execution(
+        self, execution_id: str, *, target: Mapping[str, Any] | None = None
+    ) -> Execution:
+        """Re-run a final execution as its next attempt (202); `target` replaces the
+        schedule's for this run only. Not retried on a lost connection: it could run twice."""
+        return Execution.from_json(
+            self.request(
+                "POST",
+                f"/v1/executions/{_quote(execution_id)}:rerun",
+                json={"target": dict(target)} if target is not None else None,
+            )
+        )
+
+    # ------------------------------------------------------------------ backfills
+
+    @staticmethod
+    def _backfill_body(
+        start: str,
+        end: str,
+        *,
+        reprocess: str | None,
+        max_concurrent: int | None,
+        order: str | None,
+        skip_paused: bool | None,
+        dry_run: bool,
+    ) -> dict[str, Any]:
+        # Left out, an option takes the server's default (reprocess none, 1, oldest, false).
+        options = {
+            "reprocess": reprocess,
+            "max_concurrent": max_concurrent,
+            "order": order,
+            "skip_paused": skip_paused,
+        }
+        body = {"from": start, "to": end, "dry_run": dry_run}
+        return body | {k: v for k, v in options.items() if v is not None}
+
+    def plan_backfill(
+        self,
+        schedule_id: str,
+        start: str,
+        end: str,
+        *,
+        reprocess: str | None = None,
+        max_concurrent: int | None = None,
+        order: str | None = None,
+        skip_paused: bool | None = None,
+    ) -> dict[str, Any]:
+        """The dry run of backfill_schedule: the plan, nothing written —
+        {"schedule_id", "timezone", "total", "counts": {action: n},
+        "occurrences": [{"scheduled_for", "local", "action", "execution_id"}]}."""
+        body = self._backfill_body(
+            start,
+            end,
+            reprocess=reprocess,
+            max_concurrent=max_concurrent,
+            order=order,
+            skip_paused=skip_paused,
+            dry_run=True,
+        )
+        result: dict[str, Any] = self.request(
+            "POST", f"/v1/schedules/{_quote(schedule_id)}:backfill", json=body, idempotent=True
+        )
+        return result
+
+    def backfill_schedule(
+        self,
+        schedule_id: str,
+        start: str,
+        end: str,
+        *,
+        reprocess: str | None = None,
+        max_concurrent: int | None = None,
+        order: str | None = None,
+        skip_paused: bool | None = None,
+    ) -> Backfill:
+        """Run the schedule's occurrences in [start, end) now (ISO 8601 instants, end not
+        in the future). Not retried on a lost connection: it could start twice."""
+        body = self._backfill_body(
+            start,
+            end,
+            reprocess=reprocess,
+            max_concurrent=max_concurrent,
+            order=order,
+            skip_paused=skip_paused,
+            dry_run=False,
+        )
+        return Backfill.from_json(
+            self.request("POST", f"/v1/schedules/{_quote(schedule_id)}:backfill", json=body)
+        )
+
+    def list_backfills(
+        self, schedule_id: str, *, page_size: int | None = None
+    ) -> Iterator[Backfill]:
+        """A schedule's backfills, newest first (without their plan's counts)."""
+        path = f"/v1/schedules/{_quote(schedule_id)}/backfills"
+        for item in self.paginate(path, limit=page_size):
+            yield Backfill.from_json(item)
+
+    def get_backfill(self, backfill_id: str) -> Backfill:
+        return Backfill.from_json(self.request("GET", f"/v1/backfills/{_quote(backfill_id)}"))
+
+    def cancel_backfill(self, backfill_id: str) -> Backfill:
+        """Stop releasing its remaining occurrences; a finished backfill is Conflict."""
+        return Backfill.from_json(
+            self.request(
+                "POST",
+                f"/v1/backfills/{_quote(backfill_id)}:cancel",
+                idempotent=True,  # cancelling twice is 200, unchanged
+            )
+        )
+
+    # ------------------------------------------------------------------ bulk operations
+
+    @staticmethod
+    def _bulk_body(
+        action: str,
+        ids: list[str] | None,
+        filters: Mapping[str, Any] | None,
+        **extra: Any,
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"action": action}
+        if ids is not None:
+            body["ids"] = list(ids)
+        if filters is not None:
+            body["filter"] = dict(filters)  # the API's name; `filter` is a builtin
+        return body | {k: v for k, v in extra.items() if v is not None}
+
+    def bulk_schedules(
+        self,
+        action: str,
+        *,
+        ids: list[str] | None = None,
+        filters: Mapping[str, Any] | None = None,
+        reason: str | None = None,
+        until: str | None = None,
+    ) -> Operation:
+        """pause / resume / trigger / delete schedules by ids or by `filters` (the list
+        filters: search, kind, paused). A small set is worked in the request (state
+        "done", every item's result); a larger one comes back "running": follow it with
+        get_operation. Not retried on a lost connection (trigger could run twice)."""
+        body = self._bulk_body(action, ids, filters, reason=reason, until=until)
+        return Operation.from_json(self.request("POST", "/v1/schedules:bulk", json=body))
+
+    def preview_bulk_schedules(
+        self,
+        action: str,
+        *,
+        ids: list[str] | None = None,
+        filters: Mapping[str, Any] | None = None,
+        until: str | None = None,
+    ) -> dict[str, Any]:
+        """The dry run of bulk_schedules, nothing written: {"dry_run", "action", "total",
+        "found", "not_found", "schedules", "text", "items", and for resume "run" /
+        "skip"}."""
+        body = self._bulk_body(action, ids, filters, until=until, dry_run=True)
+        result: dict[str, Any] = self.request(
+            "POST", "/v1/schedules:bulk", json=body, idempotent=True
+        )
+        return result
+
+    def bulk_executions(
+        self,
+        action: str,
+        *,
+        ids: list[str] | None = None,
+        filters: Mapping[str, Any] | None = None,
+        reason: str | None = None,
+    ) -> Operation:
+        """cancel / rerun executions by ids or by filter (state, schedule_id, trigger as
+        lists, from, to); as bulk_schedules, a large set answers a running operation."""
+        body = self._bulk_body(action, ids, filters, reason=reason)
+        return Operation.from_json(self.request("POST", "/v1/executions:bulk", json=body))
+
+    def get_operation(self, operation_id: str, *, page_size: int | None = None) -> Operation:
+        """The operation's progress and its first page of items (operation_items: all)."""
+        return Operation.from_json(
+            self.request(
+                "GET", f"/v1/operations/{_quote(operation_id)}", params={"limit": page_size}
+            )
+        )
+
+    def operation_items(
+        self, operation_id: str, *, page_size: int | None = None
+    ) -> Iterator[dict[str, Any]]:
+        """Every per-item result, by position: {"position", "id", "status", "detail"}."""
+        path = f"/v1/operations/{_quote(operation_id)}"
+        yield from self.paginate(path, limit=page_size, key="items")
+
+    def cancel_operation(self, operation_id: str) -> Operation:
+        """Items not worked yet become cancelled; a finished operation is Conflict."""
+        return Operation.from_json(
+            self.request(
+                "POST",
+                f"/v1/operations/{_quote(operation_id)}:cancel",
+                idempotent=True,  # cancelling twice is 200, unchanged
+            )
+        )
+
+    # ------------------------------------------------------------------ calendars
+
+    def list_calendars(self) -> Iterator[Calendar]:
+        """The tenant's calendars by name (the server answers them in one page: a tenant
+        has at most 200; a next_cursor, should a server send one, is followed)."""
+        for item in self.paginate("/v1/calendars"):
+            yield Calendar.from_json(item)
+
+    def get_calendar(self, calendar_id: str) -> Calendar:
+        return Calendar.from_json(self.request("GET", f"/v1/calendars/{_quote(calendar_id)}"))
+
+    def create_calendar(
+        self, name: str, sources: list[Mapping[str, Any]], *, description: str | None = None
+    ) -> Calendar:
+        """POST /v1/calendars; a bad source is ValidationError naming it (sources[1].country)."""
+        body: dict[str, Any] = {"name": name, "sources": [dict(s) for s in sources]}
+        if description is not None:
+            body["description"] = description
+        return Calendar.from_json(self.request("POST", "/v1/calendars", json=body))
+
+    def update_calendar(self, calendar_id: str, changes: Mapping[str, Any]) -> Calendar:
+        """PATCH name / description / sources (the API takes no If-Match here). New
+        sources re-plan every schedule listing the calendar."""
+        return Calendar.from_json(
+            self.request("PATCH", f"/v1/calendars/{_quote(calendar_id)}", json=dict(changes))
+        )
+
+    def delete_calendar(self, calendar_id: str) -> None:
+        """Conflict while a schedule lists it (detail["schedules"]: their ids)."""
+        self.request("DELETE", f"/v1/calendars/{_quote(calendar_id)}")
+
+    def calendar_dates(
+        self, calendar_id: str, *, start: str | None = None, end: str | None = None
+    ) -> list[CalendarDate]:
+        """The dates the calendar holds in [start, end] (YYYY-MM-DD, both included; the
+        server's defaults: today (UTC) and a year later; at most 3 years)."""
+        result = self.request(
+            "GET",
+            f"/v1/calendars/{_quote(calendar_id)}/dates",
+            params={"from": start, "to": end},
+        )
+        return [CalendarDate.from_json(item) for item in result["results"]]
+
+    # ------------------------------------------------------------------ alerts
+
+    def list_alert_channels(self) -> Iterator[AlertChannel]:
+        """The tenant's alert channels (admins only, reads too)."""
+        for item in self.paginate("/v1/alert-channels"):
+            yield AlertChannel.from_json(item)
+
+    def get_alert_channel(self, channel_id: str) -> AlertChannel:
+        return AlertChannel.from_json(
+            self.request("GET", f"/v1/alert-channels/{_quote(channel_id)}")
+        )
+
+    def create_alert_channel(
+        self, name: str, kind: str, config: Mapping[str, Any], *, enabled: bool | None = None
+    ) -> AlertChannel:
+        """kind "email" ({"to": [...]}), "slack" ({"url"}) or "webhook" ({"url",
+        "headers"}); secrets as references ({"secret": "env:NAME"}), never values."""
+        body: dict[str, Any] = {"name": name, "kind": kind, "config": dict(config)}
+        if enabled is not None:
+            body["enabled"] = enabled
+        return AlertChannel.from_json(self.request("POST", "/v1/alert-channels", json=body))
+
+    def update_alert_channel(self, channel_id: str, changes: Mapping[str, Any]) -> AlertChannel:
+        """PATCH name / config / enabled (the kind cannot change)."""
+        return AlertChannel.from_json(
+            self.request("PATCH", f"/v1/alert-channels/{_quote(channel_id)}", json=dict(changes))
+        )
+
+    def delete_alert_channel(self, channel_id: str) -> None:
+        self.request("DELETE", f"/v1/alert-channels/{_quote(channel_id)}")
+
+    def test_alert_channel(self, channel_id: str) -> dict[str, Any]:
+        """Send a test message now: {"ok": bool, "detail": "HTTP 200" or why not}. A
+        refused destination is the answer, not an error. Not retried on a lost
+        connection (it would send twice)."""
+        result: dict[str, Any] = self.request(
+            "POST", f"/v1/alert-channels/{_quote(channel_id)}:test"
+        )
+        return result
+
+    # Policies are plain dicts: {"failure_threshold", "recovery", "realert_s",
+    # "auto_pause_after", "late_after_s", "max_duration_s", "channels": [ids], "source":
+    # "schedule" | "tenant" | "built-in"}, and a schedule's also "snoozed_until". Setting
+    # one is whole: a field left out takes its built-in default.
+
+    def get_alert_policy(self) -> dict[str, Any]:
+        """The tenant's default alert policy (the built-in one until set)."""
+        result: dict[str, Any] = self.request("GET", "/v1/alert-policy")
+        return result
+
+    def set_alert_policy(self, policy: Mapping[str, Any]) -> dict[str, Any]:
+        result: dict[str, Any] = self.request("PUT", "/v1/alert-policy", json=dict(policy))
+        return result
+
+    def get_schedule_alert_policy(self, schedule_id: str) -> dict[str, Any]:
+        """The policy that applies to the schedule (see "source"), and its snoozed_until."""
+        result: dict[str, Any] = self.request(
+            "GET", f"/v1/schedules/{_quote(schedule_id)}/alert-policy"
+        )
+        return result
+
+    def set_schedule_alert_policy(
+        self, schedule_id: str, policy: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """Give the schedule its own policy, replacing the tenant default for it."""
+        result: dict[str, Any] = self.request(
+            "PUT", f"/v1/schedules/{_quote(schedule_id)}/alert-policy", json=dict(policy)
+        )
+        return result
+
+    def delete_schedule_alert_policy(self, schedule_id: str) -> dict[str, Any]:
+        """Drop the schedule's own policy; the one that applies now."""
+        result: dict[str, Any] = self.request(
+            "DELETE", f"/v1/schedules/{_quote(schedule_id)}/alert-policy"
+        )
+        return result
+
+    def snooze_schedule(self, schedule_id: str, until: str | None) -> dict[str, Any]:
+        """Hold the schedule's alerts until `until` (None ends the snooze); the
+        schedule's policy with its snoozed_until."""
+        result: dict[str, Any] = self.request(
+            "POST",
+            f"/v1/schedules/{_quote(schedule_id)}:snooze",
+            json={"until": until},
+            idempotent=True,  # sets a value: the same again is the same state
+        )
+        return result
+
+    def list_maintenance_windows(self) -> Iterator[MaintenanceWindow]:
+        for item in self.paginate("/v1/maintenance-windows"):
+            yield MaintenanceWindow.from_json(item)
+
+    def get_maintenance_window(self, window_id: str) -> MaintenanceWindow:
+        """One window, read from the list (the API has no GET of one window)."""
+        for window in self.list_maintenance_windows():
+            if window.id == window_id:
+                return window
+        raise from_response(
+            404, {"error": {"code": "not_found", "message": "maintenance window not found"}}
+        )
+
+    def create_maintenance_window(self, definition: Mapping[str, Any]) -> MaintenanceWindow:
+        """One-off {"name", "starts_at", "ends_at"} or recurring {"name", "cron",
+        "timezone", "duration_s"}; alerts are held while it is open."""
+        return MaintenanceWindow.from_json(
+            self.request("POST", "/v1/maintenance-windows", json=dict(definition))
+        )
+
+    def delete_maintenance_window(self, window_id: str) -> None:
+        self.request("DELETE", f"/v1/maintenance-windows/{_quote(window_id)}")
 
     # ------------------------------------------------------------------ schedules as code
 

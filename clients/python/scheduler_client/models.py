@@ -58,6 +58,8 @@ class Schedule(Model):
     version: int | None = None
     created_at: str | None = None
     updated_at: str | None = None
+    exclude_calendars: list[str] | None = None  # calendar names
+    only_calendars: list[str] | None = None
     health: dict[str, Any] | None = None  # GET /v1/schedules/{id} only
 
 
@@ -115,3 +117,111 @@ class Explanation(Model):
             raw=dict(data),
             evidence=[Evidence.from_json(e) for e in items if isinstance(e, dict)],
         )
+
+
+@dataclass(frozen=True)
+class Calendar(Model):
+    """A tenant's named set of dates; schedules list it by name in exclude_calendars /
+    only_calendars. `sources` as the server summarises them (an .ics shows its url and
+    size, not its content)."""
+
+    id: str = ""
+    name: str = ""
+    description: str | None = None
+    sources: list[dict[str, Any]] | None = None
+    version: int | None = None
+    created_at: str | None = None
+    updated_at: str | None = None
+    created_by: str | None = None
+    updated_by: str | None = None
+
+
+@dataclass(frozen=True)
+class CalendarDate(Model):
+    """One date a calendar holds (YYYY-MM-DD) and its name ("Christmas Day", "Saturday")."""
+
+    date: str = ""
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class AlertChannel(Model):
+    """Where a tenant's alerts go; `config` holds addresses and secret references only."""
+
+    id: str = ""
+    name: str = ""
+    kind: str | None = None  # "email" | "slack" | "webhook"
+    config: dict[str, Any] | None = None
+    enabled: bool | None = None
+    created_at: str | None = None
+    updated_at: str | None = None
+
+
+@dataclass(frozen=True)
+class MaintenanceWindow(Model):
+    """A time the tenant's alerts are held: one-off (starts_at, ends_at) or recurring
+    (cron, timezone, duration_s)."""
+
+    id: str = ""
+    name: str = ""
+    starts_at: str | None = None
+    ends_at: str | None = None
+    cron: str | None = None
+    timezone: str | None = None
+    duration_s: int | None = None
+
+
+@dataclass(frozen=True)
+class Backfill(Model):
+    """A schedule's past occurrences in [range_from, range_to), being run now. The API
+    names the range `from` / `to` (`from` is a Python keyword, hence the prefix)."""
+
+    id: str = ""
+    schedule_id: str | None = None
+    state: str | None = None  # "running" | "done" | "cancelled"
+    range_from: str | None = None
+    range_to: str | None = None
+    reprocess: str | None = None
+    max_concurrent: int | None = None
+    order: str | None = None
+    skip_paused: bool | None = None
+    created_by: str | None = None
+    created_at: str | None = None
+    finished_at: str | None = None
+    cancelled_by: str | None = None
+    progress: dict[str, int] | None = None
+    counts: dict[str, int] | None = None  # occurrences per action; not on list pages
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Backfill:
+        renamed = {k: v for k, v in data.items() if k not in ("from", "to")}
+        base = super().from_json(
+            renamed | {"range_from": data.get("from"), "range_to": data.get("to")}
+        )
+        return replace(base, raw=dict(data))
+
+
+@dataclass(frozen=True)
+class Operation(Model):
+    """A bulk action (schedules:bulk, executions:bulk) and a page of its per-item
+    results (`items`: {"position", "id", "status", "detail"}; the rest from
+    `next_cursor`, see Client.operation_items)."""
+
+    id: str = ""
+    object_type: str | None = None  # "schedule" | "execution"
+    action: str | None = None
+    state: str | None = None  # "running" | "done" | "cancelled"
+    total: int | None = None
+    processed: int | None = None
+    succeeded: int | None = None
+    failed: int | None = None
+    cancelled: int | None = None
+    reason: str | None = None
+    until: str | None = None
+    filter: dict[str, Any] | None = None
+    created_by: str | None = None
+    created_at: str | None = None
+    finished_at: str | None = None
+    cancelled_by: str | None = None
+    items: list[dict[str, Any]] | None = None  # not in a cancel's answer
+    next_cursor: str | None = None
