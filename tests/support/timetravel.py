@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pwd
 import shutil
 import signal
 import subprocess
@@ -42,7 +43,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 from urllib.parse import quote
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,11 +52,32 @@ DB_NAME = "scheduler"
 # before the transition that seeding (a Django start-up) finishes before the restart
 # even on a loaded machine, near enough that little is caught up across the jump.
 SEED_BEFORE = timedelta(minutes=5)
+# How long before the transition the beat and the worker start: their start-up (four
+# pairs side by side took 8-9 s at load 3 on 2 cores) must fit, with room to spare.
+# A beat that still starts late runs the occurrence through its misfire policy, with
+# the same scheduled_for: the comparison stays exact, only less of it is "live".
+LEAD = timedelta(seconds=25)
+# How long after the transition the processes are watched: the beat stages each run
+# `--lookahead` (5 s) before it is due and plans every `--cycle` (0.2 s), so by then
+# whatever it would fire at the transition it has staged and published.
+SETTLE = timedelta(seconds=5)
 
 
 def faketime_missing() -> str:
     """Why this machine cannot time-travel ("" when it can)."""
     return "" if shutil.which("faketime") else "faketime is not installed (Debian package faketime)"
+
+
+def _server_account() -> str | None:
+    """Who runs the server: PostgreSQL refuses root, so as root the embedded server's
+    own user (or Debian's postgres) runs it; otherwise the current user."""
+    if os.geteuid() != 0:
+        return None
+    for name in ("pgserver", "postgres"):
+        with contextlib.suppress(KeyError):
+            pwd.getpwnam(name)
+            return name
+    raise AssertionError("running as root, with no pgserver or postgres user to run PostgreSQL")
 
 
 def _pg_bin(name: str) -> str:
@@ -65,8 +87,8 @@ def _pg_bin(name: str) -> str:
 
 
 def _server_user() -> dict[str, Any]:
-    # PostgreSQL refuses to run as root; the embedded server's own user runs it then.
-    return {"user": "pgserver"} if os.geteuid() == 0 else {}
+    account = _server_account()
+    return {"user": account} if account else {}
 
 
 class FakedCluster:
@@ -76,6 +98,7 @@ class FakedCluster:
         self.base = base
         self.pgdata = base / "pg"
         self.proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
 
     @property
     def database_url(self) -> str:
@@ -120,9 +143,9 @@ class FakedCluster:
             cmd = ["faketime", "-f", f"{offset:+.3f}s", *cmd]
             # Timeouts and intervals inside the server stay true; only "now" moves.
             env["DONT_FAKE_MONOTONIC"] = "1"
-        log = open(self.base / "postgres.log", "a")  # noqa: SIM115 - the server's, closed by the OS
+        self._log = open(self.base / "postgres.log", "ab")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            cmd, env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
             **_server_user(),
         )  # fmt: skip
         deadline = time.monotonic() + 60
@@ -155,6 +178,9 @@ class FakedCluster:
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(10)
         self.proc = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
 
     def log(self) -> str:
         path = self.base / "postgres.log"
@@ -176,8 +202,9 @@ class FakedCluster:
 
 def _own(path: Path) -> None:
     path.chmod(0o755)
-    if os.geteuid() == 0:
-        shutil.chown(path, "pgserver", "pgserver")
+    account = _server_account()
+    if account:
+        shutil.chown(path, account, account)
 
 
 @contextlib.contextmanager
@@ -190,10 +217,14 @@ def template(base: Path) -> Iterator[FakedCluster]:
     try:
         cluster.query(f"CREATE DATABASE {DB_NAME}", dbname="postgres")
         env = _env(cluster.database_url)
-        subprocess.run(
+        res = subprocess.run(
             [sys.executable, "manage.py", "migrate", "--no-input", "-v", "0"],
-            cwd=ROOT, env=env, check=True, capture_output=True, timeout=300,
+            cwd=ROOT, env=env, check=False, capture_output=True, text=True, timeout=300,
         )  # fmt: skip
+        if res.returncode:
+            raise AssertionError(
+                f"migrating the time-travel template failed:\n{res.stderr[-4000:]}"
+            )
     finally:
         cluster.stop()
     yield cluster
@@ -308,6 +339,7 @@ class Outcome:
     horizon: datetime  # the database instant up to which the processes were watched
     fired: dict[str, list[Fired]]  # schedule name -> its executions, by scheduled_for
     logs: str  # the beat's and the worker's output, for failure messages
+    beat_started_at: datetime | None = None  # database clock, when the beat registered
 
     def expected(self) -> dict[str, list[tuple[datetime, datetime]]]:
         """The preview's occurrences up to the horizon, per schedule."""
@@ -321,15 +353,19 @@ def travel(
     *,
     ledger: Any,
     broker_db: int,
-    lead: timedelta = timedelta(seconds=15),
-    settle: timedelta = timedelta(seconds=10),
+    lead: timedelta = LEAD,
+    settle: timedelta = SETTLE,
 ) -> Outcome:
     """Seed `case` a few minutes before its transition, jump to `lead` before it, run
     a real beat and worker there until `settle` after it, and report what they did.
 
-    The horizon is settle seconds past the transition: the cases' schedules have
-    nothing due between the transition and a minute after it, so by then whatever
-    the beat would fire at the transition it has fired (it plans every `--cycle`).
+    The cases' schedules have nothing due between the transition and a minute after
+    it, so the horizon (settle past the transition) cuts no run in half.
+
+    The beat's settings are in database seconds, which at x1 are real seconds: a
+    10 s lease (renewed every third), a 0.2 s cycle and a 5 s stage-ahead window, so
+    the runs due at the transition are staged and published while the beat lives
+    through it rather than at its start.
     """
     from django.conf import settings
 
@@ -387,11 +423,12 @@ def travel(
                 "SELECT id, schedule_id, scheduled_for, due_at, state FROM dispatch_execution"
                 " ORDER BY scheduled_for, id"
             )
+            beat_started_at = cluster.query("SELECT min(started_at) FROM dispatch_beatnode")[0][0]
             logs = f"--- beat\n{beat.output()[-3000:]}\n--- worker\n{worker.output()[-3000:]}"
         fired: dict[str, list[Fired]] = {n: [] for n in seeded.ids}
         for eid, sid, scheduled_for, due_at, state in rows:
             fired[names[str(sid)]].append(Fired(str(eid), scheduled_for, due_at, state))
-        outcome.fired, outcome.logs = fired, logs
+        outcome.fired, outcome.logs, outcome.beat_started_at = fired, logs, beat_started_at
         return outcome
     finally:
         cluster.stop()

@@ -92,7 +92,8 @@ def test_fired_equals_preview(outcomes: dict[str, Outcome], ledger: Ledger, case
     outcome = outcomes[case]
     expected = outcome.expected()
     fired = {n: [(f.scheduled_for, f.due_at) for f in runs] for n, runs in outcome.fired.items()}
-    assert fired == expected, outcome.logs
+    started = f"beat registered at {outcome.beat_started_at} (database clock)"
+    assert fired == expected, f"{started}\n{outcome.logs}"
     assert sum(len(v) for v in expected.values()) >= 2, "the window crossed no occurrence"
     for runs in outcome.fired.values():
         for run in runs:
