@@ -65,8 +65,10 @@ def make_schedule(
     retry: dict[str, Any] | None = None,
     timeout_s: int = 10,
     name: str | None = None,
+    **fields: Any,
 ) -> Schedule:
-    """A schedule whose target is stored as given.
+    """A schedule whose target is stored as given (other definition `fields`, such as
+    `cron` and `timezone`, as a client would send them).
 
     Loopback receivers cannot pass the save-time SSRF check (by design), so the
     schedule is saved with a placeholder and the target written afterwards —
@@ -79,7 +81,8 @@ def make_schedule(
             "cron": "0 0 1 1 *",
             "target": {"type": "http", "url": "https://billing.internal/hook"},
             "retry": retry or {"max_attempts": 3, "backoff": "fixed", "initial_s": 1, "max_s": 1},
-        },
+        }
+        | fields,
     )
     Schedule.objects.filter(pk=schedule.pk).update(
         target=target | {"timeout_s": timeout_s}, timeout_s=timeout_s
