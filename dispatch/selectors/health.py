@@ -37,6 +37,7 @@ from django.db.models import Count, Q
 
 from dispatch.alerting.lateness import late_now
 from dispatch.models import Schedule
+from dispatch.selectors.calendars import schedule_filters
 from dispatch.selectors.schedules import schedule_next_runs
 from dispatch.sql import sql
 from dispatch.states import AUTO_PAUSE_ACTOR, AlertState, ExecutionState
@@ -266,7 +267,8 @@ def status_grid(
     *, tenant: Tenant, schedules: list[Schedule], now: datetime, past: int, future: int
 ) -> list[GridRow]:
     """A row per schedule: its newest `past` executions (one query for every row) and
-    its next `future` occurrences (computed from the definition, no query)."""
+    its next `future` occurrences (computed from the definition; one query for every
+    row's calendars)."""
     grid = {s.id: GridRow(schedule=s) for s in schedules}
     if schedules:
         rows = sql.rows(
@@ -288,10 +290,12 @@ def status_grid(
                     detail=_detail(r),
                 )
             )
+    # Every row's calendars in one query (the occurrences themselves need none).
+    filters = schedule_filters(s.id for s in schedules) if future else {}
     for s in schedules:
         # Paused with no end: nothing is upcoming (paused until T: from T on).
         if future and not (s.paused and s.paused_until is None):
-            for o in schedule_next_runs(schedule=s, after=now, count=future):
+            for o in schedule_next_runs(schedule=s, after=now, count=future, filters=filters):
                 grid[s.id].cells.append(
                     GridCell(
                         scheduled_for=o.scheduled_for,

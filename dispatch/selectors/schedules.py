@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime, timedelta
+from itertools import islice
 from typing import Any
 
 from django.db.models import Case, Q, Value, When
 
 from dispatch.exceptions import InvalidSchedule, NotFound
 from dispatch.models import Execution, Kind, Schedule
-from dispatch.selectors.calendars import schedule_filter
+from dispatch.selectors.calendars import schedule_filter, schedule_filters
 from dispatch.selectors.paging import Page, _keyset, as_uuid
 from dispatch.timing import cron
+from dispatch.timing.calendars import DateFilter
 from tenants.models import Tenant
 
 
@@ -40,9 +42,10 @@ def schedule_fields(schedule: Schedule) -> dict[str, Any]:
 
 def calendar_names(schedule: Schedule) -> dict[str, list[str]]:
     """`exclude_calendars` / `only_calendars` by name, in the order given (prefetch
-    `calendar_links__calendar` for lists; a schedule being created has none yet)."""
+    `calendar_links__calendar` for lists; a schedule being created has none yet, and a
+    one-off none at all: no query for them, so a batch of jobs costs no read per job)."""
     out: dict[str, list[str]] = {"exclude_calendars": [], "only_calendars": []}
-    if schedule._state.adding:
+    if schedule._state.adding or schedule.kind == Kind.ONCE:
         return out
     for link in schedule.calendar_links.all():
         out[f"{link.role}_calendars"].append(link.calendar.name)
@@ -88,7 +91,16 @@ def schedule_list(
     )
 
 
-def schedule_preview(*, schedule: Schedule, after: datetime, count: int) -> list[cron.Occurrence]:
+def schedule_preview(
+    *,
+    schedule: Schedule,
+    after: datetime,
+    count: int,
+    filters: dict[uuid.UUID, DateFilter] | None = None,
+) -> list[cron.Occurrence]:
+    """`count` occurrences after `after`, calendars applied. `filters`: the date filters
+    of a whole list, loaded at once by its caller (`schedule_filters`), instead of one
+    query per schedule."""
     if schedule.kind == Kind.ONCE:
         run_at = schedule.run_at
         if run_at is None or run_at <= after:
@@ -102,17 +114,23 @@ def schedule_preview(*, schedule: Schedule, after: datetime, count: int) -> list
         after=after,
         count=count,
         jitter_s=schedule.jitter_s,
-        dates=schedule_filter(schedule.id),
+        dates=filters.get(schedule.id) if filters is not None else schedule_filter(schedule.id),
     )
 
 
-def schedule_next_runs(*, schedule: Schedule, after: datetime, count: int) -> list[cron.Occurrence]:
+def schedule_next_runs(
+    *,
+    schedule: Schedule,
+    after: datetime,
+    count: int,
+    filters: dict[uuid.UUID, DateFilter] | None = None,
+) -> list[cron.Occurrence]:
     """The runs a user will see happen: a schedule paused until T runs nothing before T
     (the beat resumes it then), so the occurrences inside the pause are left out."""
     until = schedule.paused_until if schedule.paused else None
     if until is not None and until > after:
         after = until - timedelta(microseconds=1)
-    return schedule_preview(schedule=schedule, after=after, count=count)
+    return schedule_preview(schedule=schedule, after=after, count=count, filters=filters)
 
 
 def schedule_get_including_deleted(*, tenant: Tenant, schedule_id: uuid.UUID | str) -> Schedule:
@@ -143,10 +161,14 @@ def upcoming_fires(
     )
     out: list[tuple[Schedule, cron.Occurrence]] = []
     per_schedule = min(limit, int(horizon.total_seconds() // 60) + 1, cron.PREVIEW_MAX)
+    filters = schedule_filters(s.id for s in schedules)
     for schedule in schedules:
         next_run = schedule.next_run_at or now
         after = min(now, next_run) - timedelta(microseconds=1)
-        for occ in schedule_preview(schedule=schedule, after=after, count=per_schedule):
+        occurrences = schedule_preview(
+            schedule=schedule, after=after, count=per_schedule, filters=filters
+        )
+        for occ in occurrences:
             if occ.scheduled_for > end:
                 break
             out.append((schedule, occ))
@@ -155,6 +177,7 @@ def upcoming_fires(
 
 
 UPCOMING_COUNT_CAP = 2_000
+COUNT_CHUNK = 500
 
 
 def upcoming_count(*, tenant: Tenant, now: datetime, horizon: timedelta) -> tuple[int, bool]:
@@ -172,17 +195,27 @@ def upcoming_count(*, tenant: Tenant, now: datetime, horizon: timedelta) -> tupl
     # A cron fires at most once a minute: no schedule has more occurrences than this.
     per_schedule = min(int(horizon.total_seconds() // 60) + 1, cron.PREVIEW_MAX)
     total = 0
-    for schedule in due.iterator(chunk_size=500):
-        next_run = schedule.next_run_at or now
-        after = min(now, next_run) - timedelta(microseconds=1)
-        room = UPCOMING_COUNT_CAP - total
-        for occ in schedule_preview(schedule=schedule, after=after, count=min(room, per_schedule)):
-            if occ.scheduled_for > end:
-                break
-            total += 1
-        if total >= UPCOMING_COUNT_CAP:
-            return UPCOMING_COUNT_CAP, True
-    return total, False
+    chunk: list[Schedule] = []
+    rows = due.iterator(chunk_size=COUNT_CHUNK)
+    while True:
+        chunk = list(islice(rows, COUNT_CHUNK))
+        if not chunk:
+            return total, False
+        # The chunk's calendars in one query, not one per schedule.
+        filters = schedule_filters(s.id for s in chunk)
+        for schedule in chunk:
+            next_run = schedule.next_run_at or now
+            after = min(now, next_run) - timedelta(microseconds=1)
+            room = UPCOMING_COUNT_CAP - total
+            occurrences = schedule_preview(
+                schedule=schedule, after=after, count=min(room, per_schedule), filters=filters
+            )
+            for occ in occurrences:
+                if occ.scheduled_for > end:
+                    break
+                total += 1
+            if total >= UPCOMING_COUNT_CAP:
+                return UPCOMING_COUNT_CAP, True
 
 
 def last_executions(*, tenant: Tenant, schedule_ids: list[uuid.UUID]) -> dict[uuid.UUID, Execution]:

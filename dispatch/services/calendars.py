@@ -269,11 +269,20 @@ def clean_calendar_fields(
     return CalendarChoice(exclude=exclude, only=only)
 
 
-def check_calendars_apply(choice: CalendarChoice | None, *, has_upstreams: bool) -> None:
-    """A dependent runs for its upstreams' occurrences, not by its own timing: its own
-    calendars would do nothing, so they are refused (give them to the upstream)."""
-    if choice is not None and has_upstreams and (choice.exclude or choice.only):
-        field = "exclude_calendars" if choice.exclude else "only_calendars"
+def check_calendars_apply(
+    choice: CalendarChoice | None, *, has_upstreams: bool, one_off: bool
+) -> None:
+    """Calendars move a cron schedule's occurrences. A dependent runs for its upstreams'
+    occurrences and a one-off at its run_at, not by their own timing: calendars would do
+    nothing there, so they are refused rather than stored and silently ignored."""
+    if choice is None or not (choice.exclude or choice.only):
+        return
+    field = "exclude_calendars" if choice.exclude else "only_calendars"
+    if one_off:
+        raise InvalidSchedule.field(
+            field, "a one-off runs at its run_at; calendars apply to cron schedules"
+        )
+    if has_upstreams:
         raise InvalidSchedule.field(
             field,
             "a schedule with depends_on runs after its upstreams' occurrences; "

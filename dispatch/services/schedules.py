@@ -112,7 +112,9 @@ def schedule_create(
     data = dict(data)
     calendars = clean_calendar_fields(actor, data)
     spec = clean_schedule(tenant=actor.tenant, data=data, schedule_id=schedule_id)
-    check_calendars_apply(calendars, has_upstreams=bool(spec.depends_on))
+    check_calendars_apply(
+        calendars, has_upstreams=bool(spec.depends_on), one_off=spec.values["kind"] == Kind.ONCE
+    )
     _check_quota(actor)
     now = db_now()
     schedule = Schedule(
@@ -166,7 +168,9 @@ def schedule_update(
         tenant=actor.tenant, data=data, schedule_id=schedule.id, existing=schedule
     )
     upstreams = spec.depends_on if spec.depends_on is not None else schedule.depends_on.exists()
-    check_calendars_apply(calendars, has_upstreams=bool(upstreams))
+    check_calendars_apply(
+        calendars, has_upstreams=bool(upstreams), one_off=schedule.kind == Kind.ONCE
+    )
     timing_changed = any(
         spec.values.get(k) != getattr(schedule, k) for k in ("cron", "timezone", "run_at")
     )

@@ -38,8 +38,10 @@ def test_schedule_list_reads_the_page_in_a_fixed_number_of_statements(
         )
     statements = _captured(api, "get", "/v1/schedules")
     # The token and its (conditional) last-use write, the page with its tenant joined,
-    # the upstreams of the whole page: no statement per row, none of its own for the tenant.
-    assert len(statements) == 4, statements
+    # the upstreams and the calendar links of the whole page: no statement per row, none
+    # of its own for the tenant.
+    assert len(statements) == 5, statements
+    assert sum("dispatch_schedulecalendar" in s for s in statements) == 1, statements
     assert not any(s.lstrip().startswith('SELECT "tenants_tenant"') for s in statements)
 
 

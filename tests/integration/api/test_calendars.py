@@ -313,3 +313,17 @@ def test_a_dependent_cannot_take_calendars(api: APIClient, seed_example: dict[st
     )
     assert "give the calendars to the upstream" in body["detail"]["exclude_calendars"][0]
     assert not Schedule.objects.filter(name="down").exists()
+
+
+def test_a_one_off_cannot_take_calendars(api: APIClient, seed_example: dict[str, Any]) -> None:
+    """A one-off runs at its run_at: calendars would be stored and never applied."""
+    post(api, {"name": "weekends", "sources": [{"type": "preset", "preset": "weekends"}]})
+    one_off = {k: v for k, v in seed_example.items() if k != "cron"}
+    body = schedule(
+        api,
+        one_off | {"name": "once", "run_at": "2031-03-01T10:00:00Z"},
+        code=400,
+        only_calendars=["weekends"],
+    )
+    assert "calendars apply to cron schedules" in body["detail"]["only_calendars"][0]
+    assert not Schedule.objects.filter(name="once").exists()
