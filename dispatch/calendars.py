@@ -9,7 +9,8 @@ A calendar's `sources` is a list of objects, each one of:
   package; the years are computed as needed)
 * ``{"type": "ics", "content": "BEGIN:VCALENDAR..."}`` or ``{"type": "ics", "url":
   "https://..."}``: a URL is fetched ONCE, at write time, through the SSRF guard and
-  stored as content (a remote change needs a re-import, never moves a schedule)
+  stored as content (a remote change needs a re-import, never moves a schedule);
+  with both, the content is taken as it is and the url kept as its origin
 * ``{"type": "preset", "preset": "weekends" | "business_days"}`` (business_days:
   Monday to Friday, for `only_calendars`)
 
@@ -170,10 +171,19 @@ def _ics_dates(content: str) -> dict[dt.date, str]:
 def _clean_ics(index: int, item: dict[str, Any], *, tenant: Any) -> dict[str, Any]:
     url = item.get("url")
     content = item.get("content")
-    if (url is None) == (content is None):
-        raise _bad(index, "content", "give exactly one of content (the .ics text) or url")
-    if url is not None:
+    if url is None and content is None:
+        raise _bad(index, "content", "give content (the .ics text) or a url to fetch it from")
+    if url is not None and (not isinstance(url, str) or len(url) > 2000):
+        raise _bad(index, "url", "must be an http(s) URL of at most 2000 characters")
+    fetched_at = item.get("fetched_at")
+    if content is None:
         content = _fetch_ics(index, url, tenant=tenant)
+        fetched_at = dt.datetime.now(dt.UTC).isoformat()
+    elif fetched_at is not None and not (isinstance(fetched_at, str) and len(fetched_at) <= 40):
+        raise _bad(index, "fetched_at", "must be the time the url was fetched (ISO 8601)")
+    # With both, the content is the calendar and the url only records where it came
+    # from: an exported calendar (dispatch/selectors/definitions.py) applies again as
+    # it is, without a fetch.
     if not isinstance(content, str) or len(content.encode()) > MAX_ICS_BYTES:
         raise _bad(index, "content", f"must be .ics text of at most {MAX_ICS_BYTES} bytes")
     try:
@@ -185,7 +195,8 @@ def _clean_ics(index: int, item: dict[str, Any], *, tenant: Any) -> dict[str, An
     cleaned = {"type": "ics", "content": content}
     if url is not None:
         cleaned["url"] = url
-        cleaned["fetched_at"] = dt.datetime.now(dt.UTC).isoformat()
+        if fetched_at is not None:
+            cleaned["fetched_at"] = fetched_at
     return cleaned
 
 

@@ -47,3 +47,12 @@ class TriggerLimited(DispatchError, code="throttled", status=429):
     def __init__(self, message: str, *, retry_after: int) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+def under(prefix: str, exc: AppError) -> AppError:
+    """`exc` (same class) with its fields under `prefix`: `schedules[3].cron`, the item
+    of a list request (apply's schedules and calendars) the error belongs to."""
+    detail = exc.detail or {"non_field_errors": [exc.message]}
+    paths = {prefix if k == "non_field_errors" else f"{prefix}.{k}": v for k, v in detail.items()}
+    first, reasons = next(iter(paths.items()))
+    return type(exc)(f"{first}: {reasons[0]}", detail=paths)

@@ -15,6 +15,7 @@ from rest_framework.response import Response
 
 from core.api.views import StrictQueryView
 from dispatch import selectors, services
+from dispatch.api.calendars import CalendarInSerializer
 from dispatch.api.jobs import _item_error
 from dispatch.api.serializers import (
     MAX_VERSION,
@@ -25,9 +26,10 @@ from dispatch.api.serializers import (
 from dispatch.api.views import principal
 from dispatch.exceptions import InvalidSchedule
 from dispatch.services.apply import APPLY_MAX, NEXT_RUNS, PAUSE_REASON, ApplyResult, Change
+from dispatch.services.apply_calendars import CalendarChange
 from tenants.models import Tenant
 
-ENVELOPE = ("schedules", "prune", "dry_run")
+ENVELOPE = ("schedules", "calendars", "prune", "dry_run")
 
 
 class DefinitionSerializer(ScheduleInSerializer):
@@ -61,11 +63,19 @@ class ApplyInSerializer(serializers.Serializer[Any]):
     """The body of POST /v1/schedules:apply (documentation; the view checks it item by item)."""
 
     schedules = DefinitionSerializer(many=True, help_text=f"at most {APPLY_MAX}, names unique")
+    calendars = CalendarInSerializer(
+        many=True,
+        required=False,
+        help_text="the calendars the schedules name, keyed by name, applied first (the body of "
+        "POST /v1/calendars; an .ics with content and url keeps the url as its origin, no "
+        "fetch); absent: the tenant's calendars are left alone, prune included",
+    )
     prune = serializers.BooleanField(
         required=False,
         default=False,
         help_text="delete (soft) the tenant's live definitions not in the request; one-off "
-        "jobs of /v1/jobs are never touched",
+        "jobs of /v1/jobs are never touched; with `calendars`, also the calendars not in it "
+        "(409 naming the schedules if one is still listed)",
     )
     dry_run = serializers.BooleanField(
         required=False, default=False, help_text="the same validation and answer, nothing written"
@@ -101,17 +111,36 @@ class SummaryDoc(serializers.Serializer[Any]):
     delete = serializers.IntegerField()
 
 
+class CalendarChangeDoc(serializers.Serializer[Any]):
+    name = serializers.CharField()
+    action = serializers.ChoiceField(choices=["create", "update", "unchanged", "delete"])
+    id = serializers.UUIDField(allow_null=True, help_text="null for a create in a dry run")
+    version = serializers.IntegerField(allow_null=True)
+    fields = serializers.DictField(  # type: ignore[assignment]  # a field, not Serializer.fields
+        child=FieldChangeDoc(), required=False, help_text="update only: what changes"
+    )
+
+
+class CalendarsOutDoc(serializers.Serializer[Any]):
+    summary = SummaryDoc()
+    changes = CalendarChangeDoc(many=True, help_text="in request order, then the deletions")
+
+
 class ApplyOutDoc(serializers.Serializer[Any]):
     dry_run = serializers.BooleanField()
     summary = SummaryDoc()
     changes = ChangeDoc(many=True, help_text="in request order, then the deletions by name")
+    calendars = CalendarsOutDoc(required=False, help_text="only when the request had calendars")
 
 
 class ExportOutDoc(serializers.Serializer[Any]):
     schedules = DefinitionSerializer(many=True)
+    calendars = CalendarInSerializer(many=True, help_text="every live calendar, by name")
 
 
-def _definitions(request: Request, tenant: Tenant) -> tuple[list[dict[str, Any]], bool, bool]:
+def _definitions(
+    request: Request, tenant: Tenant
+) -> tuple[list[dict[str, Any]], list[Any] | None, bool, bool]:
     """The request's definitions (each checked as POST /v1/schedules checks its body, its
     errors under `schedules[i]`), prune and dry_run; a 400 naming what is wrong."""
     body = request.data
@@ -146,7 +175,8 @@ def _definitions(request: Request, tenant: Tenant) -> tuple[list[dict[str, Any]]
                 index, {"tenant": ["must be the tenant of your token (or omitted)"]}, "schedules"
             )
         out.append(data)
-    return out, flags[0], flags[1]
+    # Checked by the service, which cleans sources as POST /v1/calendars does.
+    return out, body.get("calendars"), flags[0], flags[1]
 
 
 def change_out(change: Change) -> dict[str, Any]:
@@ -165,12 +195,33 @@ def change_out(change: Change) -> dict[str, Any]:
     return out
 
 
+def calendar_change_out(change: CalendarChange, *, dry_run: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "name": change.name,
+        "action": change.action,
+        "id": None if dry_run and change.action == "create" else str(change.id),
+        "version": change.version,
+    }
+    if change.action == "update":
+        out["fields"] = change.fields
+    return out
+
+
 def apply_out(result: ApplyResult) -> dict[str, Any]:
-    return {
+    out: dict[str, Any] = {
         "dry_run": result.dry_run,
         "summary": result.summary,
         "changes": [change_out(c) for c in result.changes],
     }
+    if result.calendars is not None:
+        summary = dict.fromkeys(("create", "update", "unchanged", "delete"), 0)
+        for change in result.calendars:
+            summary[change.action] += 1
+        out["calendars"] = {
+            "summary": summary,
+            "changes": [calendar_change_out(c, dry_run=result.dry_run) for c in result.calendars],
+        }
+    return out
 
 
 class ScheduleApplyView(StrictQueryView):
@@ -190,9 +241,9 @@ class ScheduleApplyView(StrictQueryView):
     )
     def post(self, request: Request) -> Response:
         actor = principal(request)
-        definitions, prune, dry_run = _definitions(request, actor.tenant)
+        definitions, calendars, prune, dry_run = _definitions(request, actor.tenant)
         result = services.schedules_apply(
-            actor=actor, definitions=definitions, prune=prune, dry_run=dry_run
+            actor=actor, definitions=definitions, calendars=calendars, prune=prune, dry_run=dry_run
         )
         return Response(apply_out(result))
 
@@ -204,10 +255,14 @@ class ScheduleExportView(StrictQueryView):
         description="Every live schedule of the tenant that is a definition (not the one-off "
         "jobs of /v1/jobs), ordered by name, each with only the fields that differ from the "
         "default (name, cron or run_at, and target always), depends_on as names, "
-        "`paused: true` for paused ones. POST it back to /v1/schedules:apply with prune: "
-        "all unchanged.",
+        "`paused: true` for paused ones, and every live calendar (an .ics with its content). "
+        "POST it back to /v1/schedules:apply with prune: all unchanged.",
     )
     def get(self, request: Request) -> Response:
+        tenant = principal(request).tenant
         return Response(
-            {"schedules": selectors.definitions_export(tenant=principal(request).tenant)}
+            {
+                "schedules": selectors.definitions_export(tenant=tenant),
+                "calendars": selectors.calendar_definitions_export(tenant=tenant),
+            }
         )

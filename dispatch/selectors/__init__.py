@@ -37,6 +37,7 @@ from dispatch.selectors.backfills import (
     check_backfill_request,
 )
 from dispatch.selectors.definitions import (
+    calendar_definitions_export,
     definition_export,
     definition_filled,
     definition_of,
@@ -177,6 +178,7 @@ __all__ = [
     "backfill_plan",
     "backfill_progress",
     "backfill_summary",
+    "calendar_definitions_export",
     "check_backfill_request",
     "cron_text",
     "definition_export",

@@ -15,7 +15,7 @@ from typing import Any
 from django.conf import settings
 from django.db.models import Prefetch, QuerySet
 
-from dispatch.models import DurationClass, Misfire, Overlap, Priority, Schedule
+from dispatch.models import Calendar, DurationClass, Misfire, Overlap, Priority, Schedule
 from dispatch.selectors.schedules import schedule_fields
 from dispatch.timing import retry
 from tenants.models import Tenant
@@ -109,14 +109,12 @@ def definition_export(schedule: Schedule) -> dict[str, Any]:
 def definitions_live(*, tenant: Tenant) -> QuerySet[Schedule]:
     """The tenant's live schedules that are definitions: not the one-off jobs of
     /v1/jobs (those carry the request digest their idempotency is checked with)."""
-    links: list[str | Prefetch[Any]] = [
-        Prefetch("depends_on", queryset=Schedule.objects.only("name", "deleted_at"))
-    ]
-    if hasattr(Schedule, "calendar_links"):  # calendars (issue 20), where merged
-        links.append("calendar_links__calendar")
     return (
         Schedule.objects.filter(tenant=tenant, deleted_at__isnull=True, request_digest="")
-        .prefetch_related(*links)
+        .prefetch_related(
+            Prefetch("depends_on", queryset=Schedule.objects.only("name", "deleted_at")),
+            "calendar_links__calendar",
+        )
         .order_by("name", "id")
     )
 
@@ -124,3 +122,19 @@ def definitions_live(*, tenant: Tenant) -> QuerySet[Schedule]:
 def definitions_export(*, tenant: Tenant) -> list[dict[str, Any]]:
     """GET /v1/schedules:export: every definition of the tenant, by name."""
     return [definition_export(s) for s in definitions_live(tenant=tenant)]
+
+
+def calendar_definition(calendar: Calendar) -> dict[str, Any]:
+    """A calendar as apply's `calendars` takes it: its sources as stored (an .ics with its
+    content, and its url and fetch time as the origin), so applying it fetches nothing."""
+    out: dict[str, Any] = {"name": calendar.name}
+    if calendar.description:
+        out["description"] = calendar.description
+    out["sources"] = calendar.sources
+    return out
+
+
+def calendar_definitions_export(*, tenant: Tenant) -> list[dict[str, Any]]:
+    """GET /v1/schedules:export's calendars: every live one of the tenant, by name."""
+    live = Calendar.objects.filter(tenant=tenant, deleted_at__isnull=True).order_by("name")
+    return [calendar_definition(c) for c in live]

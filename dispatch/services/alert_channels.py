@@ -10,15 +10,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.db.models.functions import Now
 
-from core.errors import constraint_name
 from dispatch.alerting import channel_config, delivery
 from dispatch.exceptions import InvalidSchedule, NotFound
 from dispatch.models import AlertChannel
 from dispatch.selectors.alerts import alert_channel_get
 from dispatch.selectors.paging import as_uuid
+from dispatch.services.common import save_unique
 from dispatch.states import AuditAction
 from tenants.audit import audit_record
 from tenants.roles import Principal
@@ -71,16 +71,9 @@ def _enabled(value: Any) -> bool:
     return value
 
 
-def _save(channel: AlertChannel, **kwargs: Any) -> None:
-    try:
-        with transaction.atomic():
-            channel.save(**kwargs)
-    except IntegrityError as exc:
-        if constraint_name(exc) == "alert_channel_name_unique":
-            raise InvalidSchedule.field(
-                "name", "an alert channel with this name already exists"
-            ) from None
-        raise
+_NAME_TAKEN = {
+    "alert_channel_name_unique": ("name", "an alert channel with this name already exists")
+}
 
 
 def _locked(actor: Principal, channel_id: str) -> AlertChannel:
@@ -109,7 +102,7 @@ def alert_channel_create(*, actor: Principal, data: dict[str, Any]) -> AlertChan
     )
     if AlertChannel.objects.filter(tenant=actor.tenant).count() >= MAX_CHANNELS:
         raise InvalidSchedule.field("name", f"a tenant has at most {MAX_CHANNELS} alert channels")
-    _save(channel, force_insert=True)
+    save_unique(channel, _NAME_TAKEN, force_insert=True)
     _audit(actor, AuditAction.ALERT_CHANNEL_CREATE, channel, after=channel_snapshot(channel))
     return channel
 
@@ -131,7 +124,7 @@ def alert_channel_update(
     if "enabled" in data:
         channel.enabled = _enabled(data["enabled"])
     channel.updated_at = Now()
-    _save(channel)
+    save_unique(channel, _NAME_TAKEN)
     channel.refresh_from_db(fields=["updated_at"])
     _audit(
         actor,

@@ -22,7 +22,7 @@ from django.db import connection, transaction
 
 from core.db import db_now
 from core.errors import AppError
-from dispatch.exceptions import InvalidSchedule, QuotaExceeded, VersionConflict
+from dispatch.exceptions import InvalidSchedule, QuotaExceeded, VersionConflict, under
 from dispatch.models import Schedule
 from dispatch.schedule_fields import clean_schedule
 from dispatch.selectors.definitions import (
@@ -33,6 +33,7 @@ from dispatch.selectors.definitions import (
     definitions_live,
 )
 from dispatch.selectors.schedules import schedule_preview
+from dispatch.services.apply_calendars import CalendarChange, calendars_apply, calendars_prune
 from dispatch.services.common import _store
 from dispatch.services.schedules import (
     schedule_create,
@@ -66,6 +67,8 @@ class Change:
 class ApplyResult:
     dry_run: bool
     changes: list[Change]
+    # The file's calendars (dispatch/services/apply_calendars.py); None: it had none.
+    calendars: list[CalendarChange] | None = None
 
     @property
     def summary(self) -> dict[str, int]:
@@ -97,12 +100,7 @@ class _Item:
 
 
 def at_item(index: int, exc: AppError) -> AppError:
-    """`exc` (same class) with its fields under the item's path: `schedules[3].cron`."""
-    prefix = f"schedules[{index}]"
-    detail = exc.detail or {"non_field_errors": [exc.message]}
-    paths = {prefix if k == "non_field_errors" else f"{prefix}.{k}": v for k, v in detail.items()}
-    first, reasons = next(iter(paths.items()))
-    return type(exc)(f"{first}: {reasons[0]}", detail=paths)
+    return under(f"schedules[{index}]", exc)
 
 
 def _next_runs(schedule: Schedule, now: datetime) -> list[datetime]:
@@ -115,17 +113,20 @@ def schedules_apply(
     *,
     actor: Principal,
     definitions: list[dict[str, Any]],
+    calendars: list[Any] | None = None,
     prune: bool = False,
     dry_run: bool = False,
 ) -> ApplyResult:
     """Apply `definitions` (each a validated DEF: the body of POST /v1/schedules with
-    depends_on as names, optional `version` and `paused`). Raises the first item's
-    error naming `schedules[i].<field>`; nothing is written then."""
+    depends_on as names, optional `version` and `paused`), after the `calendars` they
+    may name (None: leave the tenant's calendars alone, prune included). Raises the
+    first item's error naming `schedules[i].<field>` / `calendars[i].<field>`;
+    nothing is written then."""
     if len(definitions) > APPLY_MAX:
         raise InvalidSchedule.field("schedules", f"at most {APPLY_MAX} definitions per request")
     try:
         with transaction.atomic():
-            result = _apply(actor, definitions, prune=prune, dry_run=dry_run)
+            result = _apply(actor, definitions, calendars, prune=prune, dry_run=dry_run)
             if dry_run:
                 raise _RolledBack(result)
     except _RolledBack as done:
@@ -134,11 +135,20 @@ def schedules_apply(
 
 
 def _apply(
-    actor: Principal, definitions: list[dict[str, Any]], *, prune: bool, dry_run: bool
+    actor: Principal,
+    definitions: list[dict[str, Any]],
+    calendars: list[Any] | None,
+    *,
+    prune: bool,
+    dry_run: bool,
 ) -> ApplyResult:
     tenant = actor.tenant
     with connection.cursor() as cur:
         cur.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [_LOCK_CLASS, str(tenant.id)])
+    # First: the schedules below are checked against the calendars as the file has them.
+    calendar_changes = (
+        None if calendars is None else calendars_apply(actor=actor, definitions=calendars)
+    )
     names = _names(definitions)
     # The rows this apply may change, locked: a concurrent PATCH waits for us (and then
     # sees the new version: its If-Match is a 409) instead of being overwritten.
@@ -165,7 +175,11 @@ def _apply(
         changes.append(
             Change(name, "delete", schedule.id, _version_of(schedule.id), next_before=before)
         )
-    return ApplyResult(dry_run=dry_run, changes=changes)
+    if prune and calendar_changes is not None:
+        # Last: a calendar only the pruned schedules listed is no longer in use.
+        keep = {c.name for c in calendar_changes}
+        calendar_changes += calendars_prune(actor=actor, keep=keep)
+    return ApplyResult(dry_run=dry_run, changes=changes, calendars=calendar_changes)
 
 
 def _names(definitions: list[dict[str, Any]]) -> list[str]:

@@ -14,16 +14,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.db.models.functions import Now
 
 from core.db import db_clock, db_now
-from core.errors import constraint_name
 from dispatch import calendars
 from dispatch.exceptions import InvalidSchedule, NotFound, StateConflict
 from dispatch.models import Calendar, Kind, Schedule, ScheduleCalendar
 from dispatch.selectors.calendars import calendar_users, filter_of
 from dispatch.selectors.paging import as_uuid
+from dispatch.services.common import save_unique
 from dispatch.states import AuditAction
 from dispatch.timing import cron
 from dispatch.timing.calendars import DateFilter
@@ -51,7 +51,7 @@ def _audit(actor: Principal, action: str, calendar: Calendar, **kw: Any) -> None
     )
 
 
-def _name(value: Any) -> str:
+def clean_name(value: Any) -> str:
     if not isinstance(value, str) or not value.strip() or len(value) > MAX_NAME:
         raise InvalidSchedule.field("name", f"must be 1..{MAX_NAME} characters")
     if not value.isprintable():
@@ -59,22 +59,13 @@ def _name(value: Any) -> str:
     return value.strip()
 
 
-def _description(value: Any) -> str:
+def clean_description(value: Any) -> str:
     if not isinstance(value, str) or len(value) > 500 or not value.isprintable():
         raise InvalidSchedule.field("description", "must be printable text, at most 500 characters")
     return value
 
 
-def _save(calendar: Calendar, **kwargs: Any) -> None:
-    try:
-        with transaction.atomic():
-            calendar.save(**kwargs)
-    except IntegrityError as exc:
-        if constraint_name(exc) == "calendar_name_unique_live":
-            raise InvalidSchedule.field(
-                "name", "a calendar with this name already exists"
-            ) from None
-        raise
+_NAME_TAKEN = {"calendar_name_unique_live": ("name", "a calendar with this name already exists")}
 
 
 def _locked(actor: Principal, calendar_id: str) -> Calendar:
@@ -95,8 +86,8 @@ def _locked(actor: Principal, calendar_id: str) -> Calendar:
 def calendar_create(*, actor: Principal, data: dict[str, Any]) -> Calendar:
     calendar = Calendar(
         tenant=actor.tenant,
-        name=_name(data.get("name")),
-        description=_description(data.get("description", "")),
+        name=clean_name(data.get("name")),
+        description=clean_description(data.get("description", "")),
         sources=calendars.clean_sources(data.get("sources"), tenant=actor.tenant),
         created_by=actor.label,
         updated_by=actor.label,
@@ -104,7 +95,7 @@ def calendar_create(*, actor: Principal, data: dict[str, Any]) -> Calendar:
     live = Calendar.objects.filter(tenant=actor.tenant, deleted_at__isnull=True)
     if live.count() >= MAX_CALENDARS:
         raise InvalidSchedule.field("name", f"a tenant has at most {MAX_CALENDARS} calendars")
-    _save(calendar, force_insert=True)
+    save_unique(calendar, _NAME_TAKEN, force_insert=True)
     calendar.refresh_from_db(fields=["created_at", "updated_at"])
     _audit(actor, AuditAction.CALENDAR_CREATE, calendar, after=calendar_snapshot(calendar))
     return calendar
@@ -115,9 +106,9 @@ def calendar_update(*, actor: Principal, calendar_id: str, data: dict[str, Any])
     calendar = _locked(actor, calendar_id)
     before = calendar_snapshot(calendar)
     if "name" in data:
-        calendar.name = _name(data["name"])
+        calendar.name = clean_name(data["name"])
     if "description" in data:
-        calendar.description = _description(data["description"])
+        calendar.description = clean_description(data["description"])
     if "sources" in data:
         calendar.sources = calendars.clean_sources(data["sources"], tenant=actor.tenant)
     calendar.version += 1
@@ -125,7 +116,7 @@ def calendar_update(*, actor: Principal, calendar_id: str, data: dict[str, Any])
     # The wall clock, not the transaction's: it also keys the expansion cache, and an
     # edit rolled back must not share a key with the next one (same version).
     calendar.updated_at = db_clock()
-    _save(calendar)
+    save_unique(calendar, _NAME_TAKEN)
     if "sources" in data:
         _replan_users(actor, calendar)
     _audit(

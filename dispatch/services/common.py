@@ -5,11 +5,12 @@ unique-constraint mapping."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, models, transaction
 
 from core.db import notify
 from core.errors import constraint_name
@@ -174,10 +175,20 @@ def _raise_unique_violation(exc: IntegrityError) -> None:
         raise InvalidSchedule.field(*violated) from None
 
 
-def _save_unique(schedule: Schedule, **kwargs: Any) -> None:
+def save_unique(
+    obj: models.Model, violations: Mapping[str, tuple[str, str]], **kwargs: Any
+) -> None:
+    """Save `obj` in a savepoint; a unique constraint of `violations` (by the name
+    PostgreSQL reports) that the save violates is the 400 on its (field, reason)."""
     try:
         with transaction.atomic():
-            schedule.save(**kwargs)
+            obj.save(**kwargs)
     except IntegrityError as exc:
-        _raise_unique_violation(exc)
+        violated = violations.get(constraint_name(exc) or "")
+        if violated is not None:
+            raise InvalidSchedule.field(*violated) from None
         raise
+
+
+def _save_unique(schedule: Schedule, **kwargs: Any) -> None:
+    save_unique(schedule, _UNIQUE_VIOLATIONS, **kwargs)

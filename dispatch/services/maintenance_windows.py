@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import transaction
 
 from core.db import db_now
-from core.errors import constraint_name
 from dispatch.exceptions import InvalidSchedule, NotFound
 from dispatch.models import MaintenanceWindow
 from dispatch.selectors.paging import as_uuid
+from dispatch.services.common import save_unique
 from dispatch.states import AuditAction
 from dispatch.timing import cron
 from tenants.audit import audit_record
@@ -72,13 +72,11 @@ def maintenance_window_create(*, actor: Principal, data: dict[str, Any]) -> Main
     window = _clean(actor, data)
     if MaintenanceWindow.objects.filter(tenant=actor.tenant).count() >= MAX_WINDOWS:
         raise InvalidSchedule.field("name", f"a tenant has at most {MAX_WINDOWS} windows")
-    try:
-        with transaction.atomic():
-            window.save(force_insert=True)
-    except IntegrityError as exc:
-        if constraint_name(exc) == "maintenance_window_name":
-            raise InvalidSchedule.field("name", "a window with this name already exists") from None
-        raise
+    save_unique(
+        window,
+        {"maintenance_window_name": ("name", "a window with this name already exists")},
+        force_insert=True,
+    )
     audit_record(
         actor=actor,
         action=AuditAction.MAINTENANCE_WINDOW_CREATE,

@@ -734,10 +734,18 @@ class Client:
     # ------------------------------------------------------------------ schedules as code
 
     def apply_schedules(
-        self, definitions: list[dict[str, Any]], *, prune: bool = False, dry_run: bool = False
+        self,
+        definitions: list[dict[str, Any]],
+        *,
+        calendars: list[dict[str, Any]] | None = None,
+        prune: bool = False,
+        dry_run: bool = False,
     ) -> dict[str, Any]:
-        """POST /v1/schedules:apply — all or nothing; the summary and per-schedule changes."""
-        body = {"schedules": definitions, "prune": prune, "dry_run": dry_run}
+        """POST /v1/schedules:apply — all or nothing; the summary and per-schedule changes
+        (and per-calendar ones when `calendars` is given: None leaves them alone)."""
+        body: dict[str, Any] = {"schedules": definitions, "prune": prune, "dry_run": dry_run}
+        if calendars is not None:
+            body["calendars"] = calendars
         # Keyed by name and all-or-nothing: sending it twice converges to the same state.
         result: dict[str, Any] = self.request(
             "POST", "/v1/schedules:apply", json=body, idempotent=True
@@ -746,6 +754,10 @@ class Client:
 
     def export_schedules(self) -> list[dict[str, Any]]:
         """GET /v1/schedules:export — the tenant's definitions, as apply takes them."""
-        result = self.request("GET", "/v1/schedules:export")
-        schedules: list[dict[str, Any]] = result["schedules"]
+        schedules: list[dict[str, Any]] = self.export_definitions()["schedules"]
         return schedules
+
+    def export_definitions(self) -> dict[str, Any]:
+        """GET /v1/schedules:export whole: `schedules` and `calendars`, as apply takes them."""
+        result: dict[str, Any] = self.request("GET", "/v1/schedules:export")
+        return result

@@ -1,8 +1,10 @@
 """Schedule definitions as files: the YAML of `schedctl apply -f` / `export`.
 
-A file is `{"schedules": [DEF, ...]}`; a folder is every *.yaml / *.yml in it
-(sorted, not recursive), concatenated. A name twice is an error naming both
-places. JSON is YAML, so `.json` files and stdin ("-") are read the same way.
+A file is `{"schedules": [DEF, ...], "calendars": [CAL, ...]}` (either key may be
+left out); a folder is every *.yaml / *.yml in it (sorted, not recursive),
+concatenated. A name twice is an error naming both places. JSON is YAML, so `.json`
+files and stdin ("-") are read the same way. When no file has a `calendars` key the
+tenant's calendars are left alone (prune included); when one has, the files own them.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ class DefinitionError(ValueError):
 class Loaded:
     definitions: list[dict[str, Any]]
     sources: list[str]  # per definition: "file.yaml: schedules[3]"
+    calendars: list[dict[str, Any]] | None = None  # None: no file has a `calendars` key
 
 
 def parse_document(text: str, source: str) -> Any:
@@ -47,20 +50,27 @@ def read_text(path: str) -> tuple[str, str]:
         raise DefinitionError(f"{path}: {exc.strerror or exc}") from None
 
 
-def _definitions(document: Any, source: str) -> list[dict[str, Any]]:
-    if document is None:
-        return []  # an empty file defines nothing
-    if not isinstance(document, dict) or set(document) - {"schedules"}:
-        raise DefinitionError(f'{source}: expected a mapping with one key, "schedules"')
-    items = document.get("schedules") or []
+KEYS = ("schedules", "calendars")
+
+
+def _items(document: dict[str, Any], key: str, source: str) -> list[dict[str, Any]]:
+    items = document.get(key) or []
     if not isinstance(items, list):
-        raise DefinitionError(f"{source}: schedules must be a list")
+        raise DefinitionError(f"{source}: {key} must be a list")
     for i, item in enumerate(items):
         if not isinstance(item, dict):
-            raise DefinitionError(f"{source}: schedules[{i}] must be a mapping")
+            raise DefinitionError(f"{source}: {key}[{i}] must be a mapping")
         if not isinstance(item.get("name"), str) or not item["name"]:
-            raise DefinitionError(f"{source}: schedules[{i}].name is required")
+            raise DefinitionError(f"{source}: {key}[{i}].name is required")
     return items
+
+
+def _document(document: Any, source: str) -> dict[str, Any]:
+    if document is None:
+        return {}  # an empty file defines nothing
+    if not isinstance(document, dict) or set(document) - set(KEYS):
+        raise DefinitionError(f'{source}: expected a mapping of "schedules" and/or "calendars"')
+    return document
 
 
 def load(path: str) -> Loaded:
@@ -72,22 +82,27 @@ def load(path: str) -> Loaded:
         paths = [str(p) for p in files]
     else:
         paths = [path]
-    definitions: list[dict[str, Any]] = []
+    found: dict[str, list[dict[str, Any]]] = {key: [] for key in KEYS}
     sources: list[str] = []
-    seen: dict[str, str] = {}
+    has_calendars = False
+    seen: dict[tuple[str, str], str] = {}
     for one in paths:
         text, source = read_text(one)
-        for i, item in enumerate(_definitions(parse_document(text, source), source)):
-            where = f"{source}: schedules[{i}]"
-            name = item["name"]
-            if name in seen:
-                raise DefinitionError(
-                    f"schedule {name!r} is defined twice: {seen[name]} and {where}"
-                )
-            seen[name] = where
-            definitions.append(item)
-            sources.append(where)
-    return Loaded(definitions, sources)
+        document = _document(parse_document(text, source), source)
+        has_calendars = has_calendars or "calendars" in document
+        for key in KEYS:
+            for i, item in enumerate(_items(document, key, source)):
+                where = f"{source}: {key}[{i}]"
+                name = item["name"]
+                if (key, name) in seen:
+                    raise DefinitionError(
+                        f"{key[:-1]} {name!r} is defined twice: {seen[key, name]} and {where}"
+                    )
+                seen[key, name] = where
+                found[key].append(item)
+                if key == "schedules":
+                    sources.append(where)
+    return Loaded(found["schedules"], sources, found["calendars"] if has_calendars else None)
 
 
 class _Dumper(yaml.SafeDumper):
@@ -103,10 +118,14 @@ def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
 _Dumper.add_representer(str, _str)
 
 
-def dump(definitions: list[dict[str, Any]]) -> str:
-    """The YAML `export` writes: key order kept, one schedule per list item."""
+def dump(definitions: list[dict[str, Any]], calendars: list[dict[str, Any]] | None = None) -> str:
+    """The YAML `export` writes: key order kept, one schedule per list item, then the
+    calendars (when there are any: a file without them leaves calendars alone)."""
+    document: dict[str, Any] = {"schedules": definitions}
+    if calendars:
+        document["calendars"] = calendars
     return yaml.dump(
-        {"schedules": definitions},
+        document,
         Dumper=_Dumper,
         sort_keys=False,
         allow_unicode=True,

@@ -578,15 +578,13 @@ def test_an_unchanged_file_costs_the_same_queries_whatever_its_length(api: APICl
             body = applied(api, schedules)
         assert body["summary"]["unchanged"] == len(schedules)
         counted.append(len(queries.captured_queries))
-    # Where calendars (issue 20) are merged, each schedule's preview reads its calendar
-    # links: one query per item, exactly; nothing else grows with the file.
-    extra = len(many) - len(few) if hasattr(Schedule, "calendar_links") else 0
+    # Each schedule's preview reads its calendar links: one query per item, exactly;
+    # nothing else grows with the file.
+    extra = len(many) - len(few)
     assert counted[1] - counted[0] == extra, counted
 
 
-def test_calendars_are_definition_fields_when_merged(api: APIClient, tenant: Tenant) -> None:
-    # Calendars (issue 20) live on another branch; this runs once both are merged.
-    pytest.importorskip("dispatch.services.calendars")
+def test_calendars_are_definition_fields(api: APIClient, tenant: Tenant) -> None:
     for name in ("holidays", "stocktake"):
         res = api.post(
             "/v1/calendars",

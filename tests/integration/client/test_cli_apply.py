@@ -201,3 +201,54 @@ def test_bad_files_and_refused_applies_exit_as_ci_expects(owner: Tenant, tmp_pat
         client.apply_schedules([definition("versioned", jitter_s=9, version=1)])
     assert client.find_schedule("versioned").jitter_s == 5
     assert [(d["name"], d["jitter_s"]) for d in client.export_schedules()] == [("versioned", 5)]
+
+
+CALENDARS = """\
+calendars:
+  - name: NL holidays
+    sources: [{type: holidays, country: NL}]
+schedules:
+  - name: payroll
+    cron: "0 6 * * 1-5"
+    timezone: Europe/Amsterdam
+    target: {type: http, method: POST, url: "https://billing.internal/payroll"}
+    exclude_calendars: [NL holidays]
+"""
+
+
+def test_calendars_in_the_files_are_applied_first_and_exported(
+    owner: Tenant, tmp_path: Path
+) -> None:
+    folder = tmp_path / "defs"
+    folder.mkdir()
+    (folder / "a.yaml").write_text(CALENDARS)
+    code, out, err = schedctl("apply", "-f", str(folder), "--dry-run", "--exit-code")
+    assert code == 3, err
+    lines = out.splitlines()
+    assert lines[0] == "+ create calendar NL holidays"
+    assert lines[-1] == "dry run: calendars: 1 to create, 0 to update, 0 to delete, 0 unchanged"
+    assert schedctl("apply", "-f", str(folder))[0] == 0
+    client = Client(owner_url(), owner.token)
+    assert client.find_schedule("payroll").exclude_calendars == ["NL holidays"]
+
+    exported = tmp_path / "exported.yaml"
+    code, _, err = schedctl("export", "-o", str(exported))
+    assert code == 0 and "exported 1 schedules and 1 calendars" in err
+    document = yaml.safe_load(exported.read_text())
+    assert [c["name"] for c in document["calendars"]] == ["NL holidays"]
+    code, out, _ = schedctl("apply", "-f", str(exported), "--dry-run", "--prune", "--exit-code")
+    assert code == 0, out
+
+    # A calendar twice across the files names both places; a file of calendars alone
+    # with --prune owns them: the unused one goes, the schedules are pruned too.
+    (folder / "b.yaml").write_text(CALENDARS.split("schedules:")[0])
+    code, _, err = schedctl("apply", "-f", str(folder))
+    assert code == 2 and "calendar 'NL holidays' is defined twice" in err
+    (folder / "a.yaml").unlink()
+    code, out, _ = schedctl("apply", "-f", str(folder), "--prune")
+    assert code == 0, out
+    assert "- delete payroll" in out and "NL holidays" not in out  # kept: in the file
+    (folder / "b.yaml").write_text("calendars: []\n")
+    code, out, _ = schedctl("apply", "-f", str(folder), "--prune")
+    assert code == 0 and "- delete calendar NL holidays" in out, out
+    assert client.export_definitions()["calendars"] == []

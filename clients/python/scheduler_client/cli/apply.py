@@ -26,9 +26,34 @@ def _runs_text(runs: list[str]) -> str:
     return ", ".join(runs) if runs else "(none)"
 
 
+def _calendar_lines(calendars: dict[str, Any], *, verbose: bool) -> list[str]:
+    lines = []
+    for change in calendars.get("changes", []):
+        action = change.get("action", "?")
+        if action == "unchanged" and not verbose:
+            continue
+        ident = f" ({change['id']})" if change.get("id") else ""
+        lines.append(f"{MARKS.get(action, '?')} {action} calendar {change.get('name')}{ident}")
+        for name, diff in (change.get("fields") or {}).items():
+            lines.append(f"    {name}: {_value(diff.get('before'))} -> {_value(diff.get('after'))}")
+    return lines
+
+
+def _counts(summary: dict[str, Any], *, dry_run: bool) -> str:
+    return (
+        ", ".join(
+            f"{summary.get(key, 0)} to {key}" if dry_run else f"{summary.get(key, 0)} {key}d"
+            for key in ("create", "update", "delete")
+        )
+        + f", {summary.get('unchanged', 0)} unchanged"
+    )
+
+
 def render_changes(result: dict[str, Any], *, verbose: bool = False) -> str:
-    """The apply answer as a reviewable diff: one block per schedule that changes."""
-    lines: list[str] = []
+    """The apply answer as a reviewable diff: one block per calendar and schedule that
+    changes (calendars first: the server applies them first)."""
+    calendars = result.get("calendars")
+    lines = _calendar_lines(calendars, verbose=verbose) if calendars else []
     for change in result.get("changes", []):
         action = change.get("action", "?")
         if action == "unchanged" and not verbose:
@@ -47,21 +72,17 @@ def render_changes(result: dict[str, Any], *, verbose: bool = False) -> str:
             else:
                 lines.append(f"    next runs before: {_runs_text(before)}")
                 lines.append(f"    next runs after:  {_runs_text(after)}")
-    summary = result.get("summary", {})
-    counts = ", ".join(
-        f"{summary.get(key, 0)} to {key}"
-        if result.get("dry_run")
-        else f"{summary.get(key, 0)} {key}d"
-        for key in ("create", "update", "delete")
-    )
-    prefix = "dry run: " if result.get("dry_run") else ""
-    lines.append(f"{prefix}{counts}, {summary.get('unchanged', 0)} unchanged")
+    dry_run = bool(result.get("dry_run"))
+    prefix = "dry run: " if dry_run else ""
+    lines.append(f"{prefix}{_counts(result.get('summary', {}), dry_run=dry_run)}")
+    if calendars:
+        lines.append(f"{prefix}calendars: {_counts(calendars.get('summary', {}), dry_run=dry_run)}")
     return "\n".join(lines) + "\n"
 
 
 def has_changes(result: dict[str, Any]) -> bool:
-    summary = result.get("summary", {})
-    return any(summary.get(key, 0) for key in ("create", "update", "delete"))
+    summaries = [result.get("summary", {}), (result.get("calendars") or {}).get("summary", {})]
+    return any(s.get(key, 0) for s in summaries for key in ("create", "update", "delete"))
 
 
 def cmd_apply(args: argparse.Namespace, ctx: Context) -> int:
@@ -69,7 +90,9 @@ def cmd_apply(args: argparse.Namespace, ctx: Context) -> int:
         loaded = definitions.load(args.file)
     except definitions.DefinitionError as exc:
         raise UsageError(str(exc)) from None
-    result = ctx.client.apply_schedules(loaded.definitions, prune=args.prune, dry_run=args.dry_run)
+    result = ctx.client.apply_schedules(
+        loaded.definitions, calendars=loaded.calendars, prune=args.prune, dry_run=args.dry_run
+    )
     if ctx.json:
         ctx.emit_json(result)
     else:
@@ -80,14 +103,18 @@ def cmd_apply(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def cmd_export(args: argparse.Namespace, ctx: Context) -> int:
-    schedules = ctx.client.export_schedules()
+    exported = ctx.client.export_definitions()
+    schedules, calendars = exported["schedules"], exported.get("calendars") or []
     if ctx.json:
-        text = json.dumps({"schedules": schedules}, indent=2, ensure_ascii=False) + "\n"
+        # The same document as the YAML: without calendars, a file leaves them alone.
+        document = {"schedules": schedules} | ({"calendars": calendars} if calendars else {})
+        text = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
     else:
-        text = definitions.dump(schedules)
+        text = definitions.dump(schedules, calendars)
     if args.output and args.output != "-":
         Path(args.output).write_text(text, encoding="utf-8")
-        ctx.warn(f"exported {len(schedules)} schedules to {args.output}")
+        also = f" and {len(calendars)} calendars" if calendars else ""
+        ctx.warn(f"exported {len(schedules)} schedules{also} to {args.output}")
     else:
         ctx.out.write(text)
     return 0
@@ -99,7 +126,9 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     )
     p.add_argument("-f", "--file", required=True, help="a YAML file, a folder of them, or -")
     p.add_argument(
-        "--prune", action="store_true", help="also delete live schedules the files do not name"
+        "--prune",
+        action="store_true",
+        help="also delete live schedules (and, when a file has `calendars`, calendars) the files do not name",
     )
     p.add_argument("--dry-run", action="store_true", help="show the changes, write nothing")
     p.add_argument(
@@ -110,6 +139,8 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     p.add_argument("-v", "--verbose", action="store_true", help="list unchanged schedules too")
     p.set_defaults(handler=cmd_apply)
 
-    p = subparsers.add_parser("export", help="the tenant's schedules as apply's YAML")
+    p = subparsers.add_parser(
+        "export", help="the tenant's schedules (and calendars) as apply's YAML"
+    )
     p.add_argument("-o", "--output", help="write to this file (default stdout)")
     p.set_defaults(handler=cmd_export)
