@@ -221,6 +221,8 @@ SPECTACULAR_SETTINGS = {
         "ControlStateEnum": "dispatch.states.ControlState.values",
         # Schedules and alert channels both have a "kind" field: name each choice set.
         "ChannelKindEnum": "dispatch.states.ChannelKind.choices",
+        # Apply's changes (schedules and calendars) and the bulk actions: both "action".
+        "ApplyActionEnum": "dispatch.services.apply.CHANGE_ACTIONS",
     },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",

@@ -25,7 +25,14 @@ from dispatch.api.serializers import (
 )
 from dispatch.api.views import principal
 from dispatch.exceptions import InvalidSchedule
-from dispatch.services.apply import APPLY_MAX, NEXT_RUNS, PAUSE_REASON, ApplyResult, Change
+from dispatch.services.apply import (
+    APPLY_MAX,
+    CHANGE_ACTIONS,
+    NEXT_RUNS,
+    PAUSE_REASON,
+    ApplyResult,
+    Change,
+)
 from dispatch.services.apply_calendars import CalendarChange
 from tenants.models import Tenant
 
@@ -94,7 +101,7 @@ class FieldChangeDoc(serializers.Serializer[Any]):
 
 class ChangeDoc(serializers.Serializer[Any]):
     name = serializers.CharField()
-    action = serializers.ChoiceField(choices=["create", "update", "unchanged", "delete"])
+    action = serializers.ChoiceField(choices=CHANGE_ACTIONS)
     id = serializers.UUIDField(allow_null=True, help_text="null for a create in a dry run")
     version = serializers.IntegerField(allow_null=True, help_text="the version after applying")
     fields = serializers.DictField(  # type: ignore[assignment]  # a field, not Serializer.fields
@@ -113,7 +120,7 @@ class SummaryDoc(serializers.Serializer[Any]):
 
 class CalendarChangeDoc(serializers.Serializer[Any]):
     name = serializers.CharField()
-    action = serializers.ChoiceField(choices=["create", "update", "unchanged", "delete"])
+    action = serializers.ChoiceField(choices=CHANGE_ACTIONS)
     id = serializers.UUIDField(allow_null=True, help_text="null for a create in a dry run")
     version = serializers.IntegerField(allow_null=True)
     fields = serializers.DictField(  # type: ignore[assignment]  # a field, not Serializer.fields
@@ -214,7 +221,7 @@ def apply_out(result: ApplyResult) -> dict[str, Any]:
         "changes": [change_out(c) for c in result.changes],
     }
     if result.calendars is not None:
-        summary = dict.fromkeys(("create", "update", "unchanged", "delete"), 0)
+        summary = dict.fromkeys(CHANGE_ACTIONS, 0)
         for change in result.calendars:
             summary[change.action] += 1
         out["calendars"] = {

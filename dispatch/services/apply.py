@@ -45,6 +45,8 @@ from dispatch.services.schedules import (
 from tenants.roles import Principal
 
 APPLY_MAX = 1000
+# What an apply does to each definition (and calendar) of the file.
+CHANGE_ACTIONS = ("create", "update", "unchanged", "delete")
 NEXT_RUNS = 5
 PAUSE_REASON = "paused by apply"
 # pg_advisory_xact_lock(class, key): applies of one tenant take turns, so two racing
@@ -72,7 +74,7 @@ class ApplyResult:
 
     @property
     def summary(self) -> dict[str, int]:
-        counts = dict.fromkeys(("create", "update", "unchanged", "delete"), 0)
+        counts = dict.fromkeys(CHANGE_ACTIONS, 0)
         for change in self.changes:
             counts[change.action] += 1
         return counts
