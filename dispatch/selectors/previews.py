@@ -41,7 +41,9 @@ class PreviewRow:
     scheduled_for: datetime
     due_at: datetime
     note: str | None
-    change: str = ""  # "", "added", "removed"
+    change: str = ""  # "", "added", "removed", "excluded" (by a calendar: `reason` says why)
+    reason: str = ""
+    number: int | None = None  # the run's place among the runs (removed, excluded: none)
 
 
 def definition_preview(
@@ -95,6 +97,9 @@ def definition_preview(
         if run_at <= now:
             out["past_once"] = run_at
     rows = [PreviewRow(o.scheduled_for, o.due_at, o.note) for o in occurrences]
+    # The runs the calendars leave out are shown in place, struck through with their
+    # reason (once: not also as "removed" by an edit that adds the calendar).
+    skipped = {e.scheduled_for: e.reason for e in out.get("excluded", [])}
     if schedule is not None:
         before = {
             o.scheduled_for
@@ -106,11 +111,15 @@ def definition_preview(
             for r in rows:
                 if r.scheduled_for not in before:
                     r.change = "added"
-            for instant in sorted(before - after):
+            for instant in sorted(before - after - set(skipped)):
                 if horizon is None or instant <= horizon:
                     rows.append(PreviewRow(instant, instant, None, "removed"))
-            rows.sort(key=lambda r: r.scheduled_for)
             out["changed"] = True
+    rows += [PreviewRow(at, at, None, "excluded", reason) for at, reason in skipped.items()]
+    rows.sort(key=lambda r: r.scheduled_for)
+    runs = (r for r in rows if r.change in ("", "added"))
+    for number, row in enumerate(runs, start=1):
+        row.number = number
     out["rows"] = rows
     return out
 

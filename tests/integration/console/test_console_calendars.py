@@ -74,11 +74,17 @@ def test_live_preview_leaves_out_and_lists_the_excluded_dates(world: World) -> N
         )
         .content.decode()
     )
-    assert "Left out by the calendars:" in page, page[:3000]
-    assert "excluded by calendar &#x27;weekends&#x27;" in page
-    assert "Saturday" in page or "Sunday" in page
-    # The edit changes the upcoming runs: the weekend ones are marked removed.
+    # The weekend runs stay in the table, struck through, each with its reason.
+    struck = re.findall(r'<tr class="excluded">(.*?)</tr>', page, re.S)
+    assert struck, page[:3000]
+    for row in struck:
+        assert row.count("<s>") == 2, row
+        assert re.search(r"excluded by calendar &#x27;weekends&#x27;: \S+ (Saturday|Sunday)", row)
+    assert "Struck through" in page
+    # The edit changes the upcoming runs; a weekend run is shown once, as excluded
+    # (not also as "removed").
     assert "change with this edit" in page
+    assert '<tr class="removed">' not in page
 
 
 def test_calendar_pages_create_show_dates_refuse_bad_input_and_in_use_delete(
