@@ -7,9 +7,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from dispatch.exceptions import NotFound
 from dispatch.models import AlertChannel, AlertPolicy, Schedule
-from dispatch.selectors.paging import as_uuid
+from dispatch.selectors.paging import tenant_object
 from tenants.models import Tenant
 
 
@@ -19,11 +18,9 @@ def alert_channel_list(*, tenant: Tenant) -> list[AlertChannel]:
 
 
 def alert_channel_get(*, tenant: Tenant, channel_id: uuid.UUID | str) -> AlertChannel:
-    pk = as_uuid(channel_id)
-    channel = AlertChannel.objects.filter(tenant=tenant, pk=pk).first() if pk else None
-    if channel is None:
-        raise NotFound("alert channel not found")
-    return channel
+    return tenant_object(
+        AlertChannel.objects.all(), tenant=tenant, pk=channel_id, what="alert channel"
+    )
 
 
 # What applies when neither the schedule nor the tenant has a policy (the model's defaults).

@@ -20,7 +20,7 @@ from django.db.models import Count, F, Func, IntegerField, Q, QuerySet
 
 from dispatch.exceptions import InvalidSchedule, NotFound
 from dispatch.models import Backfill, Execution, Kind, Schedule
-from dispatch.selectors.paging import Page, _keyset, as_uuid
+from dispatch.selectors.paging import Page, _keyset, as_uuid, tenant_object
 from dispatch.selectors.schedules import schedule_preview
 from dispatch.states import (
     ACTIVE_STATES,
@@ -223,12 +223,7 @@ class BackfillProgress:
 
 
 def backfill_get(*, tenant: Tenant, backfill_id: uuid.UUID | str) -> Backfill:
-    pk = as_uuid(backfill_id)
-    # Tenant first: another tenant's backfill is the same 404 as a missing one.
-    found = Backfill.objects.filter(tenant=tenant, pk=pk).first() if pk else None
-    if found is None:
-        raise NotFound("backfill not found")
-    return found
+    return tenant_object(Backfill.objects.all(), tenant=tenant, pk=backfill_id, what="backfill")
 
 
 def _without_plan(qs: QuerySet[Backfill]) -> QuerySet[Backfill]:

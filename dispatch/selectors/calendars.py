@@ -10,9 +10,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from dispatch import calendars
-from dispatch.exceptions import InvalidSchedule, NotFound
+from dispatch.exceptions import InvalidSchedule
 from dispatch.models import Calendar, ScheduleCalendar
-from dispatch.selectors.paging import as_uuid
+from dispatch.selectors.paging import tenant_object
 from dispatch.timing.calendars import DateFilter, DateSet
 from tenants.models import Tenant
 
@@ -25,15 +25,8 @@ def calendar_list(*, tenant: Tenant) -> list[Calendar]:
 
 
 def calendar_get(*, tenant: Tenant, calendar_id: uuid.UUID | str) -> Calendar:
-    pk = as_uuid(calendar_id)
-    found = (
-        Calendar.objects.filter(tenant=tenant, pk=pk, deleted_at__isnull=True).first()
-        if pk
-        else None
-    )
-    if found is None:
-        raise NotFound("calendar not found")
-    return found
+    live = Calendar.objects.filter(deleted_at__isnull=True)
+    return tenant_object(live, tenant=tenant, pk=calendar_id, what="calendar")
 
 
 # Expanded calendars by (id, version, updated_at, years): every edit bumps the version

@@ -11,7 +11,7 @@ from typing import Any
 
 from django.db.models import Count, Q, QuerySet
 
-from dispatch.exceptions import InvalidSchedule, NotFound
+from dispatch.exceptions import InvalidSchedule
 from dispatch.models import Execution, ExecutionEvent, ExecutionState
 from dispatch.selectors.paging import (
     MAX_PAGE,
@@ -21,6 +21,7 @@ from dispatch.selectors.paging import (
     as_uuid,
     keyset_after,
     keyset_through,
+    tenant_object,
 )
 from dispatch.states import IN_FLIGHT_STATES, Trigger
 from tenants.models import Tenant, TenantQuota
@@ -196,15 +197,8 @@ def execution_count(*, tenant: Tenant, flt: ExecutionFilter) -> tuple[int, bool]
 
 
 def execution_get(*, tenant: Tenant, execution_id: uuid.UUID | str) -> Execution:
-    pk = as_uuid(execution_id)
-    execution = (
-        Execution.objects.select_related("schedule").filter(tenant=tenant, pk=pk).first()
-        if pk
-        else None
-    )
-    if execution is None:
-        raise NotFound("execution not found")
-    return execution
+    with_schedule = Execution.objects.select_related("schedule")
+    return tenant_object(with_schedule, tenant=tenant, pk=execution_id, what="execution")
 
 
 def execution_events(*, execution: Execution) -> QuerySet[ExecutionEvent]:

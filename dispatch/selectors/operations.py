@@ -6,19 +6,15 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-from dispatch.exceptions import InvalidSchedule, NotFound
+from dispatch.exceptions import InvalidSchedule
 from dispatch.models import Operation, OperationItem
-from dispatch.selectors.paging import MAX_PAGE, as_uuid
+from dispatch.selectors.paging import MAX_PAGE, tenant_object
 from tenants.models import Tenant
 
 
 def operation_get(*, tenant: Tenant, operation_id: uuid.UUID | str) -> Operation:
     """The tenant's operation; another tenant's (or a malformed id) is not found."""
-    pk = as_uuid(operation_id)
-    operation = Operation.objects.filter(tenant=tenant, pk=pk).first() if pk else None
-    if operation is None:
-        raise NotFound("operation not found")
-    return operation
+    return tenant_object(Operation.objects.all(), tenant=tenant, pk=operation_id, what="operation")
 
 
 @dataclass

@@ -11,7 +11,7 @@ from typing import Generic, TypeVar
 
 from django.db.models import Model, Q, QuerySet
 
-from dispatch.exceptions import InvalidSchedule
+from dispatch.exceptions import InvalidSchedule, NotFound
 
 T = TypeVar("T")
 M = TypeVar("M", bound=Model)
@@ -80,3 +80,13 @@ def as_uuid(value: uuid.UUID | str) -> uuid.UUID | None:
         return uuid.UUID(str(value))
     except ValueError:
         return None
+
+
+def tenant_object(queryset: QuerySet[M], *, tenant: object, pk: uuid.UUID | str, what: str) -> M:
+    """The tenant's row `pk` of `queryset`, else NotFound("<what> not found"). Tenant
+    first: another tenant's id, a malformed one and a missing one are the same 404."""
+    key = as_uuid(pk)
+    found = queryset.filter(tenant=tenant, pk=key).first() if key is not None else None
+    if found is None:
+        raise NotFound(f"{what} not found")
+    return found

@@ -11,10 +11,10 @@ from typing import Any
 
 from django.db.models import Case, Q, Value, When
 
-from dispatch.exceptions import InvalidSchedule, NotFound
+from dispatch.exceptions import InvalidSchedule
 from dispatch.models import Execution, Kind, Schedule
 from dispatch.selectors.calendars import schedule_filter, schedule_filters
-from dispatch.selectors.paging import Page, _keyset, as_uuid
+from dispatch.selectors.paging import Page, _keyset, as_uuid, tenant_object
 from dispatch.timing import cron
 from dispatch.timing.calendars import DateFilter
 from tenants.models import Tenant
@@ -53,15 +53,8 @@ def calendar_names(schedule: Schedule) -> dict[str, list[str]]:
 
 
 def schedule_get(*, tenant: Tenant, schedule_id: uuid.UUID | str) -> Schedule:
-    pk = as_uuid(schedule_id)
-    schedule = (
-        Schedule.objects.filter(tenant=tenant, deleted_at__isnull=True, pk=pk).first()
-        if pk
-        else None
-    )
-    if schedule is None:
-        raise NotFound("schedule not found")
-    return schedule
+    live = Schedule.objects.filter(deleted_at__isnull=True)
+    return tenant_object(live, tenant=tenant, pk=schedule_id, what="schedule")
 
 
 def schedule_list(
@@ -135,11 +128,7 @@ def schedule_next_runs(
 
 def schedule_get_including_deleted(*, tenant: Tenant, schedule_id: uuid.UUID | str) -> Schedule:
     """A schedule of the tenant even if soft-deleted (the explainer answers for those too)."""
-    pk = as_uuid(schedule_id)
-    schedule = Schedule.objects.filter(tenant=tenant, pk=pk).first() if pk else None
-    if schedule is None:
-        raise NotFound("schedule not found")
-    return schedule
+    return tenant_object(Schedule.objects.all(), tenant=tenant, pk=schedule_id, what="schedule")
 
 
 # --- the dashboard ----------------------------------------------------------------

@@ -14,10 +14,10 @@ from django.db import transaction
 from django.db.models.functions import Now
 
 from dispatch.alerting import channel_config, delivery
-from dispatch.exceptions import InvalidSchedule, NotFound
+from dispatch.exceptions import InvalidSchedule
 from dispatch.models import AlertChannel
 from dispatch.selectors.alerts import alert_channel_get
-from dispatch.selectors.paging import as_uuid
+from dispatch.selectors.paging import tenant_object
 from dispatch.services.common import save_unique
 from dispatch.states import AuditAction
 from tenants.audit import audit_record
@@ -77,15 +77,8 @@ _NAME_TAKEN = {
 
 
 def _locked(actor: Principal, channel_id: str) -> AlertChannel:
-    pk = as_uuid(channel_id)
-    channel = (
-        AlertChannel.objects.select_for_update().filter(tenant=actor.tenant, pk=pk).first()
-        if pk
-        else None
-    )
-    if channel is None:
-        raise NotFound("alert channel not found")
-    return channel
+    locked = AlertChannel.objects.select_for_update()
+    return tenant_object(locked, tenant=actor.tenant, pk=channel_id, what="alert channel")
 
 
 @transaction.atomic

@@ -11,9 +11,10 @@ from datetime import datetime
 from django.db import transaction
 
 from core.db import db_now
-from dispatch.exceptions import NotFound, StateConflict
+from dispatch.exceptions import StateConflict
 from dispatch.models import Backfill
-from dispatch.selectors import BackfillPlan, as_uuid, backfill_plan, check_backfill_request
+from dispatch.selectors import BackfillPlan, backfill_plan, check_backfill_request
+from dispatch.selectors.paging import tenant_object
 from dispatch.services.common import _event, _live
 from dispatch.states import (
     AuditAction,
@@ -123,16 +124,11 @@ def backfill_cancel(*, actor: Principal, backfill_id: uuid.UUID | str) -> Backfi
     Idempotent: cancelling a cancelled backfill changes nothing and audits nothing.
     A finished one (done) is a 409 naming its state.
     """
-    pk = as_uuid(backfill_id)
     # Waits for a pump's chunk in progress (it holds the row): after this commits,
     # no pump releases anything more.
-    backfill = (
-        Backfill.objects.select_for_update().filter(tenant=actor.tenant, pk=pk).first()
-        if pk
-        else None
+    backfill = tenant_object(
+        Backfill.objects.select_for_update(), tenant=actor.tenant, pk=backfill_id, what="backfill"
     )
-    if backfill is None:
-        raise NotFound("backfill not found")
     if backfill.state == ControlState.CANCELLED:
         return backfill
     if backfill.state != ControlState.RUNNING:

@@ -19,10 +19,10 @@ from django.db.models.functions import Now
 
 from core.db import db_clock, db_now
 from dispatch import calendars
-from dispatch.exceptions import InvalidSchedule, NotFound, StateConflict
+from dispatch.exceptions import InvalidSchedule, StateConflict
 from dispatch.models import Calendar, Kind, Schedule, ScheduleCalendar
 from dispatch.selectors.calendars import calendar_users, filter_of
-from dispatch.selectors.paging import as_uuid
+from dispatch.selectors.paging import as_uuid, tenant_object
 from dispatch.services.common import save_unique
 from dispatch.states import AuditAction
 from dispatch.timing import cron
@@ -69,17 +69,8 @@ _NAME_TAKEN = {"calendar_name_unique_live": ("name", "a calendar with this name 
 
 
 def _locked(actor: Principal, calendar_id: str) -> Calendar:
-    pk = as_uuid(calendar_id)
-    found = (
-        Calendar.objects.select_for_update()
-        .filter(tenant=actor.tenant, pk=pk, deleted_at__isnull=True)
-        .first()
-        if pk
-        else None
-    )
-    if found is None:
-        raise NotFound("calendar not found")
-    return found
+    live = Calendar.objects.select_for_update().filter(deleted_at__isnull=True)
+    return tenant_object(live, tenant=actor.tenant, pk=calendar_id, what="calendar")
 
 
 @transaction.atomic

@@ -14,10 +14,11 @@ from django.db import IntegrityError, models, transaction
 
 from core.db import notify
 from core.errors import constraint_name
-from dispatch.exceptions import InvalidSchedule, NotFound, QuotaExceeded
+from dispatch.exceptions import InvalidSchedule, QuotaExceeded
 from dispatch.models import Execution, ExecutionEvent, Kind, Schedule
 from dispatch.schedule_fields import ScheduleSpec
-from dispatch.selectors import as_uuid, schedule_fields
+from dispatch.selectors import schedule_fields
+from dispatch.selectors.paging import tenant_object
 from dispatch.states import EventData, EventKind
 from dispatch.timing import cron
 from dispatch.timing.calendars import DateFilter
@@ -113,17 +114,10 @@ def _audit(
 
 
 def _live(actor: Principal, schedule_id: uuid.UUID | str, *, lock: bool = True) -> Schedule:
-    # Tenant first: another tenant's schedule is indistinguishable from a missing one.
-    pk = as_uuid(schedule_id)
-    if pk is None:
-        raise NotFound("schedule not found")
-    qs = Schedule.objects.filter(tenant=actor.tenant, deleted_at__isnull=True, pk=pk)
+    qs = Schedule.objects.filter(deleted_at__isnull=True)
     if lock:
         qs = qs.select_for_update()
-    schedule = qs.first()
-    if schedule is None:
-        raise NotFound("schedule not found")
-    return schedule
+    return tenant_object(qs, tenant=actor.tenant, pk=schedule_id, what="schedule")
 
 
 def _check_quota(actor: Principal) -> None:

@@ -7,9 +7,9 @@ from typing import Any
 from django.db import transaction
 
 from core.db import db_now
-from dispatch.exceptions import InvalidSchedule, NotFound
+from dispatch.exceptions import InvalidSchedule
 from dispatch.models import MaintenanceWindow
-from dispatch.selectors.paging import as_uuid
+from dispatch.selectors.paging import tenant_object
 from dispatch.services.common import save_unique
 from dispatch.states import AuditAction
 from dispatch.timing import cron
@@ -89,14 +89,12 @@ def maintenance_window_create(*, actor: Principal, data: dict[str, Any]) -> Main
 
 @transaction.atomic
 def maintenance_window_delete(*, actor: Principal, window_id: str) -> None:
-    pk = as_uuid(window_id)
-    window = (
-        MaintenanceWindow.objects.select_for_update().filter(tenant=actor.tenant, pk=pk).first()
-        if pk
-        else None
+    window = tenant_object(
+        MaintenanceWindow.objects.select_for_update(),
+        tenant=actor.tenant,
+        pk=window_id,
+        what="maintenance window",
     )
-    if window is None:
-        raise NotFound("maintenance window not found")
     audit_record(
         actor=actor,
         action=AuditAction.MAINTENANCE_WINDOW_DELETE,

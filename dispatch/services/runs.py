@@ -28,10 +28,10 @@ from typing import Any
 from django.db import transaction
 
 from core.db import notify
-from dispatch.exceptions import NotFound, StateConflict
+from dispatch.exceptions import StateConflict
 from dispatch.models import Execution
 from dispatch.scheduler import dependencies
-from dispatch.selectors import as_uuid
+from dispatch.selectors.paging import tenant_object
 from dispatch.services.common import WAKE_CHANNEL, _event
 from dispatch.sql import sql
 from dispatch.states import (
@@ -61,19 +61,8 @@ class CancelResult:
 
 
 def _locked(actor: Principal, execution_id: str | uuid.UUID) -> Execution:
-    # Tenant first: another tenant's execution is indistinguishable from a missing one.
-    pk = as_uuid(execution_id)
-    execution = (
-        Execution.objects.select_for_update(of=("self",))
-        .select_related("schedule")
-        .filter(tenant=actor.tenant, pk=pk)
-        .first()
-        if pk is not None
-        else None
-    )
-    if execution is None:
-        raise NotFound("execution not found")
-    return execution
+    locked = Execution.objects.select_for_update(of=("self",)).select_related("schedule")
+    return tenant_object(locked, tenant=actor.tenant, pk=execution_id, what="execution")
 
 
 def _op_data(*, operation_id: str | None, backfill_id: str | None = None) -> dict[str, Any]:
