@@ -15,6 +15,7 @@ from uuid import UUID
 
 from django.conf import settings
 
+from dispatch import lifecycle
 from dispatch.exceptions import InvalidSchedule
 from dispatch.models import DurationClass, Misfire, Overlap, Priority, Schedule
 from dispatch.targets import clean_target
@@ -104,6 +105,8 @@ def clean_schedule(
             "misfire_grace_s": existing.misfire_grace_s,
             "catch_up_limit": existing.catch_up_limit,
             "jitter_s": existing.jitter_s,
+            "max_runs": existing.max_runs,
+            "delete_after": existing.delete_after,
         }
     merged.update(data)
     values: dict[str, Any] = {}
@@ -169,6 +172,10 @@ def clean_schedule(
     )
     values["catch_up_limit"] = _int(merged, "catch_up_limit", 10, 1, settings.MAX_CATCH_UP)
     values["jitter_s"] = _int(merged, "jitter_s", 0, 0, MAX_JITTER_S)
+    values["max_runs"] = lifecycle.clean_max_runs(merged.get("max_runs"), kind=values["kind"])
+    values["delete_after"] = lifecycle.clean_delete_after(
+        merged.get("delete_after"), kind=values["kind"]
+    )
 
     spec = ScheduleSpec(values=values)
     if "depends_on" in data:

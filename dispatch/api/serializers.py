@@ -6,11 +6,13 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from core.api import inputs
 from dispatch.explain import CODE_MEANINGS
+from dispatch.lifecycle import completion
 from dispatch.models import (
     DurationClass,
     Execution,
@@ -47,6 +49,10 @@ SCHEDULE_READ_ONLY = {
     "paused_until",
     "paused_reason",
     "paused_by",
+    "runs_succeeded",
+    "completed",
+    "completed_at",
+    "completed_reason",
     "partition",
     "description",
     "created_by",
@@ -176,6 +182,22 @@ class ScheduleInSerializer(StrictSerializer):
         help_text="when given, the schedule runs only on dates in at least one of these "
         "calendars (names, or ids); exclude_calendars still apply",
     )
+    max_runs = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        help_text="cron only: the schedule is `completed` once this many occurrences have "
+        "SUCCEEDED (failed, dead, skipped and cancelled ones do not count; an occurrence "
+        "re-run to success counts once). null: no bound. Raising it re-opens a completed "
+        "schedule.",
+    )
+    delete_after = serializers.CharField(
+        max_length=32,
+        required=False,
+        allow_null=True,
+        help_text="one-off jobs only: remove the job (soft delete, as DELETE does; its "
+        'executions stay) this long after its run ended, e.g. "1h", "7d" (units s m h d w, '
+        "at most 3650d). Absent or null: keep it.",
+    )
 
 
 class SchedulePatchSerializer(ScheduleInSerializer):
@@ -223,6 +245,14 @@ class JobInSerializer(StrictSerializer):
         help_text="seconds late the job may still run on time (default 60); it fell due at "
         "run_at, or when it was created if run_at was already past",
     )
+    delete_after = serializers.CharField(
+        max_length=32,
+        required=False,
+        allow_null=True,
+        help_text="one-off jobs only: remove the job (soft delete, as DELETE does; its "
+        'executions stay) this long after its run ended, e.g. "1h", "7d" (units s m h d w, '
+        "at most 3650d). Absent or null: keep it.",
+    )
 
 
 class PauseInSerializer(StrictSerializer):
@@ -252,12 +282,24 @@ def schedule_out(s: Schedule) -> dict[str, Any]:
         "paused_until": iso_z(s.paused_until),
         "paused_reason": s.paused_reason or None,
         "paused_by": s.paused_by or None,
+        **completion_out(s),
         "idempotency_key": s.idempotency_key,
         "next_run_at": iso_z(s.next_run_at),
         "version": s.version,
         "created_at": iso_z(s.created_at),
         "updated_at": iso_z(s.updated_at),
         "created_by": s.created_by,
+    }
+
+
+def completion_out(s: Schedule) -> dict[str, Any]:
+    """`completed` is shown like `paused`: a flag with when and why (dispatch/lifecycle.py)."""
+    done = completion(s, now=timezone.now())
+    return {
+        "runs_succeeded": s.runs_succeeded,
+        "completed": done is not None,
+        "completed_at": iso_z(done.at) if done else None,
+        "completed_reason": done.reason if done else None,
     }
 
 
@@ -343,6 +385,16 @@ class ScheduleOutDoc(serializers.Serializer[Any]):
     paused_until = serializers.DateTimeField(allow_null=True)
     paused_reason = serializers.CharField(allow_null=True)
     paused_by = serializers.CharField(allow_null=True)
+    max_runs = serializers.IntegerField(allow_null=True)
+    delete_after = serializers.CharField(allow_null=True)
+    runs_succeeded = serializers.IntegerField(
+        help_text="occurrences that succeeded, counted only while max_runs is set"
+    )
+    completed = serializers.BooleanField(
+        help_text="reached max_runs, or past end_at: no further timed runs (manual runs work)"
+    )
+    completed_at = serializers.DateTimeField(allow_null=True)
+    completed_reason = serializers.ChoiceField(choices=["max_runs", "end_at"], allow_null=True)
     idempotency_key = serializers.CharField(allow_null=True)
     next_run_at = serializers.DateTimeField(allow_null=True)
     version = serializers.IntegerField(help_text="also the ETag; send it back as If-Match")

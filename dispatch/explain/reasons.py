@@ -19,6 +19,7 @@ from zoneinfo import ZoneInfo
 from dispatch.explain import records
 from dispatch.explain.present import Evidence, Explanation, both, cap, clock, late, who
 from dispatch.explain.records import PauseInterval
+from dispatch.lifecycle import completion
 from dispatch.models import Execution, ExecutionEvent, ExecutionState, Kind, Schedule, Trigger
 from dispatch.selectors.calendars import schedule_filter
 from dispatch.states import (
@@ -257,6 +258,16 @@ def _about_occurrence(
             *records.audit_evidence(schedule, AuditAction.SCHEDULE_DELETE),
         ]
         return base
+    done = completion(schedule, now=now)
+    if done is not None and (done.at is None or occurrence >= done.at):
+        base.code = ExplainCode.COMPLETED
+        verb = "will not run" if occurrence > now else "not run"
+        base.sentence = f"{verb} at {when}: the schedule is {done.sentence}"
+        base.evidence = [Evidence("schedule", str(schedule.id), schedule.name)]
+        event = records.completed_event(schedule)
+        if event is not None:
+            base.evidence.append(Evidence("event", str(event.pk), event.message))
+        return base
     pause = records.pause_covering(schedule, occurrence, now=now)
     if pause is not None:
         base.code = ExplainCode.PAUSED
@@ -477,6 +488,16 @@ def _about_execution_state(
                 answer.evidence = [*pause.evidence, main]
             else:
                 answer.sentence = f"not run at {when}: {reason.removeprefix('skipped: ')}"
+            return answer
+        if code == ReasonCode.SCHEDULE_COMPLETED:
+            answer.code = ExplainCode.COMPLETED
+            done = completion(schedule, now=now)
+            answer.sentence = (
+                f"not run at {when}: the schedule is {done.sentence}"
+                if done is not None
+                else f"not run at {when}: {reason.removeprefix('not run: ')}"
+            )
+            answer.sentence += " (published before it completed, skipped when claimed)"
             return answer
         if code == ReasonCode.OVERLAP_FORBID:
             answer.code = ExplainCode.SKIPPED_OVERLAP

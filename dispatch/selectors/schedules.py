@@ -12,6 +12,7 @@ from typing import Any
 from django.db.models import Case, Q, Value, When
 
 from dispatch.exceptions import InvalidSchedule, NotFound
+from dispatch.lifecycle import spell_delete_after
 from dispatch.models import Execution, Kind, Schedule
 from dispatch.selectors.calendars import schedule_filter, schedule_filters
 from dispatch.selectors.paging import Page, _keyset, as_uuid
@@ -36,6 +37,8 @@ def schedule_fields(schedule: Schedule) -> dict[str, Any]:
         "misfire_grace_s": schedule.misfire_grace_s,
         "catch_up_limit": schedule.catch_up_limit,
         "jitter_s": schedule.jitter_s,
+        "max_runs": schedule.max_runs,
+        "delete_after": spell_delete_after(schedule.delete_after),
         **calendar_names(schedule),
     }
 

@@ -14,6 +14,7 @@ from django.db import IntegrityError, transaction
 from core.db import notify
 from core.errors import constraint_name
 from dispatch.exceptions import InvalidSchedule, NotFound, QuotaExceeded
+from dispatch.lifecycle import reached_max_runs
 from dispatch.models import Execution, ExecutionEvent, Kind, Schedule
 from dispatch.schedule_fields import ScheduleSpec
 from dispatch.selectors import as_uuid, schedule_fields
@@ -50,6 +51,8 @@ def _first_run(
     a new one under ``dates``; 400 on its calendar field if the calendars leave none."""
     if schedule.kind == Kind.ONCE:
         return schedule.run_at
+    if reached_max_runs(max_runs=schedule.max_runs, runs_succeeded=schedule.runs_succeeded):
+        return None  # completed: only an edit that raises max_runs re-opens it
     if dates is None and not schedule._state.adding:
         from dispatch.selectors.calendars import schedule_filter
 
