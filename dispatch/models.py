@@ -7,6 +7,9 @@ import uuid
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
+from django.utils import timezone
+
+from dispatch.lifecycle import Completion, completion
 
 # The vocabulary lives in dispatch.states; re-exported for the model's callers.
 from dispatch.states import (
@@ -159,6 +162,11 @@ class Schedule(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.id})"
+
+    @property
+    def completion(self) -> Completion | None:
+        """Completed (max_runs reached, end_at passed) and why; None while it runs on."""
+        return completion(self, now=timezone.now())
 
 
 # The states the runs page's partial index holds: the ends other than success,

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from itertools import islice
 from typing import Any
 
-from django.db.models import Case, Q, Value, When
+from django.db.models import Case, F, Q, Value, When
 
 from dispatch.exceptions import InvalidSchedule, NotFound
 from dispatch.lifecycle import spell_delete_after
@@ -41,6 +41,11 @@ def schedule_fields(schedule: Schedule) -> dict[str, Any]:
         "delete_after": spell_delete_after(schedule.delete_after),
         **calendar_names(schedule),
     }
+
+
+def completed_q() -> Q:
+    """The schedules that are completed (dispatch/lifecycle.py's `completion`, in SQL)."""
+    return Q(max_runs__isnull=False, runs_succeeded__gte=F("max_runs"))
 
 
 def calendar_names(schedule: Schedule) -> dict[str, list[str]]:
@@ -75,8 +80,12 @@ def schedule_list(
     search: str = "",
     kind: str = "",
     paused: bool | None = None,
+    completed: bool | None = None,
 ) -> Page[Schedule]:
     qs = Schedule.objects.filter(tenant=tenant, deleted_at__isnull=True)
+    if completed is not None:
+        done = completed_q()
+        qs = qs.filter(done) if completed else qs.exclude(done)
     if search:
         qs = qs.filter(name__icontains=search)
     if kind:
