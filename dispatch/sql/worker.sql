@@ -34,11 +34,12 @@ WITH claimed AS (
                AS has_dependents,
            s.alert_failing,
            -- max_runs (dispatch/lifecycle.py): whether a success must be counted, and a
-           -- timed occurrence published before the schedule completed, not yet run: not run
-           -- (a manual run, a re-run or a backfill was asked for as it is and still runs).
+           -- timed occurrence (or a dependent's, fired by its upstream) published before the
+           -- schedule completed, not yet run: not run (a manual run, a re-run or a backfill
+           -- was asked for as it is and still runs).
            s.max_runs IS NOT NULL AS counts_runs, c.counted,
            (s.max_runs IS NOT NULL AND s.runs_succeeded >= s.max_runs
-            AND c.trigger IN ('cron', 'api', 'catch_up') AND c.reruns = 0) AS schedule_completed,
+            AND c.trigger IN ('cron', 'api', 'catch_up', 'dependency') AND c.reruns = 0) AS schedule_completed,
            s.max_runs
       FROM claimed c
       JOIN dispatch_schedule s ON s.id = c.schedule_id
