@@ -47,7 +47,9 @@ class Schedule(models.Model):
     )
     name = models.CharField(max_length=200)
     kind = models.CharField(max_length=8, choices=Kind.choices)
-    cron = models.CharField(max_length=200, blank=True)
+    # The whole timing as one text (dispatch/timing/cron.py): a cron expression, or
+    # specs joined by " | " with optional start_at/end_at parts.
+    cron = models.CharField(max_length=5000, blank=True)
     timezone = models.CharField(max_length=64, default="UTC")
     run_at = models.DateTimeField(null=True, blank=True)
     target = models.JSONField()

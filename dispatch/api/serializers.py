@@ -23,6 +23,7 @@ from dispatch.models import (
     Schedule,
 )
 from dispatch.selectors import schedule_fields
+from dispatch.timing import cron
 
 # Schedule.version is a PositiveIntegerField; a larger number could never match.
 MAX_VERSION = 2**31 - 1
@@ -92,6 +93,22 @@ class RetryField(serializers.JSONField):
     """A retry policy (checked by dispatch/schedule_fields.clean_retry)."""
 
 
+_SPEC_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "cron": {"type": "string", "maxLength": 200},
+        "every": {"type": "string", "example": "90m"},
+        "anchor": {"type": "string", "example": "2026-01-01T00:15:00"},
+    },
+    "additionalProperties": False,
+}
+
+
+@extend_schema_field({"type": "array", "minItems": 1, "maxItems": 20, "items": _SPEC_SCHEMA})
+class SpecsField(serializers.JSONField):
+    """A schedule's specs (checked in depth by dispatch/schedule_fields.clean_timing)."""
+
+
 class InstantField(serializers.DateTimeField):
     """An ISO 8601 instant that carries its offset, inside core.api.inputs' range.
 
@@ -143,12 +160,31 @@ class ScheduleInSerializer(StrictSerializer):
         max_length=63, required=False, help_text="must be the token's tenant"
     )
     cron = serializers.CharField(
-        max_length=200,
+        max_length=5000,
         required=False,
         allow_null=True,
         help_text="5-field cron (minute hour day-of-month month day-of-week); ranges, lists, "
         "steps, names (MON, JAN), H, H(a-b), H/n; or a macro @hourly @daily @weekly @monthly "
-        "@yearly. Give exactly one of cron or run_at.",
+        "@yearly. One spec; for several give `specs` instead (not both). A timing text read "
+        "back from `cron` is accepted whole. Give exactly one of cron/specs or run_at.",
+    )
+    specs = SpecsField(
+        required=False,
+        allow_null=True,
+        help_text='1 to 20 specs, their occurrences united: {"cron": "0 6 * * 1-5"} or '
+        '{"every": "90m", "anchor": "2026-01-01T00:15:00"} (elapsed time from a local wall '
+        "time in the schedule's timezone; at least 1m, whole minutes). Instead of cron.",
+    )
+    start_at = InstantField(
+        required=False,
+        allow_null=True,
+        help_text="recurring only: no occurrence before this instant (inclusive); null clears",
+    )
+    end_at = InstantField(
+        required=False,
+        allow_null=True,
+        help_text="recurring only: no occurrence at or after this instant (exclusive); after "
+        "it next_run_at is null; null clears",
     )
     run_at = InstantField(
         required=False,
@@ -267,12 +303,29 @@ class EmptySerializer(StrictSerializer):
 # --- Output (plain functions: explicit, fast, no ORM surprises) ---
 
 
+def timing_out(s: Schedule) -> dict[str, Any]:
+    """`specs` and the bounds of a recurring schedule, read from its timing text (a
+    one-off: no specs, no bounds)."""
+    if not s.cron:
+        return {"specs": [], "start_at": None, "end_at": None}
+    specs, start_at, end_at = cron.decompose(s.cron)
+    return {
+        "specs": [
+            {"cron": x.cron} if x.cron is not None else {"every": x.every, "anchor": x.anchor}
+            for x in specs
+        ],
+        "start_at": iso_z(start_at),
+        "end_at": iso_z(end_at),
+    }
+
+
 def schedule_out(s: Schedule) -> dict[str, Any]:
     return {
         "id": str(s.id),
         "tenant": s.tenant.slug,
         **schedule_fields(s),
         "cron": s.cron or None,
+        **timing_out(s),
         "run_at": iso_z(s.run_at),
         "target": s.target,
         "retry": s.retry,
@@ -365,7 +418,15 @@ class ScheduleOutDoc(serializers.Serializer[Any]):
     tenant = serializers.CharField()
     name = serializers.CharField()
     kind = serializers.ChoiceField(choices=["cron", "once"])
-    cron = serializers.CharField(allow_null=True)
+    cron = serializers.CharField(
+        allow_null=True,
+        help_text="a single-spec schedule without bounds: its cron expression; otherwise the "
+        "whole timing as one text (specs joined by ' | ', then 'start_at <instant>' / "
+        "'end_at <instant>'), which cron also accepts back",
+    )
+    specs = SpecsField()
+    start_at = serializers.DateTimeField(allow_null=True)
+    end_at = serializers.DateTimeField(allow_null=True)
     run_at = serializers.DateTimeField(allow_null=True)
     timezone = serializers.CharField()
     target = serializers.JSONField()

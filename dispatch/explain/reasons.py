@@ -107,6 +107,8 @@ def explain(*, schedule: Schedule, at: datetime, now: datetime | None = None) ->
             return _excluded(schedule, at, would, zone, now)
         if would.note:
             notes.append(would.note)
+        if would.spec is not None and would.is_occurrence:
+            notes.append(f"given by {would.spec}")
         if would.is_occurrence:
             occurrence = would.scheduled_for
         elif would.dst is not None and would.previous is not None:
@@ -203,7 +205,12 @@ def _not_an_occurrence(
     now: datetime,
 ) -> Explanation:
     description = cron.describe(expr, seed=str(schedule.id))
-    parts = [f"{both(would.at, zone)} is not an occurrence of '{expr}' ({description}) in {tz}"]
+    if would.outside is not None:
+        # A spec gives this time, the schedule's start_at/end_at leave it out.
+        parts = [f"{both(would.at, zone)} is not an occurrence: {would.spec or expr!r} gives it"]
+        parts[0] += f", but it is {would.outside}"
+    else:
+        parts = [f"{both(would.at, zone)} is not an occurrence of '{expr}' ({description}) in {tz}"]
     if would.previous is not None:
         verb = "was" if would.previous <= now else "is"
         parts.append(f"the previous one {verb} {both(would.previous, zone)}")

@@ -58,7 +58,8 @@ def _first_run(
 
         dates = schedule_filter(schedule.id)
     if dates is None:
-        return cron.next_after(schedule.cron, schedule.timezone, after=now, seed=str(schedule.id))
+        # None once an end_at has passed: out of the due index (cron.next_or_none).
+        return cron.next_or_none(schedule.cron, schedule.timezone, after=now, seed=str(schedule.id))
     from dispatch.services.calendars import next_run
 
     field = "only_calendars" if dates.only and not dates.exclude else "exclude_calendars"
