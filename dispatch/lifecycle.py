@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from dispatch.exceptions import InvalidSchedule
-from dispatch.timing import durations
+from dispatch.timing import cron, durations
 
 MAX_RUNS_LIMIT = 10_000_000
 # A one-off kept this long after its run is kept in practice; longer is a typo.
@@ -91,6 +91,13 @@ def reached_max_runs(*, max_runs: int | None, runs_succeeded: int) -> bool:
     return max_runs is not None and runs_succeeded >= max_runs
 
 
+def end_of(schedule: Any) -> datetime | None:
+    """The schedule's end_at: a part of its timing text (dispatch/timing/cron.py)."""
+    if schedule.kind != "cron" or not schedule.cron:
+        return None
+    return cron.bounds(schedule.cron)[1]
+
+
 def completion(schedule: Any, *, now: datetime) -> Completion | None:
     """Whether `schedule` is completed (reached its max_runs, or its end_at passed), why."""
     if reached_max_runs(max_runs=schedule.max_runs, runs_succeeded=schedule.runs_succeeded):
@@ -101,7 +108,7 @@ def completion(schedule: Any, *, now: datetime) -> Completion | None:
             at,
             f"completed: reached max_runs {schedule.max_runs}{when}",
         )
-    end_at = getattr(schedule, "end_at", None)
+    end_at = end_of(schedule)
     if end_at is not None and end_at <= now:
         stamp = end_at.astimezone(UTC).isoformat().replace("+00:00", "Z")
         return Completion(CompletedReason.END_AT, end_at, f"completed: end_at {stamp} passed")

@@ -205,6 +205,16 @@ def _not_an_occurrence(
     now: datetime,
 ) -> Explanation:
     description = cron.describe(expr, seed=str(schedule.id))
+    done = completion(schedule, now=now) if would.outside is not None else None
+    if done is not None and done.at is not None and would.at >= done.at:
+        # At or after an end_at that has passed: the schedule is completed.
+        return Explanation(
+            ExplainCode.COMPLETED,
+            f"not run at {both(would.at, zone)}: the schedule is {done.sentence}"
+            + (f"; the previous run was {both(would.previous, zone)}" if would.previous else ""),
+            at,
+            evidence=[Evidence("schedule", str(schedule.id), schedule.name)],
+        )
     if would.outside is not None:
         # A spec gives this time, the schedule's start_at/end_at leave it out.
         parts = [f"{both(would.at, zone)} is not an occurrence: {would.spec or expr!r} gives it"]

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('dispatch', '0015_calendars'),
+        ('dispatch', '0016_schedule_specs'),
         ('tenants', '0005_tenant_names_and_env_keys'),
     ]
 

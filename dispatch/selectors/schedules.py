@@ -10,6 +10,8 @@ from itertools import islice
 from typing import Any
 
 from django.db.models import Case, F, Q, Value, When
+from django.db.models.expressions import RawSQL
+from django.db.models.functions import Now
 
 from dispatch.exceptions import InvalidSchedule, NotFound
 from dispatch.lifecycle import spell_delete_after
@@ -43,9 +45,20 @@ def schedule_fields(schedule: Schedule) -> dict[str, Any]:
     }
 
 
+# A schedule's end_at, read from its timing text ("... | end_at 2026-12-24T00:00:00Z",
+# written only by dispatch/timing/cron.py's compose); 'infinity' without one, never NULL,
+# so that excluding the completed ones keeps the schedules without an end_at.
+END_AT_SQL = RawSQL(
+    "COALESCE(CASE WHEN kind = 'cron' THEN substring(cron from 'end_at ([^ |]+)')::timestamptz"
+    " END, 'infinity')",
+    [],
+)
+
+
 def completed_q() -> Q:
-    """The schedules that are completed (dispatch/lifecycle.py's `completion`, in SQL)."""
-    return Q(max_runs__isnull=False, runs_succeeded__gte=F("max_runs"))
+    """The schedules that are completed (dispatch/lifecycle.py's `completion`, in SQL);
+    the queryset must carry `.alias(ends=END_AT_SQL)`."""
+    return Q(max_runs__isnull=False, runs_succeeded__gte=F("max_runs")) | Q(ends__lte=Now())
 
 
 def calendar_names(schedule: Schedule) -> dict[str, list[str]]:
@@ -84,6 +97,7 @@ def schedule_list(
 ) -> Page[Schedule]:
     qs = Schedule.objects.filter(tenant=tenant, deleted_at__isnull=True)
     if completed is not None:
+        qs = qs.alias(ends=END_AT_SQL)
         done = completed_q()
         qs = qs.filter(done) if completed else qs.exclude(done)
     if search:

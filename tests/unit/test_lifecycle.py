@@ -10,7 +10,7 @@ import pytest
 
 from dispatch import lifecycle
 from dispatch.exceptions import InvalidSchedule
-from dispatch.timing import durations
+from dispatch.timing import cron, durations
 
 NOW = datetime(2026, 12, 24, 6, 0, tzinfo=UTC)
 
@@ -59,7 +59,13 @@ class Row:
     max_runs: int | None = None
     runs_succeeded: int = 0
     completed_at: datetime | None = None
-    end_at: datetime | None = None
+    kind: str = "cron"
+    cron: str = "0 * * * *"
+
+
+def ending(end: datetime) -> Row:
+    """A schedule whose timing text carries an end_at (dispatch/timing/cron.py)."""
+    return Row(cron=cron.compose([cron.Spec(cron="0 * * * *")], start_at=None, end_at=end))
 
 
 def test_completed_by_max_runs_names_the_bound_and_when() -> None:
@@ -73,8 +79,9 @@ def test_completed_by_max_runs_names_the_bound_and_when() -> None:
 
 def test_completed_by_end_at_once_it_passed() -> None:
     end = datetime(2026, 12, 24, tzinfo=UTC)
-    assert lifecycle.completion(Row(end_at=end), now=end - timedelta(seconds=1)) is None
-    done = lifecycle.completion(Row(end_at=end), now=NOW)
+    assert lifecycle.completion(ending(end), now=end - timedelta(seconds=1)) is None
+    assert lifecycle.completion(Row(), now=NOW) is None
+    done = lifecycle.completion(ending(end), now=NOW)
     assert done is not None and done.reason == "end_at"
     assert done.sentence == "completed: end_at 2026-12-24T00:00:00Z passed"
 

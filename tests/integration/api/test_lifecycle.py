@@ -6,7 +6,7 @@ naming the field with nothing saved."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -245,3 +245,41 @@ def test_delete_after_removes_the_job_in_the_retention_pass(api: APIClient) -> N
     assert "delete_after 01:30:00 passed" in event.message
     assert AuditEvent.objects.filter(object_id=str(gone.pk), action="job.expire").exists()
     assert retention.purge(now=now).jobs_expired == 0
+
+
+def test_end_at_passed_is_completed_explained_and_reopened_by_a_later_end_at(
+    api: APIClient,
+) -> None:
+    from dispatch.timing import cron
+
+    now = db_now()
+    soon = (now + timedelta(hours=2)).replace(second=0, microsecond=0)
+    body = create(api, CRON | {"name": "ending", "end_at": soon.isoformat()})
+    assert body["completed"] is False
+    # Time passes: the end_at is an hour ago, and the beat found no next run.
+    past = (now - timedelta(hours=1)).replace(second=0, microsecond=0)
+    text = cron.compose([cron.Spec(cron="* * * * *")], start_at=None, end_at=past)
+    Schedule.objects.filter(pk=body["id"]).update(cron=text, next_run_at=None)
+    got = api.get(f"/v1/schedules/{body['id']}").json()
+    assert got["completed"] is True and got["completed_reason"] == "end_at"
+    stamp = past.isoformat().replace("+00:00", "Z")
+    assert got["completed_at"] == stamp
+    assert api.get("/v1/schedules?completed=true").json()["results"][0]["id"] == body["id"]
+    schedule = Schedule.objects.get(pk=body["id"])
+    answer = explain.explain(schedule=schedule, at=past + timedelta(minutes=10), now=db_now())
+    assert answer.code == "completed", answer.sentence
+    assert f"completed: end_at {stamp} passed" in answer.sentence
+    res = api.post(f"/v1/schedules/{body['id']}:resume", format="json")
+    assert res.status_code == 409 and "end_at" in res.json()["error"]["message"]
+    # Moved later: re-opened, the next run computed from now.
+    later = (now + timedelta(days=1)).replace(second=0, microsecond=0)
+    res = api.patch(
+        f"/v1/schedules/{body['id']}",
+        {"end_at": later.isoformat(), "version": schedule.version},
+        format="json",
+    )
+    assert res.status_code == 200, res.content
+    reopened = res.json()
+    assert reopened["completed"] is False and reopened["next_run_at"] is not None
+    assert now < datetime.fromisoformat(reopened["next_run_at"].replace("Z", "+00:00")) < later
+    assert ExecutionEvent.objects.filter(schedule=schedule, kind=EventKind.REOPENED).exists()

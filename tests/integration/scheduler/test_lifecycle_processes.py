@@ -126,3 +126,45 @@ def test_max_runs_stops_after_exactly_three_successes(
     # Nothing left scheduled, while the beat is still up: out of the due index for good.
     assert beat.alive() and worker.alive()
     assert not Execution.objects.filter(schedule=schedule, state="scheduled").exists()
+
+
+def test_end_at_passed_during_an_outage_fires_only_what_came_before_then_completes(
+    platform: tuple[Ledger, Callable[..., Proc], Callable[..., Proc]],
+    admin_principal: Principal,
+) -> None:
+    """The beat was "down" for eight minutes and end_at fell three minutes ago: the
+    catch-up fires the five occurrences before end_at, none after, and the schedule is
+    then completed (reason end_at) with no next run."""
+    _, start, _ = platform
+    from dispatch.api.serializers import schedule_out
+    from dispatch.timing import cron
+
+    schedule = services.schedule_create(
+        actor=admin_principal,
+        data={
+            "name": "ending",
+            "cron": "* * * * *",
+            "target": {"type": "http", "url": "https://billing.internal/hook"},
+            "concurrency": "allow",
+            "misfire": "catch_up",
+            "catch_up_limit": MISSED,
+        },
+    )
+    behind = (db_now() - timedelta(minutes=MISSED)).replace(second=0, microsecond=0)
+    end = behind + timedelta(minutes=5)
+    # Time passed: the stored timing text gains an end_at that is now in the past.
+    text = cron.compose([cron.Spec(cron="* * * * *")], start_at=None, end_at=end)
+    Schedule.objects.filter(pk=schedule.pk).update(cron=text, next_run_at=behind)
+    beat = start("beat", beat_cmd("--name", "end-beat", "--cycle", "0.2", "--lease-ttl", "5"))
+    wait_for(
+        lambda: Schedule.objects.get(pk=schedule.pk).next_run_at is None,
+        timeout=60,
+        what="the beat moving the schedule past its end_at",
+    )
+    fired = sorted(
+        Execution.objects.filter(schedule=schedule).values_list("scheduled_for", flat=True)
+    )
+    assert fired == [behind + timedelta(minutes=m) for m in range(5)], beat.output()[-2000:]
+    out = schedule_out(Schedule.objects.get(pk=schedule.pk))
+    assert out["completed"] is True and out["completed_reason"] == "end_at"
+    assert out["completed_at"] == end.isoformat().replace("+00:00", "Z")
