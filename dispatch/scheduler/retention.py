@@ -7,6 +7,10 @@ again must stay, or the unique constraint could no longer stop a duplicate
 (RELIABILITY.md C1). Each batch is an index range scan on (tenant,
 scheduled_for) with a LIMIT, so the cost of a run depends on what expired,
 not on the size of the table. The statements are in dispatch/sql/retention.sql.
+
+The same pass removes one-off jobs whose `delete_after` has passed since their run
+ended (`expire_jobs`): a soft delete, as DELETE /v1/jobs/{id} does; their executions
+stay until their own retention.
 """
 
 from __future__ import annotations
