@@ -9,7 +9,7 @@ import pytest
 
 from dispatch import services
 from dispatch.models import Schedule
-from tests.support.console_support import TARGET, World, build_world
+from tests.support.console_support import TARGET, World, build_world, form_data
 
 pytestmark = pytest.mark.django_db
 
@@ -40,3 +40,21 @@ def test_completed_schedule_has_a_badge_a_reason_and_a_filter(world: World) -> N
     assert (
         'id="completed-note"' not in client.get(f"/schedules/{world.schedule.pk}/").content.decode()
     )
+
+
+def test_the_form_sets_max_runs_and_shows_its_error_inline(world: World) -> None:
+    client = world.client("operator")
+    bad = client.post("/schedules/new", form_data(name="capped", max_runs="0"))
+    assert bad.status_code == 400
+    assert not Schedule.objects.filter(name="capped").exists()
+    assert "must be a whole number in 1.." in bad.content.decode()
+    ok = client.post("/schedules/new", form_data(name="capped", max_runs="3"))
+    assert ok.status_code == 302, ok.content.decode()[-2000:]
+    stored = Schedule.objects.get(name="capped")
+    assert stored.max_runs == 3
+    detail = client.get(f"/schedules/{stored.pk}/").content.decode()
+    assert "at most 3 successful runs (0 so far)" in detail
+    # A one-off's submission ignores the field (it applies to recurring schedules only).
+    once = form_data(name="once", kind="once", run_at="2030-01-01T09:00", cron="", max_runs="0")
+    assert client.post("/schedules/new", once).status_code == 302
+    assert Schedule.objects.get(name="once").max_runs is None
