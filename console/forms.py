@@ -57,6 +57,7 @@ ERROR_FIELDS = {
     "catch_up_limit": "catch_up_limit",
     "target.timeout_s": "timeout_s",
     "jitter_s": "jitter_s",
+    "max_runs": "max_runs",
     "depends_on": "depends_on",
     "exclude_calendars": "exclude_calendars",
     "only_calendars": "only_calendars",
@@ -189,6 +190,12 @@ class ScheduleForm(forms.Form):
         help_text="catch_up only: at most this many missed runs are made up",
     )
     jitter_s = forms.IntegerField(initial=0, label="Jitter (s)")
+    max_runs = forms.IntegerField(
+        required=False,
+        label="At most this many runs",
+        help_text="recurring only: completed once this many runs have succeeded "
+        "(failures do not count); empty: no limit",
+    )
     depends_on = forms.CharField(
         required=False,
         label="Runs after (upstream schedules)",
@@ -230,7 +237,7 @@ class ScheduleForm(forms.Form):
         form may show them (no JS, no CSS :has), but their values mean nothing here."""
         if not self.is_bound:
             return set()
-        ignored = {"run_at"} if self.data.get("kind", "cron") == "cron" else {"cron"}
+        ignored = {"run_at"} if self.data.get("kind", "cron") == "cron" else {"cron", "max_runs"}
         if self.data.get("misfire") != "catch_up":
             ignored.add("catch_up_limit")
         return ignored
@@ -398,6 +405,7 @@ class ScheduleForm(forms.Form):
         else:
             data["cron"] = (d.get("cron") or "").strip()
             data["run_at"] = None
+            data["max_runs"] = d.get("max_runs")
         return data
 
 

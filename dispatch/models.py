@@ -7,6 +7,9 @@ import uuid
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
+from django.utils import timezone
+
+from dispatch.lifecycle import Completion, completion
 
 # The vocabulary lives in dispatch.states; re-exported for the model's callers.
 from dispatch.states import (
@@ -44,7 +47,9 @@ class Schedule(models.Model):
     )
     name = models.CharField(max_length=200)
     kind = models.CharField(max_length=8, choices=Kind.choices)
-    cron = models.CharField(max_length=200, blank=True)
+    # The whole timing as one text (dispatch/timing/cron.py): a cron expression, or
+    # specs joined by " | " with optional start_at/end_at parts.
+    cron = models.CharField(max_length=5000, blank=True)
     timezone = models.CharField(max_length=64, default="UTC")
     run_at = models.DateTimeField(null=True, blank=True)
     target = models.JSONField()
@@ -86,6 +91,15 @@ class Schedule(models.Model):
     updated_at = models.DateTimeField(db_default=Now())
     created_by = models.CharField(max_length=200, blank=True)
     deleted_at = models.DateTimeField(null=True, blank=True)
+    # Lifecycle bounds (dispatch/lifecycle.py). `max_runs` counts SUCCEEDED occurrences:
+    # `runs_succeeded` is a counter, not a count, bumped by the worker's fenced finish
+    # statement only for schedules with a max_runs (Execution.counted keeps a re-run's
+    # second success from counting twice). `completed_at`: when max_runs was reached.
+    max_runs = models.PositiveIntegerField(null=True, blank=True)
+    runs_succeeded = models.PositiveIntegerField(default=0, db_default=0)
+    completed_at = models.DateTimeField(null=True, blank=True)
+    # One-offs: removed (soft delete) by retention this long after their execution ended.
+    delete_after = models.DurationField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -119,6 +133,10 @@ class Schedule(models.Model):
                 condition=Q(misfire__in=Misfire.values), name="schedule_misfire_valid"
             ),
             models.CheckConstraint(condition=Q(version__gte=1), name="schedule_version_positive"),
+            models.CheckConstraint(
+                condition=Q(max_runs__isnull=True) | Q(max_runs__gte=1),
+                name="schedule_max_runs_positive",
+            ),
         ]
         indexes = [
             # The due index: each beat range-scans its partitions by time; only
@@ -136,10 +154,21 @@ class Schedule(models.Model):
                 condition=Q(paused=True, deleted_at__isnull=True),
                 name="schedule_paused_until",
             ),
+            # Retention's delete_after pass: only live one-offs that asked to be removed.
+            models.Index(
+                fields=["run_at"],
+                condition=Q(delete_after__isnull=False, deleted_at__isnull=True),
+                name="schedule_delete_after",
+            ),
         ]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.id})"
+
+    @property
+    def completion(self) -> Completion | None:
+        """Completed (max_runs reached, end_at passed) and why; None while it runs on."""
+        return completion(self, now=timezone.now())
 
 
 # The states the runs page's partial index holds: the ends other than success,
@@ -214,6 +243,9 @@ class Execution(models.Model):
     target_override = models.JSONField(null=True, blank=True)
     # The backfill that created or re-ran it (NULL for nearly every row: the
     # partial index below holds only backfill rows).
+    # This occurrence's success was counted towards its schedule's max_runs: a re-run
+    # that succeeds again (or a duplicate finish) must not count it twice.
+    counted = models.BooleanField(default=False, db_default=False)
     backfill = models.ForeignKey(
         "Backfill",
         null=True,

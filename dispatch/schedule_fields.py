@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
 from django.conf import settings
 
+from dispatch import lifecycle
 from dispatch.exceptions import InvalidSchedule
 from dispatch.models import DurationClass, Misfire, Overlap, Priority, Schedule
 from dispatch.targets import clean_target
@@ -26,6 +27,10 @@ RETRY_KEYS = {"max_attempts", "backoff", "initial_s", "max_s"}
 MAX_ATTEMPTS = 100
 MAX_JITTER_S = 3600
 MAX_GRACE_S = 7 * 24 * 3600
+# One cron spec as the column held it before specs; the whole timing text: 20 of them and bounds.
+MAX_SPEC_LENGTH = 200
+MAX_TIMING_LENGTH = 5000
+_TICK = timedelta(microseconds=1)
 
 
 @dataclass
@@ -104,6 +109,8 @@ def clean_schedule(
             "misfire_grace_s": existing.misfire_grace_s,
             "catch_up_limit": existing.catch_up_limit,
             "jitter_s": existing.jitter_s,
+            "max_runs": existing.max_runs,
+            "delete_after": existing.delete_after,
         }
     merged.update(data)
     values: dict[str, Any] = {}
@@ -128,8 +135,13 @@ def clean_schedule(
         raise InvalidSchedule.field("timezone", exc.message) from None
     values["timezone"] = tz
 
+    given_specs = data.get("specs") is not None
+    if given_specs and data.get("cron") is not None:
+        raise InvalidSchedule.field("specs", "give either 'cron' or 'specs', not both")
     expr, run_at = merged.get("cron"), merged.get("run_at")
-    if existing is not None and "cron" in data and data["cron"] is not None:
+    if given_specs:
+        expr = expr or "specs"  # recurring; the text is built by clean_timing below
+    if existing is not None and (data.get("cron") is not None or given_specs):
         run_at = None
     if existing is not None and "run_at" in data and data["run_at"] is not None:
         expr = None
@@ -142,12 +154,12 @@ def clean_schedule(
             "cron" if expr else "run_at", "a schedule cannot change between cron and one-off"
         )
     if expr:
-        try:
-            cron.validate(expr, tz, seed=str(schedule_id))
-        except cron.CronError as exc:
-            raise InvalidSchedule.field("cron", exc.message) from None
-        values.update(kind="cron", cron=expr.strip(), run_at=None)
+        text = clean_timing(data=data, existing=existing, tz=tz, seed=str(schedule_id))
+        values.update(kind="cron", cron=text, run_at=None)
     else:
+        for key in ("start_at", "end_at"):
+            if data.get(key) is not None:
+                raise InvalidSchedule.field(key, "applies to recurring schedules only")
         if not isinstance(run_at, datetime) or run_at.tzinfo is None:
             raise InvalidSchedule.field(
                 "run_at", "must be an ISO 8601 instant with a zone, e.g. 2026-09-26T09:00:00Z"
@@ -169,6 +181,10 @@ def clean_schedule(
     )
     values["catch_up_limit"] = _int(merged, "catch_up_limit", 10, 1, settings.MAX_CATCH_UP)
     values["jitter_s"] = _int(merged, "jitter_s", 0, 0, MAX_JITTER_S)
+    values["max_runs"] = lifecycle.clean_max_runs(merged.get("max_runs"), kind=values["kind"])
+    values["delete_after"] = lifecycle.clean_delete_after(
+        merged.get("delete_after"), kind=values["kind"]
+    )
 
     spec = ScheduleSpec(values=values)
     if "depends_on" in data:
@@ -176,6 +192,106 @@ def clean_schedule(
             tenant=tenant, ids=data["depends_on"], schedule_id=schedule_id
         )
     return spec
+
+
+def _clean_spec(index: int, item: Any, tz: str, seed: str) -> cron.Spec:
+    where = f"specs[{index}]"
+    if not isinstance(item, dict):
+        raise InvalidSchedule.field(where, 'must be an object: {"cron"} or {"every", "anchor"}')
+    unknown = sorted(set(item) - {"cron", "every", "anchor"})
+    if unknown:
+        raise InvalidSchedule.field(f"{where}.{unknown[0]}", "unknown field")
+    if "cron" in item:
+        if "every" in item or "anchor" in item:
+            raise InvalidSchedule.field(where, "give either 'cron' or 'every' (with 'anchor')")
+        expr = item["cron"]
+        if not isinstance(expr, str) or len(expr) > MAX_SPEC_LENGTH:
+            raise InvalidSchedule.field(
+                f"{where}.cron",
+                f"must be a cron expression of at most {MAX_SPEC_LENGTH} characters",
+            )
+        if "|" in expr or expr.strip().startswith("every "):
+            raise InvalidSchedule.field(f"{where}.cron", "must be one cron expression")
+        try:
+            cron.validate(expr, tz, seed=seed)
+        except cron.CronError as exc:
+            raise InvalidSchedule.field(f"{where}.cron", exc.message) from None
+        return cron.Spec(cron=" ".join(expr.split()))
+    if "every" not in item:
+        raise InvalidSchedule.field(where, "needs 'cron', or 'every' with 'anchor'")
+    try:
+        cron.parse_every(item["every"])
+    except cron.CronError as exc:
+        raise InvalidSchedule.field(f"{where}.every", exc.message) from None
+    if "anchor" not in item:
+        raise InvalidSchedule.field(
+            f"{where}.anchor",
+            "is required: the local wall time the interval counts from, e.g. 2026-01-01T00:00:00",
+        )
+    try:
+        cron.parse_anchor(item["anchor"])
+    except cron.CronError as exc:
+        raise InvalidSchedule.field(f"{where}.anchor", exc.message) from None
+    return cron.Spec(every=str(item["every"]).strip(), anchor=str(item["anchor"]).strip())
+
+
+def _bound(data: dict[str, Any], key: str, current: datetime | None) -> datetime | None:
+    if key not in data:
+        return current
+    value = data[key]
+    if value is not None and (not isinstance(value, datetime) or value.tzinfo is None):
+        raise InvalidSchedule.field(
+            key, "must be an ISO 8601 instant with a zone, e.g. 2026-12-01T00:00:00Z"
+        )
+    return value
+
+
+def clean_timing(*, data: dict[str, Any], existing: Schedule | None, tz: str, seed: str) -> str:
+    """A recurring schedule's timing text (dispatch/timing/cron.py): its specs, from
+    `cron` (one spec, or a whole timing text a client read back) or `specs`, and its
+    `start_at`/`end_at`, each merged over `existing`. 400 naming the field otherwise."""
+    specs: list[cron.Spec] = []
+    start_at = end_at = None
+    if existing is not None and existing.cron:
+        specs, start_at, end_at = cron.decompose(existing.cron)
+    field = "cron"
+    if data.get("specs") is not None:
+        raw, field = data["specs"], "specs"
+        if not isinstance(raw, list) or not 1 <= len(raw) <= cron.MAX_SPECS:
+            raise InvalidSchedule.field("specs", f"must be a list of 1 to {cron.MAX_SPECS} specs")
+        specs = [_clean_spec(i, item, tz, seed) for i, item in enumerate(raw)]
+    elif data.get("cron") is not None:
+        expr = data["cron"]
+        try:
+            cron.validate(expr, tz, seed=seed)
+        except cron.CronError as exc:
+            raise InvalidSchedule.field("cron", exc.message) from None
+        # A timing text read back from `cron` (an old client's round trip) is taken whole.
+        specs, text_start, text_end = cron.decompose(expr.strip())
+        if text_start is not None or text_end is not None:
+            start_at, end_at = text_start, text_end
+    start_at = _bound(data, "start_at", start_at)
+    end_at = _bound(data, "end_at", end_at)
+    if start_at is not None and end_at is not None and end_at <= start_at:
+        raise InvalidSchedule.field("end_at", "must be after start_at")
+    text = cron.compose(specs, start_at=start_at, end_at=end_at)
+    if len(text) > MAX_TIMING_LENGTH:
+        raise InvalidSchedule.field(field, f"is too long (at most {MAX_TIMING_LENGTH} characters)")
+    try:
+        cron.validate(text, tz, seed=seed)
+    except cron.CronError as exc:
+        raise InvalidSchedule.field(field, exc.message) from None
+    changed = existing is None or existing.cron != text or existing.timezone != tz
+    if changed and end_at is not None:
+        # A schedule is not created (or re-timed) to never run; one that ends later is fine.
+        now = datetime.now(UTC)
+        try:
+            cron.next_after(text, tz, after=max(now, start_at or now) - _TICK, seed=seed)
+        except cron.CronError as exc:
+            raise InvalidSchedule.field(
+                "end_at", f"the schedule would never run: {exc.message}"
+            ) from None
+    return text
 
 
 def clean_dependencies(*, tenant: Tenant, ids: Any, schedule_id: UUID) -> list[Schedule]:

@@ -105,6 +105,13 @@ class EventKind(models.TextChoices):
     PAUSE_UPDATED = "pause_updated"
     RESUMED = "resumed"
     TRIGGERED = "triggered"
+    # Reached max_runs (the worker's finish, with the staged occurrences it withdrew),
+    # or re-opened by an edit (dispatch/lifecycle.py).
+    COMPLETED = "completed"
+    REOPENED = "reopened"
+    COMPLETED_SKIPPED = "completed_skipped"  # a published occurrence claimed after completion
+    # A one-off removed by retention after its delete_after.
+    EXPIRED = "expired"
     # The beat's decisions.
     HELD_CONCURRENCY = "held_concurrency"
     HELD_CAPACITY = "held_capacity"
@@ -165,6 +172,8 @@ class ReasonCode(models.TextChoices):
     QUOTA_EXHAUSTED = "quota_exhausted"
     REPLACED = "replaced"
     SCHEDULE_DELETED = "schedule_deleted"
+    # A timed occurrence published before its schedule completed (max_runs), claimed after.
+    SCHEDULE_COMPLETED = "schedule_completed"
     TENANT_INACTIVE = "tenant_inactive"
     HELD_CONCURRENCY = "held_concurrency"
     HELD_CAPACITY = "held_capacity"
@@ -207,6 +216,10 @@ class ExplainCode(models.TextChoices):
     )
     NOT_CREATED_YET = "not_created_yet", "the schedule did not exist yet"
     DELETED = "deleted", "the schedule had been deleted"
+    COMPLETED = (
+        "completed",
+        "the schedule was completed (reached its max_runs, or its end_at passed): no timed runs",
+    )
     SKIPPED_MISFIRE = (
         "skipped_misfire",
         "skipped by the misfire policy (the scheduler reached it too late)",
@@ -239,6 +252,7 @@ class AuditAction(models.TextChoices):
     SCHEDULE_RESUME = "schedule.resume"
     SCHEDULE_TRIGGER = "schedule.trigger"
     JOB_CREATE = "job.create"
+    JOB_EXPIRE = "job.expire"  # removed by retention after its delete_after
     # Run control (object_type "execution", "backfill", "operation").
     EXECUTION_CANCEL = "execution.cancel"
     EXECUTION_RERUN = "execution.rerun"

@@ -38,7 +38,9 @@ def schedule_list(request: HttpRequest, principal: Principal) -> HttpResponse:
     q = request.GET.get("q", "").strip()[:200]
     kind = request.GET.get("kind", "")
     status = request.GET.get("status", "")
+    # "active": neither paused nor completed; "completed": reached its bound (paused or not).
     paused = {"paused": True, "active": False}.get(status)
+    completed = {"completed": True, "active": False}.get(status)
     error = ""
     try:
         page = selectors.schedule_list(
@@ -48,6 +50,7 @@ def schedule_list(request: HttpRequest, principal: Principal) -> HttpResponse:
             search=q,
             kind=kind if kind in Kind.values else "",
             paused=paused,
+            completed=completed,
         )
     except InvalidSchedule as exc:
         error = exc.message

@@ -6,11 +6,13 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from core.api import inputs
 from dispatch.explain import CODE_MEANINGS
+from dispatch.lifecycle import completion
 from dispatch.models import (
     DurationClass,
     Execution,
@@ -21,6 +23,7 @@ from dispatch.models import (
     Schedule,
 )
 from dispatch.selectors import schedule_fields
+from dispatch.timing import cron
 
 # Schedule.version is a PositiveIntegerField; a larger number could never match.
 MAX_VERSION = 2**31 - 1
@@ -47,6 +50,10 @@ SCHEDULE_READ_ONLY = {
     "paused_until",
     "paused_reason",
     "paused_by",
+    "runs_succeeded",
+    "completed",
+    "completed_at",
+    "completed_reason",
     "partition",
     "description",
     "created_by",
@@ -84,6 +91,22 @@ class TargetField(serializers.JSONField):
 )
 class RetryField(serializers.JSONField):
     """A retry policy (checked by dispatch/schedule_fields.clean_retry)."""
+
+
+_SPEC_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "cron": {"type": "string", "maxLength": 200},
+        "every": {"type": "string", "example": "90m"},
+        "anchor": {"type": "string", "example": "2026-01-01T00:15:00"},
+    },
+    "additionalProperties": False,
+}
+
+
+@extend_schema_field({"type": "array", "minItems": 1, "maxItems": 20, "items": _SPEC_SCHEMA})
+class SpecsField(serializers.JSONField):
+    """A schedule's specs (checked in depth by dispatch/schedule_fields.clean_timing)."""
 
 
 class InstantField(serializers.DateTimeField):
@@ -137,12 +160,31 @@ class ScheduleInSerializer(StrictSerializer):
         max_length=63, required=False, help_text="must be the token's tenant"
     )
     cron = serializers.CharField(
-        max_length=200,
+        max_length=5000,
         required=False,
         allow_null=True,
         help_text="5-field cron (minute hour day-of-month month day-of-week); ranges, lists, "
         "steps, names (MON, JAN), H, H(a-b), H/n; or a macro @hourly @daily @weekly @monthly "
-        "@yearly. Give exactly one of cron or run_at.",
+        "@yearly. One spec; for several give `specs` instead (not both). A timing text read "
+        "back from `cron` is accepted whole. Give exactly one of cron/specs or run_at.",
+    )
+    specs = SpecsField(
+        required=False,
+        allow_null=True,
+        help_text='1 to 20 specs, their occurrences united: {"cron": "0 6 * * 1-5"} or '
+        '{"every": "90m", "anchor": "2026-01-01T00:15:00"} (elapsed time from a local wall '
+        "time in the schedule's timezone; at least 1m, whole minutes). Instead of cron.",
+    )
+    start_at = InstantField(
+        required=False,
+        allow_null=True,
+        help_text="recurring only: no occurrence before this instant (inclusive); null clears",
+    )
+    end_at = InstantField(
+        required=False,
+        allow_null=True,
+        help_text="recurring only: no occurrence at or after this instant (exclusive); after "
+        "it next_run_at is null; null clears",
     )
     run_at = InstantField(
         required=False,
@@ -175,6 +217,22 @@ class ScheduleInSerializer(StrictSerializer):
         max_length=10,
         help_text="when given, the schedule runs only on dates in at least one of these "
         "calendars (names, or ids); exclude_calendars still apply",
+    )
+    max_runs = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        help_text="cron only: the schedule is `completed` once this many occurrences have "
+        "SUCCEEDED (failed, dead, skipped and cancelled ones do not count; an occurrence "
+        "re-run to success counts once). null: no bound. Raising it re-opens a completed "
+        "schedule.",
+    )
+    delete_after = serializers.CharField(
+        max_length=32,
+        required=False,
+        allow_null=True,
+        help_text="one-off jobs only: remove the job (soft delete, as DELETE does; its "
+        'executions stay) this long after its run ended, e.g. "1h", "7d" (units s m h d w, '
+        "at most 3650d). Absent or null: keep it.",
     )
 
 
@@ -223,6 +281,14 @@ class JobInSerializer(StrictSerializer):
         help_text="seconds late the job may still run on time (default 60); it fell due at "
         "run_at, or when it was created if run_at was already past",
     )
+    delete_after = serializers.CharField(
+        max_length=32,
+        required=False,
+        allow_null=True,
+        help_text="one-off jobs only: remove the job (soft delete, as DELETE does; its "
+        'executions stay) this long after its run ended, e.g. "1h", "7d" (units s m h d w, '
+        "at most 3650d). Absent or null: keep it.",
+    )
 
 
 class PauseInSerializer(StrictSerializer):
@@ -237,12 +303,29 @@ class EmptySerializer(StrictSerializer):
 # --- Output (plain functions: explicit, fast, no ORM surprises) ---
 
 
+def timing_out(s: Schedule) -> dict[str, Any]:
+    """`specs` and the bounds of a recurring schedule, read from its timing text (a
+    one-off: no specs, no bounds)."""
+    if not s.cron:
+        return {"specs": [], "start_at": None, "end_at": None}
+    specs, start_at, end_at = cron.decompose(s.cron)
+    return {
+        "specs": [
+            {"cron": x.cron} if x.cron is not None else {"every": x.every, "anchor": x.anchor}
+            for x in specs
+        ],
+        "start_at": iso_z(start_at),
+        "end_at": iso_z(end_at),
+    }
+
+
 def schedule_out(s: Schedule) -> dict[str, Any]:
     return {
         "id": str(s.id),
         "tenant": s.tenant.slug,
         **schedule_fields(s),
         "cron": s.cron or None,
+        **timing_out(s),
         "run_at": iso_z(s.run_at),
         "target": s.target,
         "retry": s.retry,
@@ -252,12 +335,24 @@ def schedule_out(s: Schedule) -> dict[str, Any]:
         "paused_until": iso_z(s.paused_until),
         "paused_reason": s.paused_reason or None,
         "paused_by": s.paused_by or None,
+        **completion_out(s),
         "idempotency_key": s.idempotency_key,
         "next_run_at": iso_z(s.next_run_at),
         "version": s.version,
         "created_at": iso_z(s.created_at),
         "updated_at": iso_z(s.updated_at),
         "created_by": s.created_by,
+    }
+
+
+def completion_out(s: Schedule) -> dict[str, Any]:
+    """`completed` is shown like `paused`: a flag with when and why (dispatch/lifecycle.py)."""
+    done = completion(s, now=timezone.now())
+    return {
+        "runs_succeeded": s.runs_succeeded,
+        "completed": done is not None,
+        "completed_at": iso_z(done.at) if done else None,
+        "completed_reason": done.reason if done else None,
     }
 
 
@@ -323,7 +418,15 @@ class ScheduleOutDoc(serializers.Serializer[Any]):
     tenant = serializers.CharField()
     name = serializers.CharField()
     kind = serializers.ChoiceField(choices=["cron", "once"])
-    cron = serializers.CharField(allow_null=True)
+    cron = serializers.CharField(
+        allow_null=True,
+        help_text="a single-spec schedule without bounds: its cron expression; otherwise the "
+        "whole timing as one text (specs joined by ' | ', then 'start_at <instant>' / "
+        "'end_at <instant>'), which cron also accepts back",
+    )
+    specs = SpecsField()
+    start_at = serializers.DateTimeField(allow_null=True)
+    end_at = serializers.DateTimeField(allow_null=True)
     run_at = serializers.DateTimeField(allow_null=True)
     timezone = serializers.CharField()
     target = serializers.JSONField()
@@ -343,6 +446,16 @@ class ScheduleOutDoc(serializers.Serializer[Any]):
     paused_until = serializers.DateTimeField(allow_null=True)
     paused_reason = serializers.CharField(allow_null=True)
     paused_by = serializers.CharField(allow_null=True)
+    max_runs = serializers.IntegerField(allow_null=True)
+    delete_after = serializers.CharField(allow_null=True)
+    runs_succeeded = serializers.IntegerField(
+        help_text="occurrences that succeeded, counted only while max_runs is set"
+    )
+    completed = serializers.BooleanField(
+        help_text="reached max_runs, or past end_at: no further timed runs (manual runs work)"
+    )
+    completed_at = serializers.DateTimeField(allow_null=True)
+    completed_reason = serializers.ChoiceField(choices=["max_runs", "end_at"], allow_null=True)
     idempotency_key = serializers.CharField(allow_null=True)
     next_run_at = serializers.DateTimeField(allow_null=True)
     version = serializers.IntegerField(help_text="also the ETag; send it back as If-Match")

@@ -132,7 +132,7 @@ def _schedule_response(schedule: Any, code: int = status.HTTP_200_OK) -> Respons
 
 class ScheduleListView(StrictQueryView):
     query_params_allowed = {
-        "get": frozenset({"cursor", "limit", "search", "kind", "paused", "sort"})
+        "get": frozenset({"cursor", "limit", "search", "kind", "paused", "completed", "sort"})
     }
 
     @extend_schema(
@@ -144,6 +144,9 @@ class ScheduleListView(StrictQueryView):
             OpenApiParameter("search", str, description="substring of the name"),
             OpenApiParameter("kind", str, enum=["cron", "once"]),
             OpenApiParameter("paused", bool),
+            OpenApiParameter(
+                "completed", bool, description="reached max_runs, or past end_at (see completed)"
+            ),
             OpenApiParameter(
                 "sort",
                 str,
@@ -168,13 +171,14 @@ class ScheduleListView(StrictQueryView):
             search=request.query_params.get("search", ""),
             kind=_present(request, "kind") or "",
             paused=_bool_param(request, "paused"),
+            completed=_bool_param(request, "completed"),
         )
         return Response(
             {"results": [schedule_out(s) for s in page.items], "next_cursor": page.next_cursor}
         )
 
     def _by_health(self, request: Request) -> Response:
-        for name in ("cursor", "search", "kind", "paused"):
+        for name in ("cursor", "search", "kind", "paused", "completed"):
             if name in request.query_params:
                 raise InvalidSchedule.field(name, "is not supported with sort=health")
         ranked = selectors.schedules_by_health(

@@ -19,6 +19,7 @@ from zoneinfo import ZoneInfo
 from dispatch.explain import records
 from dispatch.explain.present import Evidence, Explanation, both, cap, clock, late, who
 from dispatch.explain.records import PauseInterval
+from dispatch.lifecycle import completion
 from dispatch.models import Execution, ExecutionEvent, ExecutionState, Kind, Schedule, Trigger
 from dispatch.selectors.calendars import schedule_filter
 from dispatch.states import (
@@ -106,6 +107,8 @@ def explain(*, schedule: Schedule, at: datetime, now: datetime | None = None) ->
             return _excluded(schedule, at, would, zone, now)
         if would.note:
             notes.append(would.note)
+        if would.spec is not None and would.is_occurrence:
+            notes.append(f"given by {would.spec}")
         if would.is_occurrence:
             occurrence = would.scheduled_for
         elif would.dst is not None and would.previous is not None:
@@ -202,7 +205,22 @@ def _not_an_occurrence(
     now: datetime,
 ) -> Explanation:
     description = cron.describe(expr, seed=str(schedule.id))
-    parts = [f"{both(would.at, zone)} is not an occurrence of '{expr}' ({description}) in {tz}"]
+    done = completion(schedule, now=now) if would.outside is not None else None
+    if done is not None and done.at is not None and would.at >= done.at:
+        # At or after an end_at that has passed: the schedule is completed.
+        return Explanation(
+            ExplainCode.COMPLETED,
+            f"not run at {both(would.at, zone)}: the schedule is {done.sentence}"
+            + (f"; the previous run was {both(would.previous, zone)}" if would.previous else ""),
+            at,
+            evidence=[Evidence("schedule", str(schedule.id), schedule.name)],
+        )
+    if would.outside is not None:
+        # A spec gives this time, the schedule's start_at/end_at leave it out.
+        parts = [f"{both(would.at, zone)} is not an occurrence: {would.spec or expr!r} gives it"]
+        parts[0] += f", but it is {would.outside}"
+    else:
+        parts = [f"{both(would.at, zone)} is not an occurrence of '{expr}' ({description}) in {tz}"]
     if would.previous is not None:
         verb = "was" if would.previous <= now else "is"
         parts.append(f"the previous one {verb} {both(would.previous, zone)}")
@@ -256,6 +274,16 @@ def _about_occurrence(
             Evidence("schedule", str(schedule.id), schedule.name),
             *records.audit_evidence(schedule, AuditAction.SCHEDULE_DELETE),
         ]
+        return base
+    done = completion(schedule, now=now)
+    if done is not None and (done.at is None or occurrence >= done.at):
+        base.code = ExplainCode.COMPLETED
+        verb = "will not run" if occurrence > now else "not run"
+        base.sentence = f"{verb} at {when}: the schedule is {done.sentence}"
+        base.evidence = [Evidence("schedule", str(schedule.id), schedule.name)]
+        event = records.completed_event(schedule)
+        if event is not None:
+            base.evidence.append(Evidence("event", str(event.pk), event.message))
         return base
     pause = records.pause_covering(schedule, occurrence, now=now)
     if pause is not None:
@@ -477,6 +505,16 @@ def _about_execution_state(
                 answer.evidence = [*pause.evidence, main]
             else:
                 answer.sentence = f"not run at {when}: {reason.removeprefix('skipped: ')}"
+            return answer
+        if code == ReasonCode.SCHEDULE_COMPLETED:
+            answer.code = ExplainCode.COMPLETED
+            done = completion(schedule, now=now)
+            answer.sentence = (
+                f"not run at {when}: the schedule is {done.sentence}"
+                if done is not None
+                else f"not run at {when}: {reason.removeprefix('not run: ')}"
+            )
+            answer.sentence += " (published before it completed, skipped when claimed)"
             return answer
         if code == ReasonCode.OVERLAP_FORBID:
             answer.code = ExplainCode.SKIPPED_OVERLAP

@@ -353,3 +353,14 @@ def manual_near(schedule: Schedule, at: datetime) -> Execution | None:
         .order_by("scheduled_for")
         .first()
     )
+
+
+def completed_event(schedule: Schedule) -> ExecutionEvent | None:
+    """The latest `completed` event of the schedule (max_runs reached), if any."""
+    return (
+        ExecutionEvent.objects.filter(
+            tenant_id=schedule.tenant_id, schedule=schedule, kind=EventKind.COMPLETED
+        )
+        .order_by("-at", "-id")
+        .first()
+    )

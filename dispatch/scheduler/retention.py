@@ -7,6 +7,10 @@ again must stay, or the unique constraint could no longer stop a duplicate
 (RELIABILITY.md C1). Each batch is an index range scan on (tenant,
 scheduled_for) with a LIMIT, so the cost of a run depends on what expired,
 not on the size of the table. The statements are in dispatch/sql/retention.sql.
+
+The same pass removes one-off jobs whose `delete_after` has passed since their run
+ended (`expire_jobs`): a soft delete, as DELETE /v1/jobs/{id} does; their executions
+stay until their own retention.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from django.conf import settings
 from django.db import transaction
 
 from dispatch.sql import sql
-from dispatch.states import FINAL_STATES, state_values
+from dispatch.states import FINAL_STATES, AuditAction, EventKind, state_values
 
 log = logging.getLogger("dispatch.retention")
 
@@ -31,6 +35,7 @@ log = logging.getLogger("dispatch.retention")
 class PurgeResult:
     executions: int = 0
     events: int = 0
+    jobs_expired: int = 0
 
 
 def cutoff_for(*, now: datetime, retention_days: int) -> datetime:
@@ -44,7 +49,7 @@ def purge(
     """Delete expired history for every tenant; returns what was deleted."""
     from tenants.models import Tenant
 
-    result = PurgeResult()
+    result = PurgeResult(jobs_expired=expire_jobs(batch=batch, max_batches=max_batches))
     for tenant in Tenant.objects.select_related("quota").all():
         days = (
             getattr(getattr(tenant, "quota", None), "retention_days", None)
@@ -66,6 +71,26 @@ def purge(
     if result.executions or result.events:
         log.info("retention: deleted %d executions and %d events", result.executions, result.events)
     return result
+
+
+def expire_jobs(*, batch: int = 1000, max_batches: int = 1000) -> int:
+    """Soft-delete the one-off jobs whose `delete_after` has passed since their run
+    ended, in batches of one statement each (dispatch/sql/retention.sql); how many."""
+    expired = 0
+    params = {
+        "batch": batch,
+        "final": state_values(FINAL_STATES),
+        "action": str(AuditAction.JOB_EXPIRE),
+        "kind": str(EventKind.EXPIRED),
+    }
+    for _ in range(max_batches):
+        n = int(sql.scalar("retention_expire_jobs", params))
+        expired += n
+        if n < batch:
+            break
+    if expired:
+        log.info("retention: removed %d one-off jobs past their delete_after", expired)
+    return expired
 
 
 def _purge_batch(

@@ -35,6 +35,8 @@ DEFAULTS: dict[str, Any] = {
     "depends_on": [],
     "exclude_calendars": [],
     "only_calendars": [],
+    "max_runs": None,
+    "delete_after": None,
 }
 # Definition fields stored as links to other rows: a schedule knows them only once
 # saved, so apply takes their wanted value from the file itself (by name, as given).

@@ -9,9 +9,12 @@ from datetime import datetime, timedelta
 from itertools import islice
 from typing import Any
 
-from django.db.models import Case, Q, Value, When
+from django.db.models import Case, F, Q, Value, When
+from django.db.models.expressions import RawSQL
+from django.db.models.functions import Now
 
 from dispatch.exceptions import InvalidSchedule
+from dispatch.lifecycle import spell_delete_after
 from dispatch.models import Execution, Kind, Schedule
 from dispatch.selectors.calendars import schedule_filter, schedule_filters
 from dispatch.selectors.paging import Page, _keyset, as_uuid, tenant_object
@@ -36,8 +39,26 @@ def schedule_fields(schedule: Schedule) -> dict[str, Any]:
         "misfire_grace_s": schedule.misfire_grace_s,
         "catch_up_limit": schedule.catch_up_limit,
         "jitter_s": schedule.jitter_s,
+        "max_runs": schedule.max_runs,
+        "delete_after": spell_delete_after(schedule.delete_after),
         **calendar_names(schedule),
     }
+
+
+# A schedule's end_at, read from its timing text ("... | end_at 2026-12-24T00:00:00Z",
+# written only by dispatch/timing/cron.py's compose); 'infinity' without one, never NULL,
+# so that excluding the completed ones keeps the schedules without an end_at.
+END_AT_SQL = RawSQL(
+    "COALESCE(CASE WHEN kind = 'cron' THEN substring(cron from 'end_at ([^ |]+)')::timestamptz"
+    " END, 'infinity')",
+    [],
+)
+
+
+def completed_q() -> Q:
+    """The schedules that are completed (dispatch/lifecycle.py's `completion`, in SQL);
+    the queryset must carry `.alias(ends=END_AT_SQL)`."""
+    return Q(max_runs__isnull=False, runs_succeeded__gte=F("max_runs")) | Q(ends__lte=Now())
 
 
 def calendar_names(schedule: Schedule) -> dict[str, list[str]]:
@@ -65,8 +86,13 @@ def schedule_list(
     search: str = "",
     kind: str = "",
     paused: bool | None = None,
+    completed: bool | None = None,
 ) -> Page[Schedule]:
     qs = Schedule.objects.filter(tenant=tenant, deleted_at__isnull=True)
+    if completed is not None:
+        qs = qs.alias(ends=END_AT_SQL)
+        done = completed_q()
+        qs = qs.filter(done) if completed else qs.exclude(done)
     if search:
         qs = qs.filter(name__icontains=search)
     if kind:

@@ -20,6 +20,7 @@ from django.db.models.functions import Now
 from core.db import db_clock, db_now
 from dispatch import calendars
 from dispatch.exceptions import InvalidSchedule, StateConflict
+from dispatch.lifecycle import completion
 from dispatch.models import Calendar, Kind, Schedule, ScheduleCalendar
 from dispatch.selectors.calendars import calendar_users, filter_of
 from dispatch.selectors.paging import as_uuid, tenant_object
@@ -148,7 +149,7 @@ def _replan_users(actor: Principal, calendar: Calendar) -> None:
     now = db_now()
     schedules = Schedule.objects.select_for_update().filter(id__in=users).order_by("id")
     for schedule in schedules:
-        if schedule.kind != Kind.CRON or schedule.paused:
+        if schedule.kind != Kind.CRON or schedule.paused or completion(schedule, now=now):
             continue
         withdrawn = _withdraw_staged(schedule)
         links = [(link.role, link.calendar) for link in _links(schedule)]

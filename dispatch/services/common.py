@@ -15,6 +15,7 @@ from django.db import IntegrityError, models, transaction
 from core.db import notify
 from core.errors import constraint_name
 from dispatch.exceptions import InvalidSchedule, QuotaExceeded
+from dispatch.lifecycle import reached_max_runs
 from dispatch.models import Execution, ExecutionEvent, Kind, Schedule
 from dispatch.schedule_fields import ScheduleSpec
 from dispatch.selectors import schedule_fields
@@ -52,12 +53,15 @@ def _first_run(
     a new one under ``dates``; 400 on its calendar field if the calendars leave none."""
     if schedule.kind == Kind.ONCE:
         return schedule.run_at
+    if reached_max_runs(max_runs=schedule.max_runs, runs_succeeded=schedule.runs_succeeded):
+        return None  # completed: only an edit that raises max_runs re-opens it
     if dates is None and not schedule._state.adding:
         from dispatch.selectors.calendars import schedule_filter
 
         dates = schedule_filter(schedule.id)
     if dates is None:
-        return cron.next_after(schedule.cron, schedule.timezone, after=now, seed=str(schedule.id))
+        # None once an end_at has passed: out of the due index (cron.next_or_none).
+        return cron.next_or_none(schedule.cron, schedule.timezone, after=now, seed=str(schedule.id))
     from dispatch.services.calendars import next_run
 
     field = "only_calendars" if dates.only and not dates.exclude else "exclude_calendars"

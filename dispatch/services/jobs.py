@@ -273,6 +273,7 @@ def _insert_jobs(actor: Principal, jobs: list[Schedule]) -> dict[uuid.UUID, Sche
             "digests": [j.request_digest for j in jobs],
             "next_runs": [j.next_run_at for j in jobs],
             "partitions": [j.partition for j in jobs],
+            "delete_afters": [j.delete_after for j in jobs],
             "snapshots": [
                 Jsonb(schedule_snapshot(j) | {"idempotency_key": j.idempotency_key}) for j in jobs
             ],

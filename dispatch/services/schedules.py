@@ -10,7 +10,9 @@ from typing import Any
 from django.db import transaction
 
 from core.db import db_now
-from dispatch.exceptions import InvalidSchedule, VersionConflict
+from dispatch import lifecycle
+from dispatch.exceptions import InvalidSchedule, StateConflict, VersionConflict
+from dispatch.lifecycle import completion
 from dispatch.models import Execution, ExecutionState, Kind, Schedule
 from dispatch.schedule_fields import clean_schedule, partition_for
 from dispatch.services.calendars import (
@@ -183,8 +185,25 @@ def schedule_update(
         timing_changed = plan_changed = True
     # Before the new definition is stored: what was staged from the old one goes.
     withdrawn = _withdraw_staged(schedule) if plan_changed else []
-    _store(schedule, spec)
     now = db_now()
+    was_completed = completion(schedule, now=now)
+    _store(schedule, spec)
+    # A completed schedule re-opens when the edit lifts the bound it reached (a higher
+    # max_runs, a later end_at): its next occurrence is computed from now, as for a new
+    # schedule, so nothing missed while it was completed is caught up.
+    reopened = was_completed is not None and completion(schedule, now=now) is None
+    if reopened:
+        schedule.completed_at = None
+        timing_changed = True
+    # Lowered to (or below) the successes already counted: completed by this edit.
+    closed = was_completed is None and lifecycle.reached_max_runs(
+        max_runs=schedule.max_runs, runs_succeeded=schedule.runs_succeeded
+    )
+    if closed:
+        schedule.completed_at = now
+        schedule.next_run_at = None
+        withdrawn = withdrawn or _withdraw_staged(schedule)
+        schedule.next_run_at = None
     if timing_changed and (schedule.kind == Kind.CRON or schedule.next_run_at is not None):
         schedule.next_run_at = _first_run(schedule, now=now)
     schedule.version += 1
@@ -213,6 +232,26 @@ def schedule_update(
     )
     if withdrawn:
         _replanned_event(schedule, actor, withdrawn, what="edited", now=now)
+    if closed:
+        _event(
+            schedule,
+            EventKind.COMPLETED,
+            f"completed: max_runs lowered to {schedule.max_runs} by {actor.label} "
+            f"({schedule.runs_succeeded} succeeded already)",
+            actor=actor,
+            data={"reason": "max_runs", "max_runs": schedule.max_runs},
+            audit=audit,
+        )
+    if reopened and was_completed is not None:
+        _event(
+            schedule,
+            EventKind.REOPENED,
+            f"re-opened by {actor.label}: was {was_completed.sentence}; next run "
+            + (f"{schedule.next_run_at:%Y-%m-%d %H:%M:%S} UTC" if schedule.next_run_at else "none"),
+            actor=actor,
+            data={"was": was_completed.reason, "runs_succeeded": schedule.runs_succeeded},
+            audit=audit,
+        )
     _wake_beat(schedule, now=now)
     return schedule
 
@@ -360,10 +399,19 @@ def schedule_resume(*, actor: Principal, schedule_id: uuid.UUID | str) -> Schedu
     event, no audit row): resume is idempotent, so a retried request is harmless.
     """
     schedule = _live(actor, schedule_id)
+    now = db_now()
+    done = completion(schedule, now=now)
+    if done is not None:
+        # Resuming would run nothing: say so rather than answer "resumed" (an edit that
+        # lifts the bound re-opens it; pausing a completed schedule is allowed).
+        raise StateConflict(
+            f"schedule is {done.sentence}; raise max_runs or move end_at later (PATCH) to "
+            "re-open it",
+            detail={"status": ["completed"], "completed_reason": [done.reason]},
+        )
     if not schedule.paused:
         return schedule
     before = schedule_snapshot(schedule)
-    now = db_now()
     schedule.paused = False
     schedule.paused_until = None
     schedule.version += 1

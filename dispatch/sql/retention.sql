@@ -37,3 +37,49 @@ WITH gone AS (
     RETURNING 1
 )
 SELECT count(*) AS deleted FROM gone
+
+-- name: retention_expire_jobs
+-- One batch of one-off jobs past their delete_after: fired (no next run), nothing of theirs
+-- still active, and their latest execution final for at least delete_after (DB clock). Soft
+-- deleted as DELETE /v1/jobs/{id} does (deleted_at, a version bump, an audit row and a
+-- timeline event); their executions stay, for retention's own period. Only live one-offs
+-- with a delete_after are read (the partial index schedule_delete_after): keeping jobs
+-- costs this pass nothing.
+WITH due AS (
+    SELECT s.id, s.tenant_id, s.delete_after, last.ended
+    FROM dispatch_schedule s
+    CROSS JOIN LATERAL (
+        SELECT max(COALESCE(e.finished_at, e.created_at)) AS ended,
+               bool_or(e.state <> ALL(%(final)s::text[])) AS active
+        FROM dispatch_execution e WHERE e.schedule_id = s.id
+    ) last
+    WHERE s.delete_after IS NOT NULL AND s.deleted_at IS NULL
+      AND s.kind = 'once' AND s.next_run_at IS NULL
+      AND last.ended IS NOT NULL AND NOT last.active
+      AND last.ended + s.delete_after <= now()
+    LIMIT %(batch)s
+    FOR UPDATE OF s SKIP LOCKED
+), gone AS (
+    UPDATE dispatch_schedule s
+    SET deleted_at = now(), version = s.version + 1, updated_at = now()
+    FROM due d WHERE s.id = d.id
+    RETURNING s.id, s.tenant_id, s.name, d.delete_after, d.ended
+), audits AS (
+    INSERT INTO tenants_auditevent (tenant_id, at, actor_kind, actor_id, actor_label, action,
+                                    object_type, object_id, after, request_id, outcome)
+    SELECT g.tenant_id, now(), 'system', '', 'retention', %(action)s, 'schedule', g.id::text,
+           jsonb_build_object('deleted_by', 'delete_after', 'delete_after', g.delete_after::text),
+           '', 'ok'
+    FROM gone g
+    RETURNING id, object_id
+), events AS (
+    INSERT INTO dispatch_executionevent (tenant_id, schedule_id, at, kind, message, data, actor)
+    SELECT g.tenant_id, g.id, now(), %(kind)s,
+           'removed by retention: delete_after ' || g.delete_after::text
+               || ' passed since its run ended at '
+               || to_char(g.ended AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') || ' UTC',
+           jsonb_build_object('audit_id', a.id, 'delete_after_s', EXTRACT(EPOCH FROM g.delete_after)),
+           'retention'
+    FROM gone g JOIN audits a ON a.object_id = g.id::text
+)
+SELECT count(*) AS expired FROM gone

@@ -21,7 +21,7 @@ WITH claimed AS (
        AND attempt = %(attempt)s
        AND COALESCE(next_attempt_at, due_at) <= now()
  RETURNING id, tenant_id, schedule_id, attempt, attempt_base, reruns, fencing_token, scheduled_for,
-           target_override
+           target_override, trigger, counted
 ), info AS (
     -- A re-run with an edited target runs that target (and its timeout) this once.
     SELECT c.id AS execution_id, c.attempt, c.attempt_base, c.reruns, c.fencing_token, c.scheduled_for,
@@ -32,12 +32,20 @@ WITH claimed AS (
            t.id AS tenant_id, t.slug AS tenant_slug, t.signing_key, t.egress_allow, t.active AS tenant_active,
            EXISTS (SELECT 1 FROM dispatch_schedule_depends_on link WHERE link.to_schedule_id = c.schedule_id)
                AS has_dependents,
-           s.alert_failing
+           s.alert_failing,
+           -- max_runs (dispatch/lifecycle.py): whether a success must be counted, and a
+           -- timed occurrence (or a dependent's, fired by its upstream) published before the
+           -- schedule completed, not yet run: not run (a manual run, a re-run or a backfill
+           -- was asked for as it is and still runs).
+           s.max_runs IS NOT NULL AS counts_runs, c.counted,
+           (s.max_runs IS NOT NULL AND s.runs_succeeded >= s.max_runs
+            AND c.trigger IN ('cron', 'api', 'catch_up', 'dependency') AND c.reruns = 0) AS schedule_completed,
+           s.max_runs
       FROM claimed c
       JOIN dispatch_schedule s ON s.id = c.schedule_id
       JOIN tenants_tenant t ON t.id = c.tenant_id
 ), started AS (
-    SELECT i.*, (NOT i.schedule_deleted AND i.tenant_active
+    SELECT i.*, (NOT i.schedule_deleted AND i.tenant_active AND NOT i.schedule_completed
                  AND (i.target->>'type') = ANY(%(kinds)s::text[])) AS started
       FROM info i
 ), event AS (
@@ -83,15 +91,19 @@ VALUES (%(tenant_id)s, %(schedule_id)s::uuid, %(id)s::uuid, %(kind)s, %(message)
 RETURNING id
 
 -- name: finish_attempt
--- Record an attempt's end (succeeded / retry_scheduled / dead / cancelled / held) with its events, only under the caller's token.
+-- Record an attempt's end (succeeded / retry_scheduled / dead / cancelled / skipped / held) with its events, only
+-- under the caller's token. `count` (a first success of an occurrence of a schedule with max_runs, decided from the
+-- claim) also counts it, and the success that reaches max_runs completes the schedule, in the same round trip.
 WITH done AS (
     UPDATE dispatch_execution
        SET state = %(state)s::text,
            attempt = attempt + %(attempt_inc)s,
            next_attempt_at = CASE WHEN %(state)s::text = 'retry_scheduled'
                                   THEN now() + make_interval(secs => %(delay_s)s) END,
-           finished_at = CASE WHEN %(state)s::text IN ('succeeded', 'dead', 'cancelled')
+           finished_at = CASE WHEN %(state)s::text IN ('succeeded', 'dead', 'cancelled', 'skipped')
                               THEN now() END,
+           -- Set once, never cleared (a re-run keeps it): the occurrence has been counted.
+           counted = counted OR %(count)s::boolean,
            lease_expires_at = NULL,
            status_code = %(status_code)s,
            exit_code = %(exit_code)s,
@@ -109,6 +121,48 @@ WITH done AS (
       FROM done d
      CROSS JOIN jsonb_array_elements(%(events)s::jsonb) WITH ORDINALITY AS ev(e, ord)
      ORDER BY ev.ord
+), tally AS (
+    -- A counter, not a count(*) of succeeded rows: O(1) per success however long the
+    -- history (and retention may delete counted rows), and a re-run that fails after
+    -- succeeding does not un-count. Correct under at-least-once: only the fenced finish
+    -- of a running attempt gets here (a duplicate message claims nothing), and
+    -- `counted` stops a second success of the same occurrence. Across concurrent
+    -- workers the schedule row's lock orders the increments and each re-reads the row
+    -- it updates (READ COMMITTED re-check), so N successes add exactly N.
+    UPDATE dispatch_schedule s
+       SET runs_succeeded = s.runs_succeeded + 1,
+           completed_at = CASE WHEN s.runs_succeeded + 1 = s.max_runs THEN now() ELSE s.completed_at END,
+           next_run_at = CASE WHEN s.runs_succeeded + 1 >= s.max_runs THEN NULL ELSE s.next_run_at END
+      FROM done d
+     WHERE %(count)s::boolean AND s.id = d.schedule_id AND s.max_runs IS NOT NULL
+ RETURNING s.id, s.tenant_id, s.max_runs, s.runs_succeeded = s.max_runs AS reached
+), withdrawn AS (
+    -- What the beat staged ahead and has not published (services/schedules.py
+    -- _withdraw_staged's filter): gone, as for a pause. A row the beat admits first is
+    -- no longer `scheduled` when this re-checks it; one staged by a beat transaction
+    -- this statement cannot see yet is skipped at its claim (`schedule_completed`).
+    DELETE FROM dispatch_execution e
+     USING tally t
+     WHERE t.reached AND e.schedule_id = t.id
+       AND e.state = 'scheduled' AND e.attempt = 1 AND e.attempt_base = 0 AND e.enqueued_at IS NULL
+       AND e.trigger IN ('cron', 'api', 'catch_up')
+ RETURNING e.id, e.scheduled_for
+), unlogged AS (
+    DELETE FROM dispatch_executionevent ev USING withdrawn w WHERE ev.execution_id = w.id
+), completed AS (
+    INSERT INTO dispatch_executionevent (tenant_id, schedule_id, execution_id, kind, message, data, actor)
+    SELECT t.tenant_id, t.id, NULL, 'completed',
+           'completed: reached max_runs ' || t.max_runs || ' (' || w.n || ' staged occurrence'
+               || CASE WHEN w.n = 1 THEN '' ELSE 's' END || ' withdrawn)',
+           jsonb_build_object('reason', 'max_runs', 'max_runs', t.max_runs, 'execution_id', d.id,
+                              'withdrawn', w.at, 'withdrawn_total', w.n),
+           %(actor)s
+      FROM tally t
+      JOIN done d ON d.schedule_id = t.id
+     CROSS JOIN (SELECT count(*) AS n,
+                        COALESCE(jsonb_agg(to_jsonb(scheduled_for) ORDER BY scheduled_for), '[]') AS at
+                   FROM withdrawn) w
+     WHERE t.reached
 )
 -- The update decides whether the write applied, with or without events to log.
 SELECT id FROM done

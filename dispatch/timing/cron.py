@@ -25,6 +25,7 @@ mapping wall-clock times to UTC is done here instead.
 from __future__ import annotations
 
 import hashlib
+import heapq
 import re
 from bisect import bisect_left, bisect_right
 from collections import deque
@@ -44,6 +45,7 @@ from croniter import (  # type: ignore[import-untyped]  # no stubs in the projec
 
 # Relative: this package is also the Python client's `scheduler_client.timing` (a symlink).
 from .calendars import SEARCH_DAYS, DateFilter
+from .durations import spell
 
 __all__ = [
     "MISFIRE_POLICIES",
@@ -54,14 +56,21 @@ __all__ = [
     "Excluded",
     "MisfirePlan",
     "Occurrence",
+    "Spec",
     "WouldRun",
+    "bounds",
+    "compose",
+    "decompose",
     "describe",
     "effective_seed",
     "excluded_between",
     "get_zone",
     "jitter_seconds",
     "next_after",
+    "next_or_none",
     "occurrences_between",
+    "parse_anchor",
+    "parse_every",
     "plan_misfire",
     "preview",
     "resolve",
@@ -151,6 +160,12 @@ class WouldRun:
     # An occurrence of the expression that does not run because a calendar excludes
     # its local date: the reason ("excluded by calendar 'NL holidays': ...").
     excluded: str | None = None
+    # A spec's occurrence outside the schedule's bounds: "before start_at ...",
+    # "at or after end_at ..."; None inside them.
+    outside: str | None = None
+    # Which spec gives the occurrence at `at` ("spec 2: every 1h30m from ..."), for a
+    # schedule of several specs or an interval; None for a plain cron or no occurrence.
+    spec: str | None = None
 
 
 @dataclass(frozen=True)
@@ -430,18 +445,49 @@ def _compile_seeded(expr: str, seed: str) -> _Schedule:
 
 
 def validate(expr: str, tz: str, *, seed: str) -> None:
-    """CronError unless ``expr`` is a supported expression that can match and ``tz`` a zone."""
-    _compile(expr, seed)
+    """CronError unless ``expr`` is a supported expression (or timing text) that can
+    match and ``tz`` a zone."""
+    _timing(expr, seed)
     get_zone(tz)
 
 
 def resolve(expr: str, *, seed: str) -> str:
-    """The expression with macros expanded and H replaced by this schedule's values."""
-    return _compile(expr, seed).resolved
+    """The expression with macros expanded and H replaced by this schedule's values
+    (of a timing text: each cron spec so, the rest as written)."""
+    if not _is_timing(expr):
+        return _compile(expr, seed).resolved
+    timing = _timing(expr, seed)
+    parts = [s.text if isinstance(s, _Interval) else s.resolved for s in timing.specs]
+    parts += _bound_parts(timing)
+    return SPEC_SEPARATOR.join(parts)
+
+
+def _bound_parts(timing: _Timing) -> list[str]:
+    out = []
+    if timing.start is not None:
+        out.append(f"start_at {_instant_text(timing.start)}")
+    if timing.end is not None:
+        out.append(f"end_at {_instant_text(timing.end)}")
+    return out
 
 
 def describe(expr: str, *, seed: str) -> str:
-    """A human description (via cron-descriptor) of the resolved expression."""
+    """A human description (via cron-descriptor) of the resolved expression; of a
+    timing text, each spec's description and the bounds, joined."""
+    if _is_timing(expr):
+        timing = _timing(expr, seed)
+        texts = [
+            f"{s.text} (elapsed time)"
+            if isinstance(s, _Interval)
+            else describe(s.source, seed=seed)
+            for s in timing.specs
+        ]
+        text = "; or ".join(texts)
+        if timing.start is not None:
+            text += f"; from {_instant_text(timing.start)}"
+        if timing.end is not None:
+            text += f"; until (not including) {_instant_text(timing.end)}"
+        return text
     sched = _compile(expr, seed)
     try:
         text = str(get_description(sched.resolved))
@@ -755,17 +801,414 @@ def _latest(
     return _between(sched, zone, far, end, dates=dates)[-k:]
 
 
+# --------------------------------------------------------------------------- timing
+#
+# A schedule's whole timing is one text, so every planner takes it where it took a
+# cron expression: specs joined by " | ", each a cron expression or
+# "every <duration> from <local anchor>", then optional "start_at <instant>" and
+# "end_at <instant>". A single cron without bounds is just the expression, so
+# existing schedules and their fast paths are untouched. `compose` writes the
+# canonical text, `decompose` reads it back for the API.
+#
+# Intervals are ELAPSED time: occurrences are anchor + k * every for every integer
+# k, the anchor's wall time resolved like a cron time (a skipped time: the gap's
+# end; a repeated time: its first occurrence). "every 90m" stays 90 real minutes
+# across a transition, so its wall clock shifts by the transition's hour.
+# Bounds: start_at <= o < end_at.
+
+SPEC_SEPARATOR = " | "
+MAX_SPECS = 20
+# A cron fires at most once a minute; an interval may not be finer, and is whole
+# minutes so the explainer's minute-floored questions find its occurrences.
+MIN_EVERY = timedelta(minutes=1)
+MAX_EVERY = timedelta(days=366)
+_EVERY_RE = re.compile(r"^(?:(\d{1,6})d)?(?:(\d{1,6})h)?(?:(\d{1,7})m)?(?:(\d{1,9})s)?$", re.ASCII)
+_ANCHOR_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(?::\d{2})?$", re.ASCII)
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One spec as the API shows it: a cron expression, or an interval with its anchor."""
+
+    cron: str | None = None
+    every: str | None = None
+    anchor: str | None = None  # local wall time, "2026-01-01T00:15:00"
+
+
+@dataclass(frozen=True)
+class _Interval:
+    every: timedelta
+    anchor: datetime  # naive local wall time
+
+    @property
+    def text(self) -> str:
+        return f"every {_every_text(self.every)} from {self.anchor.isoformat()}"
+
+
+@dataclass(frozen=True)
+class _Timing:
+    specs: tuple[_Schedule | _Interval, ...]
+    start: datetime | None  # aware UTC, inclusive
+    end: datetime | None  # aware UTC, exclusive
+
+    @property
+    def plain(self) -> _Schedule | None:
+        """The single cron spec of an unbounded schedule (the fast paths), else None."""
+        if len(self.specs) == 1 and self.start is None and self.end is None:
+            only = self.specs[0]
+            return only if isinstance(only, _Schedule) else None
+        return None
+
+
+def _every_text(every: timedelta) -> str:
+    minutes = int(every.total_seconds()) // 60
+    if minutes % 60:
+        return f"{minutes}m" if minutes < 60 else f"{minutes // 60}h{minutes % 60:02d}m"
+    return f"{minutes // 60}h"
+
+
+def parse_every(text: object) -> timedelta:
+    """An interval's length from "90m", "1h30m", "2h", "1d", "3600s"; whole minutes,
+    at least MIN_EVERY. CronError saying why otherwise."""
+    if not isinstance(text, str) or not text.strip():
+        raise CronError("is required: a duration such as 90m, 1h30m or 1d")
+    match = _EVERY_RE.match(text.strip().lower())
+    if match is None or not any(match.groups()):
+        raise CronError(f"{text!r} is not a duration (use e.g. 90m, 1h30m, 2h, 1d)")
+    d, h, m, s = (int(g) if g else 0 for g in match.groups())
+    every = timedelta(days=d, hours=h, minutes=m, seconds=s)
+    if every < MIN_EVERY:
+        raise CronError(
+            f"must be at least {_every_text(MIN_EVERY)}: a schedule fires at most once a minute"
+        )
+    if every % _MINUTE:
+        raise CronError("must be a whole number of minutes")
+    if every > MAX_EVERY:
+        raise CronError("must be at most 366 days")
+    return every
+
+
+def parse_anchor(text: object) -> datetime:
+    """An interval's anchor: a local wall time without an offset, on a whole minute."""
+    if not isinstance(text, str) or not _ANCHOR_RE.match(text.strip()):
+        raise CronError(
+            "must be a local wall time without an offset, e.g. 2026-01-01T00:15:00 "
+            "(it is read in the schedule's timezone)"
+        )
+    try:
+        value = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise CronError(f"{text!r} is not a valid date and time") from None
+    if value.second:
+        raise CronError("must be on a whole minute")
+    if not MIN_YEAR <= value.year <= MAX_YEAR:
+        raise CronError(f"must be between the years {MIN_YEAR} and {MAX_YEAR}")
+    return value
+
+
+def _instant_text(value: datetime) -> str:
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def compose(specs: list[Spec], *, start_at: datetime | None, end_at: datetime | None) -> str:
+    """The canonical timing text of validated parts (see the section comment)."""
+    parts: list[str] = []
+    for spec in specs:
+        if spec.cron is not None:
+            parts.append(" ".join(spec.cron.split()))
+        else:
+            parts.append(_Interval(parse_every(spec.every), parse_anchor(spec.anchor)).text)
+    if start_at is not None:
+        parts.append(f"start_at {_instant_text(start_at)}")
+    if end_at is not None:
+        parts.append(f"end_at {_instant_text(end_at)}")
+    return SPEC_SEPARATOR.join(parts)
+
+
+def _split(expr: str) -> tuple[list[str], datetime | None, datetime | None]:
+    specs: list[str] = []
+    start = end = None
+    for raw in expr.split("|"):
+        part = " ".join(raw.split())
+        word, _, rest = part.partition(" ")
+        if word in ("start_at", "end_at"):
+            try:
+                value = datetime.fromisoformat(rest.replace("Z", "+00:00"))
+            except ValueError:
+                raise CronError(f"{word} {rest!r} is not an ISO 8601 instant") from None
+            if value.tzinfo is None:
+                raise CronError(f"{word} must have an offset or Z")
+            value = _aware_utc(value, word)
+            if word == "start_at":
+                start = value
+            else:
+                end = value
+        else:
+            specs.append(part)
+    return specs, start, end
+
+
+def decompose(expr: str) -> tuple[list[Spec], datetime | None, datetime | None]:
+    """The specs and bounds of a timing text, as `compose` took them."""
+    texts, start, end = _split(expr)
+    specs: list[Spec] = []
+    for text in texts:
+        words = text.split()
+        if words and words[0] == "every" and len(words) == 4 and words[2] == "from":
+            specs.append(Spec(every=words[1], anchor=words[3]))
+        else:
+            specs.append(Spec(cron=text))
+    return specs, start, end
+
+
+def bounds(expr: str) -> tuple[datetime | None, datetime | None]:
+    """(start_at, end_at) of a timing text, aware UTC or None."""
+    if "|" not in expr:
+        return None, None
+    _, start, end = _split(expr)
+    return start, end
+
+
+def _is_timing(expr: object) -> bool:
+    return isinstance(expr, str) and ("|" in expr or expr.lstrip().startswith("every "))
+
+
+@lru_cache(maxsize=4096)
+def _timing_seeded(expr: str, seed: str) -> _Timing:
+    texts, start, end = _split(expr)
+    if not texts:
+        raise CronError("no spec: give at least one cron expression or interval")
+    if len(texts) > MAX_SPECS:
+        raise CronError(f"at most {MAX_SPECS} specs")
+    if start is not None and end is not None and end <= start:
+        raise CronError("end_at must be after start_at")
+    specs: list[_Schedule | _Interval] = []
+    for text in texts:
+        words = text.split()
+        if words and words[0] == "every":
+            if len(words) != 4 or words[2] != "from":
+                raise CronError(f"{text!r}: an interval is 'every <duration> from <anchor>'")
+            specs.append(_Interval(parse_every(words[1]), parse_anchor(words[3])))
+        else:
+            specs.append(_compile(text, seed))
+    return _Timing(tuple(specs), start, end)
+
+
+def _timing(expr: str, seed: str) -> _Timing:
+    if not _is_timing(expr):
+        return _Timing((_compile(expr, seed),), None, None)
+    return _timing_seeded(expr, effective_seed(expr, seed))
+
+
+@lru_cache(maxsize=4096)
+def _anchor_instant(anchor: datetime, zone: ZoneInfo) -> datetime:
+    # The cron rule for wall times: a skipped time runs at the gap's end, a
+    # repeated one at its first occurrence.
+    kind, u0, _ = _classify(anchor, zone)
+    return _gap_end(anchor, zone) if kind == _GAP else u0
+
+
+def _iter_interval(
+    iv: _Interval, zone: ZoneInfo, after: datetime, dates: DateFilter | None
+) -> Iterator[datetime]:
+    """Occurrences anchor + k * every strictly after ``after``; an excluded local date
+    jumps to the next allowed date's first instant (bounded by SEARCH_DAYS)."""
+    origin, step = _anchor_instant(iv.anchor, zone), iv.every
+    k = (after - origin) // step + 1
+    dates = None if dates is None or dates.empty else dates
+    last = _local_naive(after, zone).date() + timedelta(days=SEARCH_DAYS)
+    while True:
+        try:
+            instant = origin + k * step
+        except OverflowError:
+            return
+        if instant.year > MAX_YEAR:
+            return
+        if dates is None:
+            yield instant
+            k += 1
+            continue
+        day = _local_naive(instant, zone).date()
+        if dates.allows(day):
+            yield instant
+            k += 1
+            continue
+        following = dates.next_allowed(day, last=last) if day < last else None
+        if following is None:
+            return
+        k = max(k + 1, -((origin - _day_start(following, zone)) // step))
+
+
+def _spec_iter(
+    spec: _Schedule | _Interval, zone: ZoneInfo, after: datetime, dates: DateFilter | None
+) -> Iterator[datetime]:
+    if isinstance(spec, _Interval):
+        return _iter_interval(spec, zone, after, dates)
+    return _iter_dates(spec, zone, after, dates)
+
+
+def _t_iter(
+    timing: _Timing, zone: ZoneInfo, after: datetime, dates: DateFilter | None
+) -> Iterator[datetime]:
+    """The union of the specs' occurrences strictly after ``after``, within the bounds,
+    ascending, each instant once (a k-way merge)."""
+    plain = timing.plain
+    if plain is not None:
+        yield from _iter_dates(plain, zone, after, dates)
+        return
+    if timing.start is not None:
+        after = max(after, timing.start - _TICK)
+    if timing.end is not None and after >= timing.end:
+        return
+    last: datetime | None = None
+    merged = heapq.merge(*(_spec_iter(s, zone, after, dates) for s in timing.specs))
+    for instant in merged:
+        if timing.end is not None and instant >= timing.end:
+            return
+        if instant != last:
+            yield instant
+            last = instant
+
+
+def _t_between(
+    timing: _Timing,
+    zone: ZoneInfo,
+    start: datetime,
+    end: datetime,
+    limit: int | None = None,
+    dates: DateFilter | None = None,
+) -> list[datetime]:
+    plain = timing.plain
+    if plain is not None:
+        return _between(plain, zone, start, end, limit, dates)
+    out: list[datetime] = []
+    if end <= start:
+        return out
+    for instant in _t_iter(timing, zone, start, dates):
+        if instant > end or (limit is not None and len(out) >= limit):
+            break
+        out.append(instant)
+    return out
+
+
+def _t_clamp(timing: _Timing, start: datetime, end: datetime) -> tuple[datetime, datetime]:
+    """(start, end] narrowed to the bounds [start_at, end_at)."""
+    if timing.start is not None:
+        start = max(start, timing.start - _TICK)
+    if timing.end is not None:
+        end = min(end, timing.end - _TICK)
+    return start, end
+
+
+def _t_count(
+    timing: _Timing, zone: ZoneInfo, start: datetime, end: datetime, dates: DateFilter | None
+) -> int:
+    """Occurrences in (start, end]: arithmetic for one spec (a cron's per-day counting,
+    an interval's division), listed for a union (its specs can coincide)."""
+    start, end = _t_clamp(timing, start, end)
+    if end <= start:
+        return 0
+    if len(timing.specs) == 1:
+        spec = timing.specs[0]
+        if isinstance(spec, _Schedule):
+            return _count(spec, zone, start, end, dates)
+        if dates is None or dates.empty:
+            origin = _anchor_instant(spec.anchor, zone)
+            return int((end - origin) // spec.every - (start - origin) // spec.every)
+    return len(_t_between(timing, zone, start, end, dates=dates))
+
+
+def _t_latest(
+    timing: _Timing,
+    zone: ZoneInfo,
+    start: datetime,
+    end: datetime,
+    k: int,
+    dates: DateFilter | None = None,
+) -> list[datetime]:
+    """The last ``k`` occurrences in (start, end], ascending (as `_latest`)."""
+    plain = timing.plain
+    if plain is not None:
+        return _latest(plain, zone, start, end, k, dates)
+    start, end = _t_clamp(timing, start, end)
+    if k <= 0 or end <= start:
+        return []
+    near, width = end, timedelta(hours=1)
+    while True:
+        far = max(start, end - width)
+        if _t_count(timing, zone, far, end, dates) >= k:
+            break
+        if far == start:
+            return _t_between(timing, zone, start, end, dates=dates)
+        near, width = far, width * 2
+    while near - far > _SECOND:
+        mid = far + (near - far) // 2
+        if _t_count(timing, zone, mid, end, dates) >= k:
+            far = mid
+        else:
+            near = mid
+    return _t_between(timing, zone, far, end, dates=dates)[-k:]
+
+
+def _spec_label(timing: _Timing, index: int) -> str:
+    spec = timing.specs[index]
+    text = spec.text if isinstance(spec, _Interval) else spec.source
+    return f"spec {index + 1}: {text}"
+
+
+def _giving_spec(timing: _Timing, zone: ZoneInfo, instant: datetime) -> int | None:
+    """Index of the first spec with an occurrence at ``instant`` (bounds and calendars aside)."""
+    for index, spec in enumerate(timing.specs):
+        if next(_spec_iter(spec, zone, instant - _TICK, None), None) == instant:
+            return index
+    return None
+
+
+def _t_note(timing: _Timing, zone: ZoneInfo, instant: datetime) -> str | None:
+    index = _giving_spec(timing, zone, instant) if timing.plain is None else 0
+    if index is None:
+        return None
+    spec = timing.specs[index]
+    if isinstance(spec, _Schedule):
+        return _note(spec, zone, instant)
+    # Only the first occurrence after a transition reads differently on the wall clock.
+    local, before = instant.astimezone(zone), (instant - spec.every).astimezone(zone)
+    shift = _offset(local) - _offset(before)
+    if not shift:
+        return None
+    moved = "forward" if shift > timedelta(0) else "back"
+    return (
+        f"{_clock(local)} {_zone_label(local)} is {_every_text(spec.every)} of elapsed time "
+        f"after {_clock(before)} {_zone_label(before)}: the clocks went {moved} "
+        f"{spell(abs(shift), sep=' ')} in {zone.key} (an interval counts elapsed time)"
+    )
+
+
+def _outside(timing: _Timing, at: datetime) -> str | None:
+    if timing.start is not None and at < timing.start:
+        return f"before start_at {_instant_text(timing.start)}"
+    if timing.end is not None and at >= timing.end:
+        return f"at or after end_at {_instant_text(timing.end)}"
+    return None
+
+
 # --------------------------------------------------------------------------- public API
 
 
 def next_after(
     expr: str, tz: str, *, after: datetime, seed: str, dates: DateFilter | None = None
 ) -> datetime:
-    """First occurrence strictly after ``after`` on a date ``dates`` allows, aware UTC."""
-    sched, zone = _compile(expr, seed), get_zone(tz)
+    """First occurrence strictly after ``after`` on a date ``dates`` allows, aware UTC.
+    CronError if there is none (`next_or_none` for a schedule that may have ended)."""
+    timing, zone = _timing(expr, seed), get_zone(tz)
     after = _aware_utc(after, "after")
-    found = next(_iter_dates(sched, zone, after, dates), None)
+    found = next(_t_iter(timing, zone, after, dates), None)
     if found is None:
+        if timing.end is not None:
+            raise CronError(
+                f"no occurrence after {_instant_text(max(after, timing.start or after))} "
+                f"and before end_at {_instant_text(timing.end)}"
+            )
         if dates is not None and not dates.empty:
             raise CronError(
                 f"'{expr}' never fires: every occurrence within {SEARCH_DAYS // 366} years "
@@ -773,6 +1216,31 @@ def next_after(
             )
         raise CronError(f"'{expr}' has no occurrence after {after.isoformat()}")
     return found
+
+
+def next_or_none(
+    expr: str, tz: str, *, after: datetime, seed: str, dates: DateFilter | None = None
+) -> datetime | None:
+    """`next_after`, or None when the schedule has ended: it has an end_at and no
+    occurrence before it (the stored next_run_at is then NULL). A schedule without
+    end_at that never fires is still a CronError."""
+    try:
+        return next_after(expr, tz, after=after, seed=seed, dates=dates)
+    except CronError:
+        if ended(expr, tz, after=after, seed=seed, dates=dates):
+            return None
+        raise
+
+
+def ended(
+    expr: str, tz: str, *, after: datetime, seed: str, dates: DateFilter | None = None
+) -> bool:
+    """True when the schedule has an end_at and no occurrence in (after, end_at)."""
+    timing, zone = _timing(expr, seed), get_zone(tz)
+    if timing.end is None:
+        return False
+    after = _aware_utc(after, "after")
+    return next(_t_iter(timing, zone, after, dates), None) is None
 
 
 def occurrences_between(
@@ -787,11 +1255,11 @@ def occurrences_between(
 ) -> list[datetime]:
     """Occurrences o with start < o <= end, ascending; at most ``limit`` (the earliest).
     With ``dates``, those on excluded local dates are left out."""
-    sched, zone = _compile(expr, seed), get_zone(tz)
+    timing, zone = _timing(expr, seed), get_zone(tz)
     start, end = _aware_utc(start, "start"), _aware_utc(end, "end")
     if limit < 0:
         raise CronError("limit must be zero or more")
-    return _between(sched, zone, start, end, limit, dates)
+    return _t_between(timing, zone, start, end, limit, dates)
 
 
 def excluded_between(
@@ -807,12 +1275,12 @@ def excluded_between(
     """The occurrences o (start < o <= end) that ``dates`` removes, with the reason;
     at most ``limit`` (the earliest). Walks the expression's own occurrences, so
     keep the window to what a preview shows."""
-    sched, zone = _compile(expr, seed), get_zone(tz)
+    timing, zone = _timing(expr, seed), get_zone(tz)
     start, end = _aware_utc(start, "start"), _aware_utc(end, "end")
     out: list[Excluded] = []
     if dates.empty:
         return out
-    for instant in _between(sched, zone, start, end):
+    for instant in _t_between(timing, zone, start, end):
         local = instant.astimezone(zone)
         reason = dates.reason(local.date())
         if reason is not None:
@@ -932,21 +1400,21 @@ def preview(
     """The next ``count`` (at most PREVIEW_MAX) occurrences strictly after ``after``,
     on dates ``dates`` allows (fewer when the calendars exclude the rest for
     SEARCH_DAYS; `excluded_between` lists what they removed)."""
-    sched, zone = _compile(expr, seed), get_zone(tz)
+    timing, zone = _timing(expr, seed), get_zone(tz)
     after = _aware_utc(after, "after")
     if not 0 <= count <= PREVIEW_MAX:
         raise CronError(f"count must be between 0 and {PREVIEW_MAX}")
     if jitter_s < 0:
         raise CronError("jitter must be zero or more seconds")
     out: list[Occurrence] = []
-    for instant in islice(_iter_dates(sched, zone, after, dates), count):
+    for instant in islice(_t_iter(timing, zone, after, dates), count):
         delay = jitter_seconds(seed=seed, scheduled_for=instant, jitter_s=jitter_s)
         out.append(
             Occurrence(
                 scheduled_for=instant,
                 local=instant.astimezone(zone),
                 due_at=instant + timedelta(seconds=delay),
-                note=_note(sched, zone, instant),
+                note=_t_note(timing, zone, instant),
             )
         )
     return out
@@ -987,7 +1455,7 @@ def plan_misfire(
     neither fired nor skipped nor counted, and next_run_at is past them (None when
     everything within SEARCH_DAYS is excluded).
     """
-    sched, zone = _compile(expr, seed), get_zone(tz)
+    timing, zone = _timing(expr, seed), get_zone(tz)
     first = _aware_utc(next_run_at, "next_run_at")
     now, until = _aware_utc(now, "now"), _aware_utc(until, "until")
     if policy not in MISFIRE_POLICIES:
@@ -1002,18 +1470,20 @@ def plan_misfire(
     lower = first - _TICK  # next_run_at itself is due
     cutoff = now - timedelta(seconds=grace_s)  # late means strictly before this
     late_end = min(cutoff - _TICK, until)
-    late_total = _count(sched, zone, lower, late_end, dates)
+    late_total = _t_count(timing, zone, lower, late_end, dates)
     if policy == "skip":
         fire_late = 0
     elif policy == "run_once":
         fire_late = min(1, late_total)
     else:
         fire_late = min(catch_up_limit, late_total)
-    recent = _latest(sched, zone, lower, late_end, min(late_total, fire_late + max_listed), dates)
+    recent = _t_latest(
+        timing, zone, lower, late_end, min(late_total, fire_late + max_listed), dates
+    )
     keep = len(recent) - fire_late
     skipped = recent[max(0, keep - max_listed) : keep]
-    on_time = _between(sched, zone, max(lower, cutoff - _TICK), until, dates=dates)
-    following = next(_iter_dates(sched, zone, max(until, lower), dates), None)
+    on_time = _t_between(timing, zone, max(lower, cutoff - _TICK), until, dates=dates)
+    following = next(_t_iter(timing, zone, max(until, lower), dates), None)
     return MisfirePlan(
         fire=recent[keep:] + on_time,
         skipped=skipped,
@@ -1023,9 +1493,9 @@ def plan_misfire(
 
 
 def _previous(
-    sched: _Schedule, zone: ZoneInfo, at: datetime, dates: DateFilter | None = None
+    timing: _Timing, zone: ZoneInfo, at: datetime, dates: DateFilter | None = None
 ) -> datetime | None:
-    found = _latest(sched, zone, at - PREVIOUS_LOOKBACK, at - _TICK, 1, dates)
+    found = _t_latest(timing, zone, at - PREVIOUS_LOOKBACK, at - _TICK, 1, dates)
     return found[0] if found else None
 
 
@@ -1047,24 +1517,32 @@ def would_run_at(
     With ``dates``, an occurrence on an excluded local date is not one: ``excluded``
     says why, and previous/next are the neighbours that do run.
     """
-    sched, zone = _compile(expr, seed), get_zone(tz)
+    timing, zone = _timing(expr, seed), get_zone(tz)
     at = _aware_utc(at, "at").replace(second=0, microsecond=0)
+    # The spec giving `at` before bounds and calendars (a plain cron: itself).
+    index = _giving_spec(timing, zone, at)
+    spec_text = None if index is None or timing.plain is not None else _spec_label(timing, index)
+    outside = _outside(timing, at) if index is not None else None
     excluded: str | None = None
-    if dates is not None and not dates.empty:
-        nominal = next(_iter_after(sched, zone, at - _TICK), None)
-        if nominal == at:
-            excluded = dates.reason(_local_naive(at, zone).date())
-    upcoming = _iter_dates(sched, zone, at - _TICK, dates)
+    if dates is not None and not dates.empty and index is not None and outside is None:
+        excluded = dates.reason(_local_naive(at, zone).date())
+    upcoming = _t_iter(timing, zone, at - _TICK, dates)
     candidate = next(upcoming, None)
     is_occurrence = candidate == at
     following = next(upcoming, None) if is_occurrence else candidate
-    previous = _previous(sched, zone, at, dates)
+    previous = _previous(timing, zone, at, dates)
 
     note: str | None = None
     dst: DstCase | None = None
     past = now is None or at <= now
     wall = _local_naive(at, zone)
-    if _classify(wall, zone)[0] == _FOLD and _matches(sched, wall):
+    crons = [s for s in timing.specs if isinstance(s, _Schedule)]
+    chosen = timing.specs[index] if index is not None else None
+    sched = chosen if isinstance(chosen, _Schedule) else (crons[0] if crons else None)
+    if sched is None or isinstance(chosen, _Interval):
+        if is_occurrence:
+            note = _t_note(timing, zone, at)
+    elif _classify(wall, zone)[0] == _FOLD and _matches(sched, wall):
         note, dst = _fold_note(sched, zone, wall, past=past), "fold"
     else:
         anchor = at if is_occurrence else previous
@@ -1081,4 +1559,6 @@ def would_run_at(
         note=note,
         dst=dst,
         excluded=excluded,
+        outside=outside,
+        spec=spec_text,
     )

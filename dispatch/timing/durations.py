@@ -17,3 +17,28 @@ def spell(delta: timedelta, *, units: tuple[str, str, str] = ("h", "m", "s"), se
     if seconds >= 60:
         return f"{seconds // 60}{sep}{minute}{sep}{seconds % 60:02d}{sep}{second}"
     return f"{seconds}{sep}{second}"
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse(text: str) -> timedelta:
+    """A duration as users write it: one or more `<whole number><unit>` parts, unit one of
+    s m h d w ("90m", "1h30m", "7d"). ValueError (with a reason) otherwise; "0s" is zero."""
+    value = text.strip().lower() if isinstance(text, str) else ""
+    if not value:
+        raise ValueError('must be a duration such as "90m", "12h" or "7d"')
+    total, number = 0, ""
+    for char in value:
+        if char in "0123456789" and len(number) < 12:
+            number += char
+        elif char in _UNITS and number:
+            total += int(number) * _UNITS[char]
+            number = ""
+        else:
+            raise ValueError(
+                f'must be a duration such as "90m", "12h" or "7d" (units s, m, h, d, w), not {text!r}'
+            )
+    if number:
+        raise ValueError(f"a number needs a unit (s, m, h, d, w): {text!r}")
+    return timedelta(seconds=total)

@@ -76,6 +76,13 @@ class Claim:
     # The claim wrote `attempt_started` too (it will be run: schedule live, tenant
     # active, a known target type), so the runner writes no event before the call.
     started: bool = False
+    # max_runs (dispatch/lifecycle.py), read at claim time: the schedule counts its
+    # successes, this occurrence has been counted already (a re-run of a success), and
+    # this timed occurrence was published before the schedule completed (not run).
+    counts_runs: bool = False
+    counted: bool = False
+    schedule_completed: bool = False
+    max_runs: int | None = None
     # time.monotonic() just before the claim was sent: the server set the lease
     # after that, so it is certain until claimed_at + lease_s (the lease check's rule).
     claimed_at: float = 0.0
@@ -167,6 +174,10 @@ def execution_claim(*, execution_id: str, attempt: int, owner: str, lease_s: flo
         has_dependents=row.has_dependents,
         alert_failing=row.alert_failing,
         started=row.started,
+        counts_runs=row.counts_runs,
+        counted=row.counted,
+        schedule_completed=row.schedule_completed,
+        max_runs=row.max_runs,
         claimed_at=sent,
     )
 
@@ -264,6 +275,10 @@ def attempt_finish(
                 "reason": clip(reason, 500),
                 "events": json.dumps([e.as_json() for e in events], default=str),
                 "actor": claim.owner,
+                # Only schedules with a max_runs pay for counting (issue 19's budget).
+                "count": (
+                    state == ExecutionState.SUCCEEDED and claim.counts_runs and not claim.counted
+                ),
             },
         )
         applied = done is not None

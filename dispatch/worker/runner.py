@@ -247,6 +247,18 @@ def _run_claimed(claim: Claim, *, lease_s: float) -> str:
 
 
 def _run_claimed_attempt(claim: Claim, *, lease_s: float) -> str:
+    if claim.schedule_completed and not claim.schedule_deleted:
+        why = f"not run: the schedule completed (reached max_runs {claim.max_runs})"
+        applied = leases.attempt_finish_retrying(
+            claim=claim,
+            state=ExecutionState.SKIPPED,
+            events=[Event(EventKind.COMPLETED_SKIPPED, why, {"attempt": claim.attempt})],
+            reason_code=ReasonCode.SCHEDULE_COMPLETED,
+            reason=why,
+        )
+        if not applied:
+            leases.fencing_rejected(claim=claim, what="skip")
+        return "skipped"
     if claim.schedule_deleted or not claim.tenant_active:
         why = "its schedule was deleted" if claim.schedule_deleted else "its tenant is deactivated"
         applied = leases.attempt_finish_retrying(

@@ -60,6 +60,13 @@ class Schedule(Model):
     updated_at: str | None = None
     exclude_calendars: list[str] | None = None  # calendar names
     only_calendars: list[str] | None = None
+    # Lifecycle bounds: max_runs counts succeeded occurrences; completed is shown like paused.
+    max_runs: int | None = None
+    runs_succeeded: int | None = None
+    completed: bool | None = None
+    completed_at: str | None = None
+    completed_reason: str | None = None  # "max_runs" | "end_at"
+    delete_after: str | None = None  # one-offs: e.g. "7d"; None = kept
     health: dict[str, Any] | None = None  # GET /v1/schedules/{id} only
 
 

@@ -102,3 +102,24 @@ def test_a_rate_limit_hand_back_takes_the_claims_started_entry_back(
     assert kinds(second) == ["claimed", "held_rate_limit"]
     assert kinds(first) == ["claimed", "attempt_started", "attempt_succeeded"]
     assert len(ledger.requests) == 1
+
+
+def test_counting_max_runs_and_completing_cost_no_extra_round_trip(
+    ledger: Ledger, admin_principal: Principal
+) -> None:
+    """max_runs is counted, and the schedule completed, inside the fenced finish."""
+    from dispatch.models import Schedule
+
+    schedule = make_schedule(admin_principal, http(ledger), max_runs=2, cron="* * * * *")
+    runner.run_execution(execution_id=str(make_execution(schedule).id), attempt=1)  # warm
+    last = make_execution(schedule)
+
+    with counting() as trips:
+        result = runner.run_execution(execution_id=str(last.id), attempt=1)
+
+    assert result == "succeeded"
+    assert trips.total == 2, str(trips)
+    stored = Schedule.objects.get(pk=schedule.pk)
+    assert stored.runs_succeeded == 2 and stored.completed_at is not None
+    assert stored.next_run_at is None
+    assert ExecutionEvent.objects.filter(schedule=schedule, kind="completed").count() == 1
