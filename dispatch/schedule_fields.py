@@ -15,6 +15,7 @@ from uuid import UUID
 
 from django.conf import settings
 
+from dispatch import concurrency_keys
 from dispatch.exceptions import InvalidSchedule
 from dispatch.models import DurationClass, Misfire, Overlap, Priority, Schedule
 from dispatch.targets import clean_target
@@ -104,6 +105,7 @@ def clean_schedule(
             "misfire_grace_s": existing.misfire_grace_s,
             "catch_up_limit": existing.catch_up_limit,
             "jitter_s": existing.jitter_s,
+            "concurrency_key": concurrency_keys.definition(existing.concurrency_key),
         }
     merged.update(data)
     values: dict[str, Any] = {}
@@ -169,6 +171,10 @@ def clean_schedule(
     )
     values["catch_up_limit"] = _int(merged, "catch_up_limit", 10, 1, settings.MAX_CATCH_UP)
     values["jitter_s"] = _int(merged, "jitter_s", 0, 0, MAX_JITTER_S)
+    # Rendered now, from the definition as it will be stored (see concurrency_keys).
+    values["concurrency_key"] = concurrency_keys.clean(
+        merged.get("concurrency_key"), name=values["name"], target=target
+    )
 
     spec = ScheduleSpec(values=values)
     if "depends_on" in data:

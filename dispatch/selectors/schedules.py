@@ -11,6 +11,7 @@ from typing import Any
 
 from django.db.models import Case, Q, Value, When
 
+from dispatch import concurrency_keys
 from dispatch.exceptions import InvalidSchedule, NotFound
 from dispatch.models import Execution, Kind, Schedule
 from dispatch.selectors.calendars import schedule_filter, schedule_filters
@@ -36,6 +37,7 @@ def schedule_fields(schedule: Schedule) -> dict[str, Any]:
         "misfire_grace_s": schedule.misfire_grace_s,
         "catch_up_limit": schedule.catch_up_limit,
         "jitter_s": schedule.jitter_s,
+        "concurrency_key": concurrency_keys.definition(schedule.concurrency_key),
         **calendar_names(schedule),
     }
 
