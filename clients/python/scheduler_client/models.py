@@ -60,6 +60,8 @@ class Schedule(Model):
     updated_at: str | None = None
     exclude_calendars: list[str] | None = None  # calendar names
     only_calendars: list[str] | None = None
+    # Keyed concurrency: {"key": template, "limit": int, "on_conflict": "queue"|"skip"|"replace"}
+    concurrency_key: dict[str, Any] | None = None
     health: dict[str, Any] | None = None  # GET /v1/schedules/{id} only
 
 
@@ -77,6 +79,9 @@ class Execution(Model):
     status_code: int | None = None
     exit_code: int | None = None
     error: str | None = None
+    reason_code: str | None = None
+    reason: str | None = None
+    concurrency_key: str | None = None  # the rendered key it holds (set at admission)
     timeline: list[dict[str, Any]] | None = None  # GET /v1/executions/{id} only
 
 
