@@ -5,12 +5,14 @@ saved; and the execution page shows why a run was held by a key."""
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
-from dispatch.models import Schedule
-from tests.support.console_support import World, build_world, form_data
+from dispatch.models import ExecutionEvent, Schedule
+from tests.support.console_support import World, build_world, db_now, form_data
+from tests.support.rows import execution_row
 
 pytestmark = pytest.mark.django_db
 
@@ -77,3 +79,34 @@ def test_key_errors_are_inline_and_nothing_is_saved(
     assert block is not None, html[:3000]
     assert message in block.group(1)
     assert Schedule.objects.count() == before
+
+
+def test_the_execution_page_says_which_key_held_it(world: World) -> None:
+    held = execution_row(
+        world.schedule,
+        db_now(),
+        reason_code="held_key",
+        reason="held: key customer-42 already running execution 0b0e (limit 1, on_conflict queue)",
+    )
+    ExecutionEvent.objects.create(
+        tenant_id=held.tenant_id,
+        schedule_id=held.schedule_id,
+        execution=held,
+        kind="held_key",
+        message=held.reason,
+        actor="beat",
+    )
+    holder = execution_row(
+        world.schedule,
+        db_now() - timedelta(minutes=1),
+        state="running",
+        concurrency_key="customer-42",
+    )
+    client = world.client("viewer")
+    page = client.get(f"/executions/{held.id}/").content.decode()
+    assert (
+        page.count("held: key customer-42 already running execution 0b0e") == 2
+    )  # state, timeline
+    assert '<span class="kind">held_key</span>' in page
+    page = client.get(f"/executions/{holder.id}/").content.decode()
+    assert '<dd id="execution-key">customer-42</dd>' in page
