@@ -17,6 +17,7 @@ from django.core import signing
 
 from core.api import inputs
 from dispatch import selectors
+from dispatch.concurrency_keys import OnConflict
 from dispatch.models import DurationClass, Misfire, Overlap, Priority, Schedule
 from dispatch.timing import cron, retry
 from tenants.models import Tenant
@@ -61,6 +62,10 @@ ERROR_FIELDS = {
     "depends_on": "depends_on",
     "exclude_calendars": "exclude_calendars",
     "only_calendars": "only_calendars",
+    "concurrency_key": "ckey_key",
+    "concurrency_key.key": "ckey_key",
+    "concurrency_key.limit": "ckey_limit",
+    "concurrency_key.on_conflict": "ckey_on_conflict",
 }
 
 
@@ -134,6 +139,17 @@ class ScheduleRefsWidget(forms.Textarea):
         return "\n".join(value) if isinstance(value, list | tuple) else value
 
 
+def _ckey_initial(definition: dict[str, Any] | None) -> dict[str, Any]:
+    """The form's three concurrency-key fields from the definition's object (or none)."""
+    if not definition:
+        return {"ckey_key": "", "ckey_limit": 1, "ckey_on_conflict": OnConflict.QUEUE}
+    return {
+        "ckey_key": definition["key"],
+        "ckey_limit": definition["limit"],
+        "ckey_on_conflict": definition["on_conflict"],
+    }
+
+
 class ScheduleForm(forms.Form):
     name = forms.CharField(max_length=200)
     kind = forms.ChoiceField(
@@ -195,6 +211,25 @@ class ScheduleForm(forms.Form):
         label="At most this many runs",
         help_text="recurring only: completed once this many runs have succeeded "
         "(failures do not count); empty: no limit",
+    )
+    # Keyed concurrency (the API's concurrency_key object); an empty key: none.
+    ckey_key = forms.CharField(
+        max_length=200,
+        required=False,
+        label="Concurrency key",
+        help_text="optional: at most `limit` runs with this key at once, across all your "
+        "schedules and jobs; fields of the definition in braces, e.g. "
+        "customer-{target.body.customer_id} or {args.customer}",
+        widget=forms.TextInput(attrs={"spellcheck": "false", "autocomplete": "off"}),
+    )
+    ckey_limit = forms.IntegerField(initial=1, required=False, label="Key limit")
+    ckey_on_conflict = forms.ChoiceField(
+        choices=OnConflict.choices,
+        initial=OnConflict.QUEUE,
+        required=False,
+        label="When the key is taken",
+        help_text="queue: wait for a holder to end; skip: record it skipped; "
+        "replace: cancel the oldest holder",
     )
     depends_on = forms.CharField(
         required=False,
@@ -302,6 +337,7 @@ class ScheduleForm(forms.Form):
             # Calendars by name, one per line (schedule_fields lists them in order).
             "exclude_calendars": "\n".join(fields["exclude_calendars"]),
             "only_calendars": "\n".join(fields["only_calendars"]),
+            **_ckey_initial(fields["concurrency_key"]),
             "version": schedule.version,
         }
 
@@ -396,6 +432,16 @@ class ScheduleForm(forms.Form):
             "exclude_calendars": list(d.get("exclude_calendars") or []),
             "only_calendars": list(d.get("only_calendars") or []),
         }
+        key = (d.get("ckey_key") or "").strip()
+        data["concurrency_key"] = (
+            {
+                "key": key,
+                "limit": 1 if d.get("ckey_limit") is None else d["ckey_limit"],
+                "on_conflict": d.get("ckey_on_conflict") or OnConflict.QUEUE,
+            }
+            if key
+            else None
+        )
         # Only catch_up uses the limit; otherwise the stored (or default) one is kept.
         if d.get("misfire") == "catch_up" and d.get("catch_up_limit") is not None:
             data["catch_up_limit"] = d["catch_up_limit"]

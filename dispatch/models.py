@@ -100,6 +100,9 @@ class Schedule(models.Model):
     completed_at = models.DateTimeField(null=True, blank=True)
     # One-offs: removed (soft delete) by retention this long after their execution ended.
     delete_after = models.DurationField(null=True, blank=True)
+    # Keyed concurrency (dispatch/concurrency_keys.py): {"key": template, "limit",
+    # "on_conflict", "rendered"}, or NULL for none (nearly every row).
+    concurrency_key = models.JSONField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -254,6 +257,9 @@ class Execution(models.Model):
         related_name="executions",
         db_index=False,
     )
+    # The schedule's rendered concurrency key, written at admission: the rows holding a
+    # key are the ones in KEY_HOLDING_STATES with it (partial index below). NULL, not "".
+    concurrency_key = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001
 
     class Meta:
         ordering = ["-scheduled_for", "-id"]
@@ -301,6 +307,20 @@ class Execution(models.Model):
                 fields=["tenant", "state"],
                 condition=Q(state__in=[ExecutionState.QUEUED, ExecutionState.RUNNING]),
                 name="execution_inflight_tenant",
+            ),
+            # The holders of a concurrency key (admission's key_holders): only rows that
+            # have a key and hold it, so the firing path of keyless rows writes no entry.
+            models.Index(
+                fields=["tenant", "concurrency_key"],
+                condition=Q(
+                    concurrency_key__isnull=False,
+                    state__in=[
+                        ExecutionState.QUEUED,
+                        ExecutionState.RUNNING,
+                        ExecutionState.RETRY_SCHEDULED,
+                    ],
+                ),
+                name="execution_key_holders",
             ),
             models.Index(
                 fields=["lease_expires_at"],

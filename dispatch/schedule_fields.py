@@ -15,7 +15,7 @@ from uuid import UUID
 
 from django.conf import settings
 
-from dispatch import lifecycle
+from dispatch import concurrency_keys, lifecycle
 from dispatch.exceptions import InvalidSchedule
 from dispatch.models import DurationClass, Misfire, Overlap, Priority, Schedule
 from dispatch.targets import clean_target
@@ -111,6 +111,7 @@ def clean_schedule(
             "jitter_s": existing.jitter_s,
             "max_runs": existing.max_runs,
             "delete_after": existing.delete_after,
+            "concurrency_key": concurrency_keys.definition(existing.concurrency_key),
         }
     merged.update(data)
     values: dict[str, Any] = {}
@@ -184,6 +185,10 @@ def clean_schedule(
     values["max_runs"] = lifecycle.clean_max_runs(merged.get("max_runs"), kind=values["kind"])
     values["delete_after"] = lifecycle.clean_delete_after(
         merged.get("delete_after"), kind=values["kind"]
+    )
+    # Rendered now, from the definition as it will be stored (see concurrency_keys).
+    values["concurrency_key"] = concurrency_keys.clean(
+        merged.get("concurrency_key"), name=values["name"], target=target
     )
 
     spec = ScheduleSpec(values=values)

@@ -42,6 +42,12 @@ FINAL_STATES = frozenset(
 # (published to the broker). The one definition the beat's admission, manual
 # triggers and the console's counts all use.
 IN_FLIGHT_STATES = frozenset({ExecutionState.QUEUED, ExecutionState.RUNNING})
+# Holding a concurrency key (dispatch/concurrency_keys.py): admitted and not finished —
+# queued, running, or waiting for a retry (the run goes on). Like the overlap policy's
+# "active", less `scheduled`: an occurrence holds its key from admission on.
+KEY_HOLDING_STATES = frozenset(
+    {ExecutionState.QUEUED, ExecutionState.RUNNING, ExecutionState.RETRY_SCHEDULED}
+)
 
 
 def state_values(states: frozenset[ExecutionState]) -> list[str]:
@@ -115,6 +121,8 @@ class EventKind(models.TextChoices):
     # The beat's decisions.
     HELD_CONCURRENCY = "held_concurrency"
     HELD_CAPACITY = "held_capacity"
+    HELD_KEY = "held_key"
+    KEY_SKIPPED = "key_skipped"
     QUOTA_EXHAUSTED = "quota_exhausted"
     MISFIRE_SKIPPED = "misfire_skipped"
     PAUSED_SKIPPED = "paused_skipped"
@@ -145,7 +153,12 @@ class EventKind(models.TextChoices):
 
 # Held back by a limit at admission or at claim time; not started.
 HELD_EVENT_KINDS = frozenset(
-    {EventKind.HELD_CONCURRENCY, EventKind.HELD_CAPACITY, EventKind.HELD_RATE_LIMIT}
+    {
+        EventKind.HELD_CONCURRENCY,
+        EventKind.HELD_CAPACITY,
+        EventKind.HELD_KEY,
+        EventKind.HELD_RATE_LIMIT,
+    }
 )
 # The end of an attempt, as the timeline records it.
 ATTEMPT_END_EVENT_KINDS = frozenset(
@@ -178,6 +191,11 @@ class ReasonCode(models.TextChoices):
     HELD_CONCURRENCY = "held_concurrency"
     HELD_CAPACITY = "held_capacity"
     HELD_RATE_LIMIT = "held_rate_limit"
+    # Keyed concurrency (dispatch/concurrency_keys.py): held, skipped, or cancelled to
+    # make room ("replaced by ... (key ...)").
+    HELD_KEY = "held_key"
+    KEY_SKIPPED = "key_skipped"
+    KEY_REPLACED = "key_replaced"
     # Cancelled by a user or a bulk operation (who and why: the `cancelled` event).
     CANCELLED_BY_USER = "cancelled_by_user"
 
@@ -229,6 +247,10 @@ class ExplainCode(models.TextChoices):
         "skipped: the previous run was still active (overlap forbid)",
     )
     SKIPPED_UPSTREAM = "skipped_upstream", "skipped: an upstream schedule did not succeed"
+    SKIPPED_KEY = (
+        "skipped_key",
+        "skipped: its concurrency key already had `limit` active runs (on_conflict skip)",
+    )
     SKIPPED_QUOTA = (
         "skipped_quota",
         "skipped: the tenant was over its executions-per-day quota",

@@ -109,6 +109,36 @@ class SpecsField(serializers.JSONField):
     """A schedule's specs (checked in depth by dispatch/schedule_fields.clean_timing)."""
 
 
+CONCURRENCY_KEY_HELP = (
+    "keyed concurrency across every schedule and job of the tenant: at most `limit` "
+    "runs with the same rendered key are active (queued, running or retrying) at once. "
+    "`key` is a template of definition fields, e.g. customer-{target.body.customer_id} "
+    "or {args.customer}; `on_conflict`: queue (held until a holder ends), skip, or "
+    "replace (the oldest holder is cancelled). null: no key"
+)
+
+
+@extend_schema_field(
+    {
+        "type": "object",
+        "nullable": True,
+        "required": ["key"],
+        "properties": {
+            "key": {"type": "string", "maxLength": 200},
+            "limit": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 1},
+            "on_conflict": {
+                "type": "string",
+                "enum": ["queue", "skip", "replace"],
+                "default": "queue",
+            },
+        },
+        "additionalProperties": False,
+    }
+)
+class ConcurrencyKeyField(serializers.JSONField):
+    """A keyed-concurrency definition (checked by dispatch/concurrency_keys.clean)."""
+
+
 class InstantField(serializers.DateTimeField):
     """An ISO 8601 instant that carries its offset, inside core.api.inputs' range.
 
@@ -197,6 +227,9 @@ class ScheduleInSerializer(StrictSerializer):
     target = TargetField(required=False, help_text=TARGET_HELP)
     retry = RetryField(required=False, help_text=RETRY_HELP)
     concurrency = serializers.ChoiceField(choices=Overlap.values, required=False)
+    concurrency_key = ConcurrencyKeyField(
+        required=False, allow_null=True, help_text=CONCURRENCY_KEY_HELP
+    )
     misfire = serializers.ChoiceField(choices=Misfire.values, required=False)
     misfire_grace_s = serializers.IntegerField(required=False)
     catch_up_limit = serializers.IntegerField(required=False)
@@ -269,6 +302,9 @@ class JobInSerializer(StrictSerializer):
     )
     priority = serializers.ChoiceField(choices=Priority.values, required=False)
     duration = serializers.ChoiceField(choices=DurationClass.values, required=False)
+    concurrency_key = ConcurrencyKeyField(
+        required=False, allow_null=True, help_text=CONCURRENCY_KEY_HELP
+    )
     misfire = serializers.ChoiceField(
         choices=Misfire.values,
         required=False,
@@ -386,6 +422,7 @@ def execution_out(e: Execution) -> dict[str, Any]:
         "reruns": e.reruns,
         "attempt_base": e.attempt_base,
         "backfill_id": str(e.backfill_id) if e.backfill_id else None,
+        "concurrency_key": e.concurrency_key,
     }
 
 
@@ -432,6 +469,7 @@ class ScheduleOutDoc(serializers.Serializer[Any]):
     target = serializers.JSONField()
     retry = serializers.JSONField()
     concurrency = serializers.ChoiceField(choices=Overlap.values)
+    concurrency_key = ConcurrencyKeyField(allow_null=True)
     misfire = serializers.ChoiceField(choices=Misfire.values)
     misfire_grace_s = serializers.IntegerField()
     catch_up_limit = serializers.IntegerField()
@@ -502,6 +540,9 @@ class ExecutionOutDoc(serializers.Serializer[Any]):
     reruns = serializers.IntegerField()
     attempt_base = serializers.IntegerField()
     backfill_id = serializers.UUIDField(allow_null=True)
+    concurrency_key = serializers.CharField(
+        allow_null=True, help_text="the rendered concurrency key it holds (set at admission)"
+    )
 
 
 class ExecutionPageDoc(serializers.Serializer[Any]):

@@ -533,6 +533,14 @@ def _about_execution_state(
             if linked is not None:
                 answer.evidence.append(linked)
             return answer
+        if code == ReasonCode.KEY_SKIPPED:
+            # "skipped: key customer-42 already running execution <id> (limit 1, ...)"
+            answer.code = ExplainCode.SKIPPED_KEY
+            answer.sentence = f"skipped at {when}: {reason.removeprefix('skipped: ')}"
+            linked = records.related_execution(execution, schedule)
+            if linked is not None:
+                answer.evidence.append(linked)
+            return answer
         if code == ReasonCode.QUOTA_EXHAUSTED:
             answer.code = ExplainCode.SKIPPED_QUOTA
             answer.sentence = (
@@ -570,7 +578,7 @@ def _about_execution_state(
         answer.code = ExplainCode.HELD
         answer.evidence.extend(Evidence("event", str(e.pk), e.message) for e in held)
         first = held[0]
-        why = first.message.removeprefix("waiting: ")
+        why = first.message.removeprefix("waiting: ").removeprefix("held: ")
         if execution.started_at is not None:
             # Held, then started: the code is what became of it (a held run that died is
             # `dead`); the sentence tells the wait.

@@ -22,6 +22,8 @@ from django.conf import settings
 from django.db import transaction
 
 from core import faults
+from dispatch import concurrency_keys
+from dispatch.concurrency_keys import OnConflict
 from dispatch.queues import PRIORITIES, split_queue_name
 from dispatch.scheduler import dependencies, store
 from dispatch.scheduler.firing import Pending
@@ -36,6 +38,13 @@ _DECIDED_OVERLAP = (Overlap.FORBID, Overlap.REPLACE)
 _HELD_EVENT = {
     ReasonCode.HELD_CONCURRENCY: EventKind.HELD_CONCURRENCY,
     ReasonCode.HELD_CAPACITY: EventKind.HELD_CAPACITY,
+}
+# How a key's holder is named in a reason ("key customer-42 already running ...").
+_HOLDER_WORD = {
+    ExecutionState.QUEUED: "queued",
+    ExecutionState.RUNNING: "running",
+    ExecutionState.RETRY_SCHEDULED: "retrying",
+    ExecutionState.SCHEDULED: "admitted",  # a candidate of this same batch
 }
 _PRIORITY_RANK = {priority: rank for rank, priority in enumerate(PRIORITIES)}
 
@@ -86,6 +95,7 @@ class Admission:
                 store.lock_admission_global()
             store.lock_admission_tenants(tenant_ids=tenant_ids)
             ready = self._decide_overlap(ready)
+            ready, key_held = self._decide_keys(ready)
             to_send, held = self._apply_limits(ready)
             to_send, over_quota = self._daily_quota(to_send, now=now)
             admitted: set[str] = set()
@@ -94,6 +104,8 @@ class Admission:
                     ids=[p.id for p in to_send],
                     attempts=[p.attempt for p in to_send],
                     queues=[p.queue for p in to_send],
+                    # A first attempt takes its key; a retry keeps the one it holds.
+                    ckeys=[p.ckey[0] if p.ckey and p.chain_start else None for p in to_send],
                     numbers=numbers,
                 )
             for reason, items in over_quota.items():
@@ -109,8 +121,21 @@ class Admission:
                     store.Event(r.schedule_id, r.tenant_id, r.id, _HELD_EVENT[code], reason)
                     for r in rows
                 )
+            if key_held:
+                rows = store.mark_held_each(
+                    ids=[p.id for p, _ in key_held],
+                    reasons=[r for _, r in key_held],
+                    code=str(ReasonCode.HELD_KEY),
+                )
+                why = {p.id: r for p, r in key_held}
+                store.record_events(
+                    store.Event(
+                        r.schedule_id, r.tenant_id, r.id, EventKind.HELD_KEY, why[str(r.id)]
+                    )
+                    for r in rows
+                )
         faults.crash_at("after_admit")
-        self.held = [p for items in held.values() for p in items]
+        self.held = [p for items in held.values() for p in items] + [p for p, _ in key_held]
         return [p for p in to_send if p.id in admitted]
 
     def _decide_overlap(self, ready: list[Pending]) -> list[Pending]:
@@ -182,7 +207,10 @@ class Admission:
                     )
                     dropped.add(p.id)
         if cancel:
-            cancelled = store.cancel_for_replace(ids=list(cancel))
+            reason = "cancelled: replaced by a newer occurrence (overlap replace)"
+            cancelled = store.cancel_for_replace(
+                ids=list(cancel), reasons=[reason] * len(cancel), code=str(ReasonCode.REPLACED)
+            )
             store.record_events(
                 store.Event(
                     r.schedule_id,
@@ -196,13 +224,117 @@ class Admission:
             )
             dropped.update(str(r.id) for r in cancelled)
         if skips:
-            skipped = store.mark_overlap_skipped(
-                ids=[i for i, _ in skips], reasons=[r[:500] for _, r in skips]
+            skipped = store.mark_admission_skipped(
+                ids=[i for i, _ in skips],
+                reasons=[r[:500] for _, r in skips],
+                code=str(ReasonCode.OVERLAP_FORBID),
             )
             if skipped:
                 # A skipped occurrence skips its dependents too, naming the upstream.
                 dependencies.propagate(execution_ids=skipped)
         return [p for p in ready if p.id not in dropped]
+
+    def _decide_keys(self, ready: list[Pending]) -> tuple[list[Pending], list[tuple[Pending, str]]]:
+        """Keyed concurrency (dispatch/concurrency_keys.py), after the overlap policy and
+        before the caps: at most `limit` executions of one (tenant, key) hold it at once,
+        across every schedule and job of the tenant and every beat.
+
+        Only the first attempt of a chain is decided (a retry goes on holding the key it
+        was admitted with). Each (tenant, key) of the batch is locked (advisory, sorted,
+        after the quota rows) and its holders read after the lock in one indexed query:
+        a batch without a key costs nothing. Candidates are decided oldest due first,
+        each by its own `limit` and `on_conflict`: `queue` holds it (still due, tried
+        again at the next batch, like a cap's hold), `skip` records it skipped, `replace`
+        cancels the oldest holders (token bumped: a running worker stops at its next
+        heartbeat and its late completion is rejected) and admits it. Returns the
+        executions still to admit and those held, with their reasons.
+        """
+        keyed = [(p, p.ckey) for p in ready if p.ckey is not None and p.chain_start]
+        if not keyed:
+            return ready, []
+        pairs = sorted({(p.tenant_id, ckey[0]) for p, ckey in keyed})
+        store.lock_admission_keys(
+            locks=sorted({concurrency_keys.lock_id(tid, key) for tid, key in pairs})
+        )
+        holders: dict[tuple[int, str], list[tuple[str, str]]] = defaultdict(list)
+        for h in store.key_holders(
+            tenant_ids=[tid for tid, _ in pairs],
+            keys=[key for _, key in pairs],
+            candidates=[p.id for p, _ in keyed],
+        ):
+            holders[h.tenant_id, h.concurrency_key].append((str(h.id), h.state))
+        dropped: set[str] = set()
+        held: list[tuple[Pending, str]] = []
+        skips: list[tuple[Pending, str, str]] = []
+        cancel: dict[str, tuple[str, str]] = {}  # holder -> (replacing execution, key)
+        for p, (key, limit, on_conflict) in sorted(
+            keyed, key=lambda item: (item[0].due, item[0].id)
+        ):
+            current = holders[p.tenant_id, key]
+            if len(current) < limit:
+                current.append((p.id, ExecutionState.SCHEDULED))
+                continue
+            hid, hstate = current[0]
+            blocked = (
+                f"key {key} already {_HOLDER_WORD.get(ExecutionState(hstate), hstate)} "
+                f"execution {hid} (limit {limit}, on_conflict {on_conflict})"
+            )
+            if on_conflict == OnConflict.REPLACE:
+                while len(current) >= limit:
+                    old, _state = current.pop(0)
+                    cancel[old] = (p.id, key)
+                current.append((p.id, ExecutionState.SCHEDULED))
+            elif on_conflict == OnConflict.SKIP:
+                skips.append((p, f"skipped: {blocked}", hid))
+            else:
+                held.append((p, f"held: {blocked}"))
+            if on_conflict != OnConflict.REPLACE:
+                dropped.add(p.id)
+        if cancel:
+            cancelled = store.cancel_for_replace(
+                ids=list(cancel),
+                reasons=[
+                    f"cancelled: replaced by execution {new} (key {key}, on_conflict replace)"[:500]
+                    for new, key in cancel.values()
+                ],
+                code=str(ReasonCode.KEY_REPLACED),
+            )
+            store.record_events(
+                store.Event(
+                    r.schedule_id,
+                    r.tenant_id,
+                    r.id,
+                    EventKind.CANCELLED,
+                    f"replaced: key {cancel[str(r.id)][1]} taken over by execution "
+                    f"{cancel[str(r.id)][0]} (on_conflict replace)",
+                    {EventData.RELATED_EXECUTION_ID: cancel[str(r.id)][0]},
+                )
+                for r in cancelled
+            )
+            # A candidate of this batch replaced by a later one is not admitted either.
+            dropped.update(str(r.id) for r in cancelled)
+        if skips:
+            skipped = store.mark_admission_skipped(
+                ids=[p.id for p, _, _ in skips],
+                reasons=[r[:500] for _, r, _ in skips],
+                code=str(ReasonCode.KEY_SKIPPED),
+            )
+            done = {str(i) for i in skipped}
+            store.record_events(
+                store.Event(
+                    p.schedule_id,
+                    p.tenant_id,
+                    p.id,
+                    EventKind.KEY_SKIPPED,
+                    reason,
+                    {EventData.RELATED_EXECUTION_ID: hid},
+                )
+                for p, reason, hid in skips
+                if p.id in done
+            )
+            if skipped:
+                dependencies.propagate(execution_ids=skipped)
+        return [p for p in ready if p.id not in dropped], held
 
     def _daily_quota(
         self, items: list[Pending], *, now: float

@@ -58,6 +58,9 @@ class Pending:
     # The attempt the chain started after: 0, or where a re-run continued from. The
     # first attempt of a chain (attempt_base + 1) is decided like a new occurrence.
     attempt_base: int = field(default=0, compare=False)
+    # The schedule's concurrency key: (rendered key, limit, on_conflict), or None (one
+    # slot, not three: 100k items are held at a burst).
+    ckey: tuple[str, int, str] | None = field(default=None, compare=False)
 
     @property
     def chain_start(self) -> bool:
@@ -155,6 +158,9 @@ def load_pending(
                 row.trigger,
                 row.state == ExecutionState.SCHEDULED,
                 row.attempt_base,
+                (row.ckey, row.ckey_limit or 1, row.ckey_on_conflict or "queue")
+                if row.ckey is not None
+                else None,
             )
             for row in rows
         )

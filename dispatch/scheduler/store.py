@@ -97,6 +97,16 @@ class PendingRow(NamedTuple):
     trigger: str
     state: str
     attempt_base: int
+    ckey: str | None
+    ckey_limit: int | None
+    ckey_on_conflict: str | None
+
+
+class KeyHolder(NamedTuple):
+    tenant_id: int
+    concurrency_key: str
+    id: uuid.UUID
+    state: str
 
 
 class ActiveRun(NamedTuple):
@@ -354,14 +364,30 @@ def active_executions(*, ids: list[str], candidates: list[str]) -> list[ActiveRu
     return [ActiveRun._make(r) for r in rows]
 
 
-def cancel_for_replace(*, ids: list[str]) -> list[Touched]:
-    rows = sql.rows("cancel_for_replace", {"ids": ids, "active": state_values(ACTIVE_STATES)})
+def cancel_for_replace(*, ids: list[str], reasons: list[str], code: str) -> list[Touched]:
+    rows = sql.rows(
+        "cancel_for_replace",
+        {"ids": ids, "reasons": reasons, "code": code, "active": state_values(ACTIVE_STATES)},
+    )
     return [Touched._make(r) for r in rows]
 
 
-def mark_overlap_skipped(*, ids: list[str], reasons: list[str]) -> list[uuid.UUID]:
-    rows = sql.rows("mark_overlap_skipped", {"ids": ids, "reasons": reasons})
+def mark_admission_skipped(*, ids: list[str], reasons: list[str], code: str) -> list[uuid.UUID]:
+    rows = sql.rows("mark_admission_skipped", {"ids": ids, "reasons": reasons, "code": code})
     return [r.id for r in rows]
+
+
+def lock_admission_keys(*, locks: list[int]) -> None:
+    sql.rows("admission_lock_keys", {"locks": locks})
+
+
+def key_holders(
+    *, tenant_ids: list[int], keys: list[str], candidates: list[str]
+) -> list[KeyHolder]:
+    rows = sql.rows(
+        "key_holders", {"tenant_ids": tenant_ids, "keys": keys, "candidates": candidates}
+    )
+    return [KeyHolder._make(r) for r in rows]
 
 
 def tenant_limits(*, tenant_ids: list[int]) -> list[TenantLimits]:
@@ -377,17 +403,27 @@ def inflight_total() -> int:
 
 
 def admit_executions(
-    *, ids: list[str], attempts: list[int], queues: list[str], numbers: list[int]
+    *,
+    ids: list[str],
+    attempts: list[int],
+    queues: list[str],
+    ckeys: list[str | None],
+    numbers: list[int],
 ) -> set[str]:
     rows = sql.rows(
         "admit_executions",
-        {"ids": ids, "attempts": attempts, "queues": queues, "numbers": numbers},
+        {"ids": ids, "attempts": attempts, "queues": queues, "ckeys": ckeys, "numbers": numbers},
     )
     return {str(r.id) for r in rows}
 
 
 def mark_held(*, ids: list[str], code: str, reason: str) -> list[Touched]:
     rows = sql.rows("mark_held", {"ids": ids, "code": code, "reason": reason})
+    return [Touched._make(r) for r in rows]
+
+
+def mark_held_each(*, ids: list[str], reasons: list[str], code: str) -> list[Touched]:
+    rows = sql.rows("mark_held_each", {"ids": ids, "reasons": reasons, "code": code})
     return [Touched._make(r) for r in rows]
 
 

@@ -30,6 +30,7 @@ DEFAULTS: dict[str, Any] = {
     "misfire_grace_s": settings.DEFAULT_MISFIRE_GRACE_S,
     "catch_up_limit": 10,
     "jitter_s": 0,
+    "concurrency_key": None,
     "priority": Priority.DEFAULT.value,
     "duration": DurationClass.SHORT.value,
     "depends_on": [],

@@ -13,6 +13,7 @@ from django.db.models import Case, F, Q, Value, When
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Now
 
+from dispatch import concurrency_keys
 from dispatch.exceptions import InvalidSchedule
 from dispatch.lifecycle import spell_delete_after
 from dispatch.models import Execution, Kind, Schedule
@@ -41,6 +42,7 @@ def schedule_fields(schedule: Schedule) -> dict[str, Any]:
         "jitter_s": schedule.jitter_s,
         "max_runs": schedule.max_runs,
         "delete_after": spell_delete_after(schedule.delete_after),
+        "concurrency_key": concurrency_keys.definition(schedule.concurrency_key),
         **calendar_names(schedule),
     }
 

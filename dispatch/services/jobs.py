@@ -274,6 +274,9 @@ def _insert_jobs(actor: Principal, jobs: list[Schedule]) -> dict[uuid.UUID, Sche
             "next_runs": [j.next_run_at for j in jobs],
             "partitions": [j.partition for j in jobs],
             "delete_afters": [j.delete_after for j in jobs],
+            "ckeys": [
+                None if j.concurrency_key is None else Jsonb(j.concurrency_key) for j in jobs
+            ],
             "snapshots": [
                 Jsonb(schedule_snapshot(j) | {"idempotency_key": j.idempotency_key}) for j in jobs
             ],

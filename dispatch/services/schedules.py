@@ -48,6 +48,7 @@ PLAN_FIELDS = (
     "priority",
     "duration_class",
     "overlap",
+    "concurrency_key",
 )
 # Occurrences the beat staged from the schedule's timing: the only ones withdrawn.
 # Manual runs, re-runs, backfills and dependency runs were asked for as they are.

@@ -237,22 +237,25 @@ WHERE e.schedule_id = ANY(%(ids)s::uuid[])
   AND e.state = ANY(%(active)s::text[])
   AND NOT EXISTS (SELECT 1 FROM unnest(%(candidates)s::uuid[]) AS c(id) WHERE c.id = e.id)
 
--- name: mark_overlap_skipped
--- Overlap `forbid` at due time: the occurrence is recorded as skipped, naming the run still active.
+-- name: mark_admission_skipped
+-- Overlap `forbid` or a concurrency key's `skip` at due time: the occurrence is
+-- recorded as skipped (reason code `code`), naming the run still active.
 UPDATE dispatch_execution e
-SET state = 'skipped', finished_at = clock_timestamp(), reason_code = 'overlap_forbid', reason = v.reason
+SET state = 'skipped', finished_at = clock_timestamp(), reason_code = %(code)s, reason = v.reason
 FROM unnest(%(ids)s::uuid[], %(reasons)s::text[]) AS v(id, reason)
 -- The first attempt of its chain: a new occurrence, or a re-run (attempt_base + 1).
 WHERE e.id = v.id AND e.state = 'scheduled' AND e.attempt = e.attempt_base + 1
 RETURNING e.id
 
 -- name: cancel_for_replace
--- Overlap `replace`: cancel the active runs; bumping the token makes the running worker's heartbeat and completion fail.
-UPDATE dispatch_execution
-SET state = 'cancelled', fencing_token = fencing_token + 1, finished_at = clock_timestamp(),
-    reason_code = 'replaced', reason = 'cancelled: replaced by a newer occurrence (overlap replace)'
-WHERE id = ANY(%(ids)s::uuid[]) AND state = ANY(%(active)s::text[])
-RETURNING id, schedule_id, tenant_id
+-- Overlap `replace` or a concurrency key's `replace`: cancel the active runs, each with
+-- its reason; bumping the token makes the running worker's heartbeat and completion fail.
+UPDATE dispatch_execution e
+SET state = 'cancelled', fencing_token = e.fencing_token + 1, finished_at = clock_timestamp(),
+    reason_code = %(code)s, reason = v.reason
+FROM unnest(%(ids)s::uuid[], %(reasons)s::text[]) AS v(id, reason)
+WHERE e.id = v.id AND e.state = ANY(%(active)s::text[])
+RETURNING e.id, e.schedule_id, e.tenant_id
 
 -- name: insert_executions
 -- One row per occurrence; a racing beat's duplicate is silently dropped by the unique key.
@@ -291,9 +294,13 @@ SELECT mod(pg_snapshot_xmin(pg_current_snapshot())::text::bigint, 4294967296) AS
 -- order after (after_due, after_id); with `since`, only rows written by a
 -- transaction not finished at the previous load (see beat_horizon): loading stays
 -- incremental when 100k rows are staged.
+-- With the schedule's concurrency key (NULL for nearly every row: no cost beyond the
+-- join the priority already needs).
 SELECT e.id, e.attempt, COALESCE(e.next_attempt_at, e.due_at) AS due, s.priority, s.duration_class,
        e.tenant_id, e.partition, e.schedule_id, s.overlap, e.scheduled_for, e.trigger, e.state,
-       e.attempt_base
+       e.attempt_base, s.concurrency_key->>'rendered' AS ckey,
+       (s.concurrency_key->>'limit')::int AS ckey_limit,
+       s.concurrency_key->>'on_conflict' AS ckey_on_conflict
 FROM dispatch_execution e
 JOIN dispatch_schedule s ON s.id = e.schedule_id
 WHERE e.partition = ANY(%(numbers)s::int[])
@@ -352,8 +359,12 @@ SET state = 'queued', queue = v.queue,
     enqueued_at = COALESCE(e.enqueued_at, clock_timestamp()),
     published_at = clock_timestamp(),
     reason_code = CASE WHEN e.reason_code LIKE 'held_%%' THEN '' ELSE e.reason_code END,
-    reason = CASE WHEN e.reason_code LIKE 'held_%%' THEN '' ELSE e.reason END
-FROM unnest(%(ids)s::uuid[], %(attempts)s::int[], %(queues)s::text[]) AS v(id, attempt, queue)
+    reason = CASE WHEN e.reason_code LIKE 'held_%%' THEN '' ELSE e.reason END,
+    -- The key it now holds (admission decided it has room); NULL: keep what it has (none,
+    -- or a retry's, which still holds the key its run was admitted with).
+    concurrency_key = COALESCE(v.ckey, e.concurrency_key)
+FROM unnest(%(ids)s::uuid[], %(attempts)s::int[], %(queues)s::text[], %(ckeys)s::text[])
+     AS v(id, attempt, queue, ckey)
 WHERE e.id = v.id AND e.attempt = v.attempt
   AND e.state IN ('scheduled', 'retry_scheduled')
   AND e.partition = ANY(%(numbers)s::int[])
@@ -365,6 +376,34 @@ UPDATE dispatch_execution
 SET reason_code = %(code)s, reason = %(reason)s
 WHERE id = ANY(%(ids)s::uuid[]) AND state IN ('scheduled', 'retry_scheduled') AND reason_code <> %(code)s
 RETURNING id, schedule_id, tenant_id
+
+-- name: mark_held_each
+-- As mark_held, each row with its own reason (a concurrency key names its key and holder).
+UPDATE dispatch_execution e
+SET reason_code = %(code)s, reason = v.reason
+FROM unnest(%(ids)s::uuid[], %(reasons)s::text[]) AS v(id, reason)
+WHERE e.id = v.id AND e.state IN ('scheduled', 'retry_scheduled') AND e.reason_code <> %(code)s
+RETURNING e.id, e.schedule_id, e.tenant_id
+
+-- name: admission_lock_keys
+-- Serialise admission per (tenant, concurrency key): transaction-scoped advisory locks,
+-- taken after the quota rows and in the order given (the caller sorts them), so two
+-- beats admitting one key take turns and never deadlock. unnest keeps array order.
+SELECT count(pg_advisory_xact_lock(k)) FROM unnest(%(locks)s::bigint[]) AS k
+
+-- name: key_holders
+-- The executions holding the batch's keys (dispatch.states.KEY_HOLDING_STATES, written
+-- as literals so the partial index execution_key_holders serves it), read after
+-- admission_lock_keys: every admission committed before the lock was granted is seen.
+-- Oldest admission first: `replace` cancels from the front. The candidates (a re-run's
+-- row keeps its old key) are not their own holders.
+SELECT e.tenant_id, e.concurrency_key, e.id, e.state
+FROM dispatch_execution e
+JOIN unnest(%(tenant_ids)s::bigint[], %(keys)s::text[]) AS k(tenant_id, ckey)
+  ON e.tenant_id = k.tenant_id AND e.concurrency_key = k.ckey
+WHERE e.concurrency_key IS NOT NULL AND e.state IN ('queued', 'running', 'retry_scheduled')
+  AND NOT EXISTS (SELECT 1 FROM unnest(%(candidates)s::uuid[]) AS c(id) WHERE c.id = e.id)
+ORDER BY e.enqueued_at NULLS LAST, e.id
 
 -- name: stale_queued
 -- Queued but unclaimed for too long (the broker lost the message): take them for re-publishing.

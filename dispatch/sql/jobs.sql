@@ -14,20 +14,22 @@ WITH v AS (
                 %(durations)s::text[], %(overlaps)s::text[], %(misfires)s::text[],
                 %(graces)s::int[], %(catch_ups)s::int[], %(jitters)s::int[],
                 %(keys)s::text[], %(digests)s::text[], %(next_runs)s::timestamptz[],
-                %(partitions)s::int[], %(snapshots)s::jsonb[], %(delete_afters)s::interval[])
+                %(partitions)s::int[], %(snapshots)s::jsonb[], %(delete_afters)s::interval[],
+                %(ckeys)s::jsonb[])
          AS v(id, name, kind, cron, timezone, run_at, target, retry, timeout_s, priority,
               duration_class, overlap, misfire, misfire_grace_s, catch_up_limit, jitter_s,
-              idempotency_key, request_digest, next_run_at, partition, snapshot, delete_after)
+              idempotency_key, request_digest, next_run_at, partition, snapshot, delete_after,
+              concurrency_key)
 ), jobs AS (
     INSERT INTO dispatch_schedule (
         id, tenant_id, name, kind, cron, timezone, run_at, target, retry, timeout_s, priority,
         duration_class, overlap, misfire, misfire_grace_s, catch_up_limit, jitter_s, paused,
         paused_reason, paused_by, version, idempotency_key, request_digest, next_run_at,
-        partition, created_by, delete_after)
+        partition, created_by, delete_after, concurrency_key)
     SELECT id, %(tenant_id)s, name, kind, cron, timezone, run_at, target, retry,
            timeout_s, priority, duration_class, overlap, misfire, misfire_grace_s,
            catch_up_limit, jitter_s, false, '', '', 1, idempotency_key, request_digest,
-           next_run_at, partition, %(actor_label)s, delete_after
+           next_run_at, partition, %(actor_label)s, delete_after, concurrency_key
     FROM v
     ON CONFLICT DO NOTHING
     RETURNING id, created_at, updated_at, partition, next_run_at

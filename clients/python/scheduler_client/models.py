@@ -67,6 +67,8 @@ class Schedule(Model):
     completed_at: str | None = None
     completed_reason: str | None = None  # "max_runs" | "end_at"
     delete_after: str | None = None  # one-offs: e.g. "7d"; None = kept
+    # Keyed concurrency: {"key": template, "limit": int, "on_conflict": "queue"|"skip"|"replace"}
+    concurrency_key: dict[str, Any] | None = None
     health: dict[str, Any] | None = None  # GET /v1/schedules/{id} only
 
 
@@ -84,6 +86,9 @@ class Execution(Model):
     status_code: int | None = None
     exit_code: int | None = None
     error: str | None = None
+    reason_code: str | None = None
+    reason: str | None = None
+    concurrency_key: str | None = None  # the rendered key it holds (set at admission)
     timeline: list[dict[str, Any]] | None = None  # GET /v1/executions/{id} only
 
 

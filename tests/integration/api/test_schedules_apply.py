@@ -649,3 +649,21 @@ def test_a_patch_racing_an_apply_is_never_lost(
         }
         assert (final.version, final.jitter_s, final.priority) == (3, 9, "default")
     assert change["version"] == final.version
+
+
+def test_a_concurrency_key_round_trips_through_export_and_apply(
+    api: APIClient, tenant: Tenant
+) -> None:
+    target = TARGET | {"body": {"customer_id": 42}}
+    key = {"key": "customer-{target.body.customer_id}"}
+    applied(api, [d("a", target=target, concurrency_key=key), d("b")])
+    exported = {s["name"]: s for s in export(api)}
+    assert exported["a"]["concurrency_key"] == key | {"limit": 1, "on_conflict": "queue"}
+    assert "concurrency_key" not in exported["b"]  # the default (none) is left out
+    assert applied(api, list(exported.values()))["summary"]["unchanged"] == 2
+    assert live(tenant)["a"].concurrency_key["rendered"] == "customer-42"
+    body = applied(api, [d("a", target=target, concurrency_key=key | {"limit": 2}), d("b")])
+    assert body["changes"][0]["fields"]["concurrency_key"]["after"]["limit"] == 2
+    body = applied(api, [d("a", target=target), d("b")])  # left out: none
+    assert body["changes"][0]["fields"]["concurrency_key"]["after"] is None
+    assert live(tenant)["a"].concurrency_key is None

@@ -227,3 +227,19 @@ def test_the_models_match_the_servers_openapi_document(server: WebServer) -> Non
         ("/v1/executions/{id}:cancel", "post"),
     ]:
         assert method in document["paths"][path], (method, path)
+
+
+def test_a_concurrency_key_through_the_client(client: Client) -> None:
+    body = definition("invoices") | {
+        "target": {"type": "http", "url": "https://billing.internal/x", "body": {"c": 42}},
+        "concurrency_key": {"key": "customer-{target.body.c}", "on_conflict": "skip"},
+    }
+    created = client.create_schedule(body)
+    assert created.concurrency_key == {
+        "key": "customer-{target.body.c}",
+        "limit": 1,
+        "on_conflict": "skip",
+    }
+    with pytest.raises(ValidationError) as err:
+        client.create_schedule(body | {"name": "bad", "concurrency_key": {"key": "{target.x}"}})
+    assert err.value.status == 400 and "concurrency_key.key" in err.value.detail
