@@ -152,6 +152,25 @@ def quota_message(actor: Principal, cap: int | None) -> str:
     return f"tenant {actor.tenant.slug} has reached its limit of {cap} active schedules"
 
 
+def _relations_known(schedule: Schedule, *, no_upstreams: bool, no_calendars: bool) -> Schedule:
+    """Tell a schedule just created that it has no upstreams / no calendars, so that the
+    answer and the audit snapshot (`depends_on.all()`, `calendar_links.all()`) do not ask
+    the database for what this request just wrote (a query each per schedule answered).
+    A schedule created with some reads them (in the order the database keeps)."""
+    known: dict[str, Any] = {}
+    if no_upstreams:
+        known["depends_on"] = _evaluated(Schedule.objects.none(), [])
+    if no_calendars:
+        known["calendar_links"] = _evaluated(schedule.calendar_links.none(), [])
+    schedule._prefetched_objects_cache = known  # type: ignore[attr-defined]
+    return schedule
+
+
+def _evaluated(queryset: Any, rows: list[Any]) -> Any:
+    queryset._result_cache = rows  # evaluated: iterating it compiles no SQL
+    return queryset
+
+
 def _store(schedule: Schedule, spec: ScheduleSpec) -> None:
     for key, value in spec.values.items():
         setattr(schedule, key, value)
@@ -189,4 +208,12 @@ def save_unique(
 
 
 def _save_unique(schedule: Schedule, **kwargs: Any) -> None:
-    save_unique(schedule, _UNIQUE_VIOLATIONS, **kwargs)
+    """Save, a unique violation raised as its field error. Called inside the caller's
+    transaction.atomic (schedule_create, schedule_update), which the error leaves and so
+    rolls back: no savepoint of its own (two round trips on every create and edit)."""
+    assert transaction.get_connection().in_atomic_block  # noqa: S101 - see above
+    try:
+        schedule.save(**kwargs)
+    except IntegrityError as exc:
+        _raise_unique_violation(exc)
+        raise

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from psycopg.types.json import Jsonb
 
 from config.middleware import request_id_var
@@ -23,18 +23,15 @@ from dispatch.schedule_fields import clean_schedule, partition_for
 from dispatch.services.common import (
     WAKE_CHANNEL,
     WAKE_HORIZON,
-    _audit,
     _check_quota,
-    _event,
     _quota_room,
-    _raise_unique_violation,
-    _store,
-    _wake_beat,
+    _relations_known,
     quota_message,
     schedule_snapshot,
 )
 from dispatch.sql import sql
 from dispatch.states import AuditAction, EventData, EventKind
+from dispatch.targets.http import urls_checked_once
 from tenants.roles import Principal
 
 # Jobs per POST /v1/jobs:batch, all written in one transaction (one chunk): about
@@ -60,17 +57,15 @@ def job_create(*, actor: Principal, data: dict[str, Any]) -> tuple[Schedule, boo
         existing = _job_by_key(actor, key)
         if existing is not None:
             return _same_job(existing, digest), False
-    try:
-        return _job_insert(actor=actor, data=data, digest=digest), True
-    except IntegrityError as exc:
-        # Lost a race with a concurrent request carrying the same key (its
-        # default name collides first, or the key itself does).
-        if key:
-            existing = _job_by_key(actor, key)
-            if existing is not None:
-                return _same_job(existing, digest), False
-        _raise_unique_violation(exc)
-        raise
+    job = _job_insert(actor=actor, data=data, digest=digest)
+    if job is not None:
+        return job, True
+    # Lost a race with a concurrent request carrying the same key (its default name
+    # collides first, or the key itself does), or the name is another schedule's.
+    existing = _job_by_key(actor, key) if key else None
+    if existing is not None:
+        return _same_job(existing, digest), False
+    raise InvalidSchedule.field("name", "a schedule with this name already exists")
 
 
 def _job_by_key(actor: Principal, key: str) -> Schedule | None:
@@ -99,50 +94,34 @@ def _job_build(*, actor: Principal, data: dict[str, Any], digest: str, now: date
     if fields.get("run_at") is None:
         fields["run_at"] = now
     spec = clean_schedule(tenant=actor.tenant, data=fields, schedule_id=schedule_id)
-    schedule = Schedule(
+    # Every value given to the constructor at once: a model takes the defaults only of
+    # the fields it is not given, and a batch builds 1,000 of them.
+    return Schedule(
         id=schedule_id,
         tenant=actor.tenant,
         partition=partition_for(schedule_id),
         created_by=actor.label,
         idempotency_key=key,
         request_digest=digest,
+        next_run_at=spec.values["run_at"],
+        **spec.values,
     )
-    _store(schedule, spec)
-    schedule.next_run_at = schedule.run_at
-    return schedule
 
 
 def _no_upstreams(schedule: Schedule) -> Schedule:
-    # A job has no depends_on: say so to the output's `depends_on.all()` instead of
-    # letting it ask the database (one query per job answered).
-    none = Schedule.objects.none()
-    none._result_cache = []  # evaluated: iterating it compiles no SQL
-    schedule._prefetched_objects_cache = {"depends_on": none}  # type: ignore[attr-defined]
-    return schedule
+    # A job has no depends_on (nor calendars: a one-off reads none).
+    return _relations_known(schedule, no_upstreams=True, no_calendars=False)
 
 
 @transaction.atomic
-def _job_insert(*, actor: Principal, data: dict[str, Any], digest: str) -> Schedule:
+def _job_insert(*, actor: Principal, data: dict[str, Any], digest: str) -> Schedule | None:
+    """The job inserted with its audit row, its event and the beat's wake-up in one
+    statement (a batch's, of one job); None if a unique key was taken first."""
     now = db_now()
     schedule = _job_build(actor=actor, data=data, digest=digest, now=now)
     _check_quota(actor)
-    # A unique-key race surfaces as IntegrityError to job_create, which re-reads.
-    schedule.save(force_insert=True)
-    audit = _audit(
-        actor,
-        AuditAction.JOB_CREATE,
-        schedule,
-        after=schedule_snapshot(schedule) | {"idempotency_key": schedule.idempotency_key},
-    )
-    _event(
-        schedule,
-        EventKind.CREATED,
-        f"one-off job created by {actor.label}",
-        actor=actor,
-        audit=audit,
-    )
-    _wake_beat(schedule, now=now)
-    return _no_upstreams(schedule)
+    saved = _insert_jobs(actor, [schedule], message=f"one-off job created by {actor.label}")
+    return _no_upstreams(saved[schedule.id]) if saved else None
 
 
 # --- POST /v1/jobs:batch ---------------------------------------------------------------
@@ -174,7 +153,8 @@ def job_create_batch(
     """
     if len(items) > BATCH_MAX:
         raise InvalidSchedule.field("jobs", f"at most {BATCH_MAX} jobs per request")
-    with transaction.atomic():
+    # The items' targets mostly share a URL: each distinct one is checked once.
+    with transaction.atomic(), urls_checked_once():
         return _batch(actor, items)
 
 
@@ -205,7 +185,9 @@ def _batch(actor: Principal, items: list[dict[str, Any] | AppError]) -> list[Bat
             over = QuotaExceeded(quota_message(actor, cap))
             results[i] = BatchResult(over.status, error=over)
             del fresh[i]
-    saved = _insert_jobs(actor, list(fresh.values()))
+    saved = _insert_jobs(
+        actor, list(fresh.values()), message=f"one-off job created by {actor.label} (batch)"
+    )
     lost = {i: job for i, job in fresh.items() if job.id not in saved}
     if lost:
         # Beaten to a key by a concurrent request (same or other body), or a name in use.
@@ -244,7 +226,9 @@ def _same_result(existing: Schedule, digest: str) -> BatchResult:
         return BatchResult(exc.status, error=exc)
 
 
-def _insert_jobs(actor: Principal, jobs: list[Schedule]) -> dict[uuid.UUID, Schedule]:
+def _insert_jobs(
+    actor: Principal, jobs: list[Schedule], *, message: str
+) -> dict[uuid.UUID, Schedule]:
     """Insert `jobs` (skipping any that would violate a unique key), one audit row
     each (as POST /v1/jobs writes: the audit log reads alike) and their timeline
     events, in one statement; returns the inserted ones by id."""
@@ -287,7 +271,7 @@ def _insert_jobs(actor: Principal, jobs: list[Schedule]) -> dict[uuid.UUID, Sche
             "action": str(AuditAction.JOB_CREATE),
             "request_id": request_id_var.get(),
             "event_kind": str(EventKind.CREATED),
-            "message": f"one-off job created by {actor.label} (batch)",
+            "message": message,
             "audit_key": str(EventData.AUDIT_ID),
             "channel": WAKE_CHANNEL,
             "wake_s": WAKE_HORIZON.total_seconds(),

@@ -27,6 +27,7 @@ from dispatch.services.common import (
     _event,
     _first_run,
     _live,
+    _relations_known,
     _save_unique,
     _store,
     _wake_beat,
@@ -135,6 +136,7 @@ def schedule_create(
         schedule.depends_on.set(spec.depends_on)
     if calendars:
         store_calendar_links(schedule, calendars)
+    _relations_known(schedule, no_upstreams=not spec.depends_on, no_calendars=not calendars)
     audit = _audit(
         actor,
         AuditAction.SCHEDULE_CREATE,

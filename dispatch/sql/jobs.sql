@@ -8,14 +8,14 @@
 -- A job due within the wake horizon wakes the beats once (any wake-up makes a beat look).
 WITH v AS (
     SELECT *
-    FROM unnest(%(ids)s::uuid[], %(names)s::text[], %(kinds)s::text[], %(crons)s::text[],
-                %(timezones)s::text[], %(run_ats)s::timestamptz[], %(targets)s::jsonb[],
-                %(retries)s::jsonb[], %(timeouts)s::int[], %(priorities)s::text[],
-                %(durations)s::text[], %(overlaps)s::text[], %(misfires)s::text[],
-                %(graces)s::int[], %(catch_ups)s::int[], %(jitters)s::int[],
-                %(keys)s::text[], %(digests)s::text[], %(next_runs)s::timestamptz[],
-                %(partitions)s::int[], %(snapshots)s::jsonb[], %(delete_afters)s::interval[],
-                %(ckeys)s::jsonb[])
+    FROM unnest(%(ids)b::uuid[], %(names)b::text[], %(kinds)b::text[], %(crons)b::text[],
+                %(timezones)b::text[], %(run_ats)b::timestamptz[], %(targets)b::jsonb[],
+                %(retries)b::jsonb[], %(timeouts)b::int[], %(priorities)b::text[],
+                %(durations)b::text[], %(overlaps)b::text[], %(misfires)b::text[],
+                %(graces)b::int[], %(catch_ups)b::int[], %(jitters)b::int[],
+                %(keys)b::text[], %(digests)b::text[], %(next_runs)b::timestamptz[],
+                %(partitions)b::int[], %(snapshots)b::jsonb[], %(delete_afters)b::interval[],
+                %(ckeys)b::jsonb[])
          AS v(id, name, kind, cron, timezone, run_at, target, retry, timeout_s, priority,
               duration_class, overlap, misfire, misfire_grace_s, catch_up_limit, jitter_s,
               idempotency_key, request_digest, next_run_at, partition, snapshot, delete_after,

@@ -22,6 +22,8 @@ import socket
 import ssl
 import threading
 import time
+from collections.abc import Iterator
+from contextvars import ContextVar
 from datetime import UTC
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -78,9 +80,37 @@ def _latin1(value: str) -> bool:
     return True
 
 
+# URLs one request already accepted, by (url, the tenant's allow-list, field), while
+# `urls_checked_once()` is open: the 1,000 targets of a POST /v1/jobs:batch mostly share
+# a URL, and its verdict (shape, then the save-time SSRF guard, which resolves no name)
+# depends on nothing else. Per request only: the guard's settings are read afresh by
+# the next one. A refused URL is not kept: each item naming it is refused on its own.
+_ACCEPTED: ContextVar[set[tuple[str, str, str]] | None] = ContextVar("urls_accepted", default=None)
+
+
+@contextlib.contextmanager
+def urls_checked_once() -> Iterator[None]:
+    token = _ACCEPTED.set(set())
+    try:
+        yield
+    finally:
+        _ACCEPTED.reset(token)
+
+
 def clean_url(url: str, *, tenant: Tenant, field: str = "target.url") -> str:
     """A tenant-supplied http(s) URL checked for shape and by the save-time SSRF guard
     (targets, and the alert channels' webhooks); `field` names it in errors."""
+    accepted = _ACCEPTED.get()
+    if accepted is None:
+        return _check_url(url, tenant=tenant, field=field)
+    key = (url, json.dumps(tenant.egress_allow), field)
+    if key not in accepted:
+        _check_url(url, tenant=tenant, field=field)
+        accepted.add(key)
+    return url
+
+
+def _check_url(url: str, *, tenant: Tenant, field: str) -> str:
     try:
         parts = urlsplit(url)
         port = parts.port

@@ -50,10 +50,12 @@ def test_constraint_name_comes_from_the_database_diagnostics(tenant: Tenant) -> 
 def test_unique_violations_become_the_field_errors_users_see(tenant: Tenant) -> None:
     first = _schedule(tenant, "nightly")
     first.save(force_insert=True)
-    with pytest.raises(InvalidSchedule) as by_name:
+    # Inside a transaction.atomic each, as schedule_create and schedule_update call it
+    # (it takes no savepoint of its own: the caller's block rolls back).
+    with pytest.raises(InvalidSchedule) as by_name, transaction.atomic():
         services._save_unique(_schedule(tenant, "nightly"), force_insert=True)
     assert by_name.value.detail == {"name": ["a schedule with this name already exists"]}
-    with pytest.raises(InvalidSchedule) as by_id:
+    with pytest.raises(InvalidSchedule) as by_id, transaction.atomic():
         services._save_unique(_schedule(tenant, "other", id=first.id), force_insert=True)
     assert by_id.value.detail == {"id": ["this form was already submitted; reload it"]}
 

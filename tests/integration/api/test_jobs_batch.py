@@ -127,10 +127,10 @@ def test_a_thousand_jobs_fit_in_one_request_with_a_fixed_number_of_queries(
         res = api.post("/v1/jobs:batch", raw, content_type="application/json")
     assert res.status_code == 200, res.content
     assert res.json()["created"] == BATCH_MAX
-    # Set-based: auth, the key lookup, now(), the quota lock and count, one INSERT of
-    # the jobs, their read-back, one INSERT of audit rows, one of events, one NOTIFY,
-    # the savepoint pair; never one statement per job.
-    assert len(captured.captured_queries) <= 14, [q["sql"][:80] for q in captured]
+    # Set-based: the token, the key lookup, now(), the quota lock and count, one
+    # statement for the jobs with their audit rows, events and wake-up, the savepoint
+    # pair; never one statement per job.
+    assert len(captured.captured_queries) <= 8, [q["sql"][:80] for q in captured]
     assert Schedule.objects.filter(tenant=tenant).count() == BATCH_MAX
     assert AuditEvent.objects.filter(tenant=tenant, action="job.create").count() == BATCH_MAX
     assert ExecutionEvent.objects.filter(tenant=tenant, kind="created").count() == BATCH_MAX
@@ -186,3 +186,73 @@ def test_concurrent_batches_with_overlapping_keys_create_each_job_once(
     assert all(set(statuses) <= {200, 201} for _, statuses in results), results
     assert sum(statuses.count(201) for _, statuses in results) == 40
     assert Schedule.objects.filter(tenant=tenant).count() == 40
+
+
+@pytest.mark.django_db
+def test_a_refused_url_is_refused_in_every_item_that_names_it(
+    api: APIClient, tenant: Tenant
+) -> None:
+    # Each distinct URL is checked once per request; a refused one is not remembered
+    # as checked: every item naming it is refused, naming its own path.
+    metadata = {"type": "http", "url": "http://169.254.169.254/latest/meta-data"}
+    loopback = {"type": "http", "url": "http://127.0.0.1:8080/admin"}
+    jobs = [
+        job("ok-0"),
+        job("meta-1", target=metadata),
+        job("ok-2", target=TARGET | {"body": {"n": 2}}),
+        job("loop-3", target=loopback),
+        job("meta-4", target=metadata | {"body": "again"}),
+        job("ok-5"),
+    ]
+    res = batch(api, jobs).json()
+    assert [r["status"] for r in res["results"]] == [201, 400, 201, 400, 400, 201]
+    for index in (1, 3, 4):
+        detail = res["results"][index]["error"]["detail"]
+        assert list(detail) == [f"jobs[{index}].target.url"], detail
+    # Nothing of a refused item is stored: no job, no audit row, no event.
+    stored = set(Schedule.objects.filter(tenant=tenant).values_list("idempotency_key", flat=True))
+    assert stored == {"ok-0", "ok-2", "ok-5"}
+    assert AuditEvent.objects.filter(tenant=tenant, action="job.create").count() == 3
+    assert ExecutionEvent.objects.filter(tenant=tenant, kind="created").count() == 3
+
+
+@pytest.mark.django_db
+def test_a_url_accepted_by_one_request_is_checked_again_by_the_next(
+    api: APIClient, tenant: Tenant
+) -> None:
+    # The per-request memory of accepted URLs ends with the request: once the tenant's
+    # allow-list no longer admits the private address, the next batch refuses it.
+    private = {"type": "http", "url": "http://10.20.30.40/hook"}
+    Tenant.objects.filter(pk=tenant.pk).update(egress_allow=["10.20.30.0/24"])
+    first = batch(api, [job("p-0", target=private), job("p-1", target=private)]).json()
+    assert [r["status"] for r in first["results"]] == [201, 201]
+    Tenant.objects.filter(pk=tenant.pk).update(egress_allow=[])
+    second = batch(api, [job("p-2", target=private)]).json()
+    assert [r["status"] for r in second["results"]] == [400]
+    assert list(second["results"][0]["error"]["detail"]) == ["jobs[0].target.url"]
+    assert Schedule.objects.filter(tenant=tenant).count() == 2
+
+
+@pytest.mark.django_db
+def test_mixed_batch_answers_each_key_by_its_stored_body(api: APIClient, tenant: Tenant) -> None:
+    first = batch(api, [job(f"m{n}", target=TARGET | {"body": {"n": n}}) for n in range(4)])
+    assert first.json()["created"] == 4
+    jobs = [
+        job("m0", target=TARGET | {"body": {"n": 0}}),  # same body: 200, the same job
+        job("m1", target=TARGET | {"body": {"n": 99}}),  # other body: 409
+        job("m4", target=TARGET | {"body": {"n": 4}}),  # new: 201
+        job("m5", target={"type": "http", "url": "gopher://x.internal/"}),  # invalid: 400
+        job("m3", target=TARGET | {"body": {"n": 3}}),  # same body: 200
+    ]
+    res = batch(api, jobs).json()
+    assert [r["status"] for r in res["results"]] == [200, 409, 201, 400, 200]
+    ids = {r["idempotency_key"]: r["job"]["id"] for r in first.json()["results"]}
+    assert res["results"][0]["job"]["id"] == ids["m0"]
+    assert res["results"][4]["job"]["id"] == ids["m3"]
+    assert list(res["results"][1]["error"]["detail"]) == ["jobs[1].idempotency_key"]
+    assert list(res["results"][3]["error"]["detail"]) == ["jobs[3].target.url"]
+    # The conflicting item changed nothing stored under its key; the invalid one stored nothing.
+    m1 = Schedule.objects.get(tenant=tenant, idempotency_key="m1")
+    assert m1.target["body"] == {"n": 1}
+    assert not Schedule.objects.filter(tenant=tenant, idempotency_key="m5").exists()
+    assert Schedule.objects.filter(tenant=tenant).count() == 5

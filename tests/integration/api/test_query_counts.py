@@ -83,3 +83,29 @@ def test_token_list_queries_do_not_grow_with_rows(
     for n in range(1, 11):
         tenant_services.token_issue(tenant=tenant, name=f"extra-{n}", role=Role.VIEWER)
     assert _queries(client, "/v1/tokens", 12) == few
+
+
+@pytest.mark.django_db
+def test_single_writes_take_a_fixed_small_number_of_statements(
+    api: APIClient, tenant: Tenant
+) -> None:
+    # POST /v1/jobs: the token, the key lookup, now(), the quota lock and count, one
+    # statement for the job with its audit row, event and wake-up (the batch's), and
+    # the transaction's pair. POST /v1/schedules: the same less the key lookup, with its
+    # three INSERTs; no savepoint of its own and no re-read of the relations it wrote.
+    target = {"type": "http", "url": "https://notify.internal/remind"}
+    api.get("/v1/jobs")  # warm: the token's last-use write is once a minute, not per call
+    job = {"run_at": "2030-09-26T09:00:00Z", "target": target, "idempotency_key": "one"}
+    with CaptureQueriesContext(connection) as single:
+        res = api.post("/v1/jobs", job, format="json")
+    assert res.status_code == 201, res.content
+    assert len(single.captured_queries) <= 8, [q["sql"][:70] for q in single]
+    assert not any("tenants_servicetoken" in q["sql"] and "UPDATE" in q["sql"] for q in single)
+    body = {"name": "nightly", "cron": "0 3 * * *", "timezone": "UTC", "target": target}
+    with CaptureQueriesContext(connection) as schedule:
+        res = api.post("/v1/schedules", body, format="json")
+    assert res.status_code == 201, res.content
+    assert res.json()["depends_on"] == [] and res.json()["exclude_calendars"] == []
+    assert len(schedule.captured_queries) <= 9, [q["sql"][:70] for q in schedule]
+    # One savepoint: the service's own atomic block (inside the test's transaction).
+    assert sum(q["sql"].startswith("SAVEPOINT") for q in schedule) == 1
