@@ -35,7 +35,8 @@ DELETE_MAX_ROWS = 10_000
 # Kept: post_migrate re-creates exactly these rows after a flush.
 KEPT = frozenset({"django_content_type", "auth_permission"})
 
-_django_fixture_teardown = TransactionTestCase._fixture_teardown
+# Private Django API (not in the stubs): the method `flush` is called from.
+_django_fixture_teardown: Any = getattr(TransactionTestCase, "_fixture_teardown")  # noqa: B009
 
 
 def _delete_guarded(cursor: Any) -> set[str]:
@@ -78,7 +79,7 @@ def empty_tables(alias: str) -> bool:
     return True
 
 
-def _fixture_teardown(self: TransactionTestCase) -> None:
+def _fixture_teardown(self: Any) -> None:
     if self.available_apps is not None or self.serialized_rollback:
         _django_fixture_teardown(self)
         return
@@ -95,4 +96,4 @@ def _fixture_teardown(self: TransactionTestCase) -> None:
 
 def install() -> None:
     """Use the quick reset for every transactional test of the session."""
-    TransactionTestCase._fixture_teardown = _fixture_teardown  # type: ignore[method-assign]
+    setattr(TransactionTestCase, "_fixture_teardown", _fixture_teardown)  # noqa: B010
