@@ -78,7 +78,7 @@ WITH due AS (
            'removed by retention: delete_after ' || g.delete_after::text
                || ' passed since its run ended at '
                || to_char(g.ended AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') || ' UTC',
-           jsonb_build_object('audit_id', a.id, 'delete_after_s', EXTRACT(EPOCH FROM g.delete_after)),
+           jsonb_build_object('delete_after_s', EXTRACT(EPOCH FROM g.delete_after), 'audit_id', a.id),
            'retention'
     FROM gone g JOIN audits a ON a.object_id = g.id::text
 )
