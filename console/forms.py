@@ -335,15 +335,15 @@ class ScheduleForm(forms.Form):
         )
         zone = cron.get_zone(schedule.timezone)
 
-        def local(value: datetime | None) -> str:
+        def wall(value: datetime | None) -> str:
             if value is None:
                 return ""
             return value.astimezone(zone).replace(tzinfo=None).isoformat(timespec="minutes")
 
         return fields | {
             "cron": "\n".join(spec_line(spec) for spec in specs),
-            "start_at": local(start_at),
-            "end_at": local(end_at),
+            "start_at": wall(start_at),
+            "end_at": wall(end_at),
             "run_at": run_at,
             # timeout_s has its own field: the JSON shows the rest of the target.
             "target": json.dumps(
