@@ -6,6 +6,7 @@ into a picker into the ids the services take (a read, through the selectors)."""
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from datetime import datetime
 from typing import Any
@@ -66,6 +67,8 @@ ERROR_FIELDS = {
     "concurrency_key.key": "ckey_key",
     "concurrency_key.limit": "ckey_limit",
     "concurrency_key.on_conflict": "ckey_on_conflict",
+    "start_at": "start_at",
+    "end_at": "end_at",
 }
 
 
@@ -100,9 +103,42 @@ def read_seed(value: str) -> uuid.UUID | None:
         return None
 
 
+_SPEC_ERROR_RE = re.compile(r"^specs\[(\d+)\](?:\.(\w+))?$")
+_INTERVAL_RE = re.compile(r"^every\s+(\S+)\s+from\s+(\S+)$")
+
+
+def spec_line(spec: cron.Spec) -> str:
+    """One line of the form's specs field: a cron expression or 'every … from …'."""
+    if spec.cron is not None:
+        return spec.cron
+    return f"every {spec.every} from {spec.anchor}"
+
+
+def line_spec(line: str) -> dict[str, Any]:
+    """A line of the specs field as an API spec; a malformed interval line is sent as
+    is so the service names the line's `every`."""
+    if not line.startswith("every"):
+        return {"cron": line}
+    match = _INTERVAL_RE.match(line)
+    if match is None:
+        return {"every": line.removeprefix("every").strip(), "anchor": None}
+    return {"every": match.group(1), "anchor": match.group(2)}
+
+
+def error_label(key: str) -> str:
+    """An error key as the form shows it: `specs[1].every` is line 2 of the specs field."""
+    match = _SPEC_ERROR_RE.match(key)
+    if match is None:
+        return key
+    part = f" ({match.group(2)})" if match.group(2) else ""
+    return f"specs, line {int(match.group(1)) + 1}{part}"
+
+
 def field_for_error(key: str) -> str | None:
     if key in ERROR_FIELDS:
         return ERROR_FIELDS[key]
+    if key == "specs" or _SPEC_ERROR_RE.match(key):
+        return "cron"
     if key.startswith("target."):
         return "target"
     return None
@@ -156,9 +192,25 @@ class ScheduleForm(forms.Form):
         choices=[("cron", "recurring (cron)"), ("once", "one-off")], initial="cron"
     )
     cron = forms.CharField(
-        max_length=200,
+        max_length=5000,
         required=False,
-        help_text="recurring only: 5 fields; H, H(a-b), H/n and @hourly…@yearly allowed",
+        label="Cron / specs (one per line)",
+        widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}),
+        help_text="recurring only: one spec per line, their runs united — a cron expression "
+        "(5 fields; H, H(a-b), H/n and @hourly…@yearly allowed) or an interval "
+        "'every 90m from 2026-01-01T00:15' (elapsed time from a wall time in the time zone)",
+    )
+    start_at = forms.CharField(
+        required=False,
+        label="Start (optional)",
+        help_text="recurring only: no run before this time (inclusive), in the schedule's time zone",
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local", "step": "60"}),
+    )
+    end_at = forms.CharField(
+        required=False,
+        label="End (optional)",
+        help_text="recurring only: no run at or after this time (exclusive); then no next run",
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local", "step": "60"}),
     )
     run_at = forms.CharField(
         required=False,
@@ -272,7 +324,11 @@ class ScheduleForm(forms.Form):
         form may show them (no JS, no CSS :has), but their values mean nothing here."""
         if not self.is_bound:
             return set()
-        ignored = {"run_at"} if self.data.get("kind", "cron") == "cron" else {"cron", "max_runs"}
+        ignored = (
+            {"run_at"}
+            if self.data.get("kind", "cron") == "cron"
+            else {"cron", "start_at", "end_at", "max_runs"}
+        )
         if self.data.get("misfire") != "catch_up":
             ignored.add("catch_up_limit")
         return ignored
@@ -291,7 +347,7 @@ class ScheduleForm(forms.Form):
 
     LIVE_FIELDS = (
         "name", "kind", "cron", "run_at", "timezone", "jitter_s", "target",
-        "exclude_calendars", "only_calendars",
+        "exclude_calendars", "only_calendars", "start_at", "end_at",
     )  # fmt: skip
 
     def live(self, url: str) -> None:
@@ -316,8 +372,20 @@ class ScheduleForm(forms.Form):
             local = schedule.run_at.astimezone(cron.get_zone(schedule.timezone))
             run_at = local.replace(tzinfo=None).isoformat(timespec="seconds")
         fields = selectors.schedule_fields(schedule)
+        specs, start_at, end_at = (
+            cron.decompose(schedule.cron) if schedule.cron else ([], None, None)
+        )
+        zone = cron.get_zone(schedule.timezone)
+
+        def wall(value: datetime | None) -> str:
+            if value is None:
+                return ""
+            return value.astimezone(zone).replace(tzinfo=None).isoformat(timespec="minutes")
+
         return fields | {
-            "cron": schedule.cron,
+            "cron": "\n".join(spec_line(spec) for spec in specs),
+            "start_at": wall(start_at),
+            "end_at": wall(end_at),
             "run_at": run_at,
             # timeout_s has its own field: the JSON shows the rest of the target.
             "target": json.dumps(
@@ -390,6 +458,20 @@ class ScheduleForm(forms.Form):
         kind = data.get("kind")
         if kind == "cron" and not (data.get("cron") or "").strip():
             self.add_error("cron", "cron: is required for a recurring schedule")
+        if kind == "cron":
+            try:
+                zone = cron.get_zone(data.get("timezone") or "UTC")
+            except cron.CronError:
+                zone = ZoneInfo("UTC")
+            for key in ("start_at", "end_at"):
+                raw = (data.get(key) or "").strip()
+                if not raw:
+                    data[f"{key}_instant"] = None
+                    continue
+                try:
+                    data[f"{key}_instant"] = parse_local(raw, zone)
+                except ValueError as exc:
+                    self.add_error(key, f"{key}: is not a date and time in range ({exc})")
         if kind == "once":
             raw = (data.get("run_at") or "").strip()
             if not raw:
@@ -449,7 +531,14 @@ class ScheduleForm(forms.Form):
             data["run_at"] = d.get("run_at_instant")
             data["cron"] = None
         else:
-            data["cron"] = (d.get("cron") or "").strip()
+            lines = [line.strip() for line in (d.get("cron") or "").splitlines() if line.strip()]
+            if len(lines) == 1 and not lines[0].startswith("every"):
+                data["cron"] = lines[0]  # one cron: errors say "cron", as before specs
+            else:
+                data["cron"] = None
+                data["specs"] = [line_spec(line) for line in lines]
+            data["start_at"] = d.get("start_at_instant")
+            data["end_at"] = d.get("end_at_instant")
             data["run_at"] = None
             data["max_runs"] = d.get("max_runs")
         return data

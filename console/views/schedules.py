@@ -82,7 +82,7 @@ def _apply_errors(form: console_forms.ScheduleForm, exc: DispatchError) -> None:
         target = console_forms.field_for_error(key)
         for message in messages:
             if target and target in form.fields:
-                form.add_error(target, f"{key}: {message}")
+                form.add_error(target, f"{console_forms.error_label(key)}: {message}")
             else:
                 unplaced = True
     if unplaced or not exc.detail:
@@ -192,9 +192,9 @@ def schedule_preview(
                 tenant=principal.tenant, data=data, schedule_id=seed, existing=schedule
             )
         except InvalidSchedule as exc:
-            ctx["errors"] = [f"{k}: {m}" for k, ms in exc.detail.items() for m in ms] or [
-                exc.message
-            ]
+            ctx["errors"] = [
+                f"{console_forms.error_label(k)}: {m}" for k, ms in exc.detail.items() for m in ms
+            ] or [exc.message]
         else:
             ctx.update(
                 selectors.definition_preview(

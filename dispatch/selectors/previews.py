@@ -64,7 +64,12 @@ def definition_preview(
         text = cron_text(expr, seed=seed)
         out["description"] = text.description
         out["resolved"] = text.resolved if text.resolved != expr else ""
-        out["hashed"] = "h" in expr.lower().replace("@hourly", "")
+        # An H in a cron spec (an interval's "1h" is not one).
+        out["hashed"] = any(
+            "h" in spec.cron.lower().replace("@hourly", "")
+            for spec in cron.decompose(expr)[0]
+            if spec.cron is not None
+        )
         occurrences = cron.preview(
             expr,
             tz,

@@ -38,7 +38,13 @@ class Schedule(Model):
     id: str = ""
     name: str = ""
     kind: str | None = None  # "cron" | "once"
+    # One cron spec without bounds: the expression; else the whole timing text
+    # ("<spec> | <spec> | start_at <instant> | end_at <instant>"), which preview takes.
     cron: str | None = None
+    # [{"cron": "0 6 * * 1-5"}, {"every": "1h30m", "anchor": "2026-01-01T00:15:00"}]
+    specs: list[dict[str, str]] | None = None
+    start_at: str | None = None  # inclusive
+    end_at: str | None = None  # exclusive; after it next_run_at is None
     run_at: str | None = None
     timezone: str | None = None
     target: dict[str, Any] | None = None

@@ -87,6 +87,16 @@ def test_preview_needs_no_server(home: Path) -> None:
     assert schedctl("preview", "0 9 * * *", "--tz", "Mars/Olympus").code == 2
 
 
+def test_preview_takes_a_whole_timing_text(home: Path) -> None:
+    # What a multi-spec schedule's `cron` holds: the specs united, bounds applied.
+    timing = "0 9 * * * | every 90m from 2026-03-29T00:15:00 | end_at 2026-03-29T03:00:00Z"
+    run = schedctl("preview", timing, "--tz", "Europe/Amsterdam", "--after", "2026-03-28T22:00:00Z", "--count", "5", "--json")  # fmt: skip
+    assert run.code == 0, run.err
+    got = [o["scheduled_for"] for o in run.json()["next_runs"]]
+    # 00:15 and 01:45 CET, then 90 elapsed minutes later 04:15 CEST; end_at stops it.
+    assert got == ["2026-03-28T23:15:00Z", "2026-03-29T00:45:00Z", "2026-03-29T02:15:00Z"]
+
+
 def test_login_saves_a_private_config_and_never_prints_the_token(
     db: Any, server: WebServer, home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -88,7 +88,10 @@ def test_edit_saves_a_new_version_and_a_stale_version_is_refused(world: World) -
     client = world.client("operator")
     sid = world.schedule.id
     page = text(client.get(f"/schedules/{sid}/edit"))
-    assert 'value="0 0 * * *"' in page and 'name="version"' in page
+    # The specs field is a textarea, one spec per line.
+    assert (
+        re.search(r'name="cron"[^>]*>\s*0 0 \* \* \*</textarea>', page) and 'name="version"' in page
+    )
     response = client.post(
         f"/schedules/{sid}/edit", form_data(name="nightly", cron="15 1 * * *", version="1")
     )

@@ -10,7 +10,9 @@ due_at, none missing, none twice — and each must have run once.
 
 Schedules: a fixed hour inside the gap or the repeated hour, wildcard hours (`*/30`,
 `0 *`), hashed (`H h`, `H/30`) and a wildcard one whose transition day an exclude
-calendar closes. Interval schedules do not exist yet and are not covered.
+calendar closes; and intervals (elapsed time): every 30m from a midnight months
+before, and every 90m anchored three hours before the transition, whose second run
+lands on the transition instant although the wall clock says one hour more or less.
 
 Independent of the real time of day: every instant here is the faked database's.
 """
@@ -35,6 +37,8 @@ pytestmark = [
 
 def _case(name: str, zone: str, transition: datetime, hour: int, *, spring: bool) -> Case:
     fixed = f"30 {hour} * * *" if spring else f"0 {hour} * * *"
+    # Three hours before the transition, in ordinary time: two 90-minute steps reach it.
+    anchor = (transition - timedelta(hours=3)).astimezone(ZoneInfo(zone)).replace(tzinfo=None)
     return Case(
         name=name,
         zone=zone,
@@ -46,6 +50,14 @@ def _case(name: str, zone: str, transition: datetime, hour: int, *, spring: bool
             "hashed": {"cron": f"H {hour} * * *"},
             "hashed_wild": {"cron": "H/30 * * * *"},
             "closed": {"cron": "0 * * * *", "exclude_calendars": ["closed"]},
+            "interval_30m": {
+                "cron": None,
+                "specs": [{"every": "30m", "anchor": "2026-01-01T00:00:00"}],
+            },
+            "interval_90m": {
+                "cron": None,
+                "specs": [{"every": "90m", "anchor": anchor.isoformat()}],
+            },
         },
         closed_dates=[transition.astimezone(ZoneInfo(zone)).date().isoformat()],
     )
@@ -113,6 +125,9 @@ def test_dst_policy_at_the_transition(outcomes: dict[str, Outcome], case: str) -
     assert ran_at["half_hourly"] == [at]
     assert ran_at["hourly"] == [at]
     assert ran_at["closed"] == []
+    # Intervals count elapsed time: both run at the transition instant itself.
+    assert ran_at["interval_30m"] == [at]
+    assert ran_at["interval_90m"] == [at]
     if case.endswith("spring"):
         # The nonexistent 02:30 (and any hashed minute of the skipped hour) runs once,
         # at the first instant after the gap; so do both of H/30's skipped minutes
