@@ -104,8 +104,11 @@ class Admission:
                     ids=[p.id for p in to_send],
                     attempts=[p.attempt for p in to_send],
                     queues=[p.queue for p in to_send],
-                    # A first attempt takes its key; a retry keeps the one it holds.
-                    ckeys=[p.ckey[0] if p.ckey and p.chain_start else None for p in to_send],
+                    # A first attempt takes its schedule's key ("": none — a re-run's row
+                    # drops the key of its earlier chain); a retry keeps the one it holds.
+                    ckeys=[
+                        (p.ckey[0] if p.ckey else "") if p.chain_start else None for p in to_send
+                    ],
                     numbers=numbers,
                 )
             for reason, items in over_quota.items():

@@ -29,7 +29,10 @@ def schedule_trigger(*, actor: Principal, schedule_id: uuid.UUID | str) -> Execu
     executions in flight (IN_FLIGHT_STATES: queued + running) at the limit the
     trigger is refused with 429 (and the refusal audited). An accepted run is
     `scheduled` and the beat admits it under the same cap. The schedule's
-    overlap policy applies to accepted triggers as it does to timed ones.
+    overlap policy applies to accepted triggers as it does to timed ones, and so
+    does its concurrency key: the beat decides it at admission like any
+    occurrence's (queue: held until a holder ends; skip; replace) — a manual run
+    is no way around "never two invoice runs for one customer".
     """
     execution, limit = _trigger(actor=actor, schedule_id=schedule_id)
     if execution is None:

@@ -360,9 +360,9 @@ SET state = 'queued', queue = v.queue,
     published_at = clock_timestamp(),
     reason_code = CASE WHEN e.reason_code LIKE 'held_%%' THEN '' ELSE e.reason_code END,
     reason = CASE WHEN e.reason_code LIKE 'held_%%' THEN '' ELSE e.reason END,
-    -- The key it now holds (admission decided it has room); NULL: keep what it has (none,
-    -- or a retry's, which still holds the key its run was admitted with).
-    concurrency_key = COALESCE(v.ckey, e.concurrency_key)
+    -- The key it now holds (admission decided it has room; '': none); NULL: keep what it
+    -- has (a retry's, which still holds the key its run was admitted with).
+    concurrency_key = CASE WHEN v.ckey IS NULL THEN e.concurrency_key ELSE NULLIF(v.ckey, '') END
 FROM unnest(%(ids)s::uuid[], %(attempts)s::int[], %(queues)s::text[], %(ckeys)s::text[])
      AS v(id, attempt, queue, ckey)
 WHERE e.id = v.id AND e.attempt = v.attempt

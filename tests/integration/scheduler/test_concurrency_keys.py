@@ -187,3 +187,48 @@ def test_a_batch_without_a_key_takes_no_key_lock(beat: Beat, admin_principal: Pr
     assert run_of(keyed).state == "queued"
     text = "\n".join(q["sql"] for q in ctx.captured_queries)
     assert "pg_advisory_xact_lock(k)" in text and "concurrency_key = k.ckey" in text
+
+
+def test_a_manual_trigger_respects_the_key(beat: Beat, admin_principal: Principal) -> None:
+    running = holder(admin_principal, "nightly", 42)
+    s = services.schedule_create(
+        actor=admin_principal,
+        data={
+            "name": "invoice-42",
+            "cron": "0 3 * * *",
+            "target": {
+                "type": "http",
+                "url": "https://billing.internal/invoice",
+                "body": {"customer_id": 42},
+            },
+            "concurrency_key": {"key": "customer-{target.body.customer_id}", "on_conflict": "skip"},
+        },
+    )
+    manual = services.schedule_trigger(actor=admin_principal, schedule_id=s.pk)
+    assert manual.state == "scheduled"  # accepted; the beat decides the key
+    beat.cycle()
+    manual.refresh_from_db()
+    assert manual.state == "skipped" and manual.reason_code == "key_skipped"
+    assert f"already running execution {running.pk}" in manual.reason
+
+
+def test_a_rerun_is_decided_again_and_takes_its_schedules_key_now(
+    beat: Beat, admin_principal: Principal
+) -> None:
+    """A re-run's row keeps the key of its earlier chain until admitted: it is not its
+    own holder, and it is admitted with the key its schedule has now (none here)."""
+    s = job(admin_principal, "once", None)
+    done = execution_row(
+        s,
+        db_now() - timedelta(minutes=10),
+        state="succeeded",
+        attempt=1,
+        finished_at=db_now(),
+        concurrency_key="customer-42",
+    )
+    Execution.objects.filter(schedule=s).exclude(pk=done.pk).delete()
+    Schedule.objects.filter(pk=s.pk).update(next_run_at=None)
+    services.execution_rerun(actor=admin_principal, execution_id=done.pk)
+    beat.cycle()
+    done.refresh_from_db()
+    assert done.state == "queued" and done.concurrency_key is None
