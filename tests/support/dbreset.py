@@ -11,7 +11,8 @@ milliseconds.
 
 The state a test starts from is the same as after `flush`: every Django table is
 empty except the content types and permissions, which post_migrate would re-create
-anyway (it still runs, and re-creates whatever a test removed). Sequences are not
+anyway (it still runs whenever their number changed, and re-creates whatever a test
+removed). Sequences are not
 reset, as `flush` does not reset them either. Every foreign key Django creates is
 DEFERRABLE INITIALLY DEFERRED, so the DELETEs run in one transaction in any order.
 A table a trigger guards against DELETE (the append-only audit log) is truncated
@@ -79,19 +80,41 @@ def empty_tables(alias: str) -> bool:
     return True
 
 
+# Per database: the KEPT tables' row counts right after post_migrate last ran.
+_complete: dict[str, tuple[int, ...]] = {}
+
+
+def kept_counts(alias: str) -> tuple[int, ...]:
+    with connections[alias].cursor() as cursor:
+        cursor.execute(
+            "SELECT (SELECT count(*) FROM django_content_type),"
+            " (SELECT count(*) FROM auth_permission)"
+        )
+        return tuple(cursor.fetchone())
+
+
+def reset(alias: str) -> bool:
+    """The database as Django's flush leaves it; False (nothing done) where the caller
+    should use Django's flush instead."""
+    try:
+        if not empty_tables(alias):
+            return False
+    except DatabaseError:
+        return False
+    # post_migrate only creates what is missing: with as many content types and
+    # permissions as right after it last ran, there is nothing to create.
+    if _complete.get(alias) != kept_counts(alias):
+        emit_post_migrate_signal(verbosity=0, interactive=False, db=alias)
+        _complete[alias] = kept_counts(alias)
+    return True
+
+
 def _fixture_teardown(self: Any) -> None:
     if self.available_apps is not None or self.serialized_rollback:
         _django_fixture_teardown(self)
         return
-    for alias in self._databases_names(include_mirrors=False):
-        try:
-            done = empty_tables(alias)
-        except DatabaseError:
-            done = False
-        if not done:
-            _django_fixture_teardown(self)
-            return
-        emit_post_migrate_signal(verbosity=0, interactive=False, db=alias)
+    if not all(reset(alias) for alias in self._databases_names(include_mirrors=False)):
+        _django_fixture_teardown(self)
 
 
 def install() -> None:

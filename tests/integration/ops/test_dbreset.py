@@ -66,3 +66,14 @@ def test_a_table_over_the_delete_limit_is_left_to_djangos_flush(
     monkeypatch.setattr(dbreset, "DELETE_MAX_ROWS", 0)
     assert dbreset.empty_tables("default") is False
     assert row_counts() == before  # nothing done: the caller flushes
+
+
+def test_a_permission_a_test_removed_is_created_again(
+    admin_principal: Principal, tenant: Tenant
+) -> None:
+    some_rows(admin_principal)
+    assert dbreset.reset("default") is True  # post_migrate has run since the counts were taken
+    Permission.objects.filter(codename="view_tenant").delete()
+    assert dbreset.reset("default") is True
+    assert Permission.objects.filter(codename="view_tenant").exists()
+    assert not Tenant.objects.exists()
