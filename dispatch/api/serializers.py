@@ -148,6 +148,17 @@ class ConcurrencyKeyField(serializers.JSONField):
     """A keyed-concurrency definition (checked by dispatch/concurrency_keys.clean)."""
 
 
+def delete_after_field() -> serializers.CharField:
+    return serializers.CharField(
+        max_length=32,
+        required=False,
+        allow_null=True,
+        help_text="one-off jobs only: remove the job (soft delete, as DELETE does; its "
+        'executions stay) this long after its run ended, e.g. "1h", "7d" (units s m h d w, '
+        "at most 3650d). Absent or null: keep it.",
+    )
+
+
 class InstantField(serializers.DateTimeField):
     """An ISO 8601 instant that carries its offset, inside core.api.inputs' range.
 
@@ -268,14 +279,7 @@ class ScheduleInSerializer(StrictSerializer):
         "re-run to success counts once). null: no bound. Raising it re-opens a completed "
         "schedule.",
     )
-    delete_after = serializers.CharField(
-        max_length=32,
-        required=False,
-        allow_null=True,
-        help_text="one-off jobs only: remove the job (soft delete, as DELETE does; its "
-        'executions stay) this long after its run ended, e.g. "1h", "7d" (units s m h d w, '
-        "at most 3650d). Absent or null: keep it.",
-    )
+    delete_after = delete_after_field()
 
 
 class SchedulePatchSerializer(ScheduleInSerializer):
@@ -326,14 +330,7 @@ class JobInSerializer(StrictSerializer):
         help_text="seconds late the job may still run on time (default 60); it fell due at "
         "run_at, or when it was created if run_at was already past",
     )
-    delete_after = serializers.CharField(
-        max_length=32,
-        required=False,
-        allow_null=True,
-        help_text="one-off jobs only: remove the job (soft delete, as DELETE does; its "
-        'executions stay) this long after its run ended, e.g. "1h", "7d" (units s m h d w, '
-        "at most 3650d). Absent or null: keep it.",
-    )
+    delete_after = delete_after_field()
 
 
 class PauseInSerializer(StrictSerializer):

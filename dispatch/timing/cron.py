@@ -29,7 +29,7 @@ import heapq
 import re
 from bisect import bisect_left, bisect_right
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from functools import lru_cache
@@ -781,24 +781,42 @@ def _latest(
     """The last ``k`` occurrences in (start, end], ascending, listing about k."""
     if k <= 0 or end <= start:
         return []
-    # Widen back from `end` until k occurrences are inside (cost follows the
-    # window actually needed, not the whole range), then bisect the lower bound
-    # down to a second so only about k get listed.
+    return _last_k(
+        lambda lo: _count(sched, zone, lo, end, dates),
+        lambda lo: _between(sched, zone, lo, end, dates=dates),
+        start,
+        end,
+        k,
+    )
+
+
+def _last_k(
+    count: Callable[[datetime], int],
+    listed: Callable[[datetime], list[datetime]],
+    start: datetime,
+    end: datetime,
+    k: int,
+) -> list[datetime]:
+    """The last k of `listed(lo)` (the occurrences in (lo, end]) with lo >= start.
+
+    Widen back from `end` until k occurrences are inside (cost follows the window
+    actually needed, not the whole range), then bisect the lower bound down to a
+    second so only about k get listed. `count(lo)` counts what `listed(lo)` lists."""
     near, width = end, timedelta(hours=1)
     while True:
         far = max(start, end - width)
-        if _count(sched, zone, far, end, dates) >= k:
+        if count(far) >= k:
             break
         if far == start:  # fewer than k in the whole range
-            return _between(sched, zone, start, end, dates=dates)
+            return listed(start)
         near, width = far, width * 2
     while near - far > _SECOND:
         mid = far + (near - far) // 2
-        if _count(sched, zone, mid, end, dates) >= k:
+        if count(mid) >= k:
             far = mid
         else:
             near = mid
-    return _between(sched, zone, far, end, dates=dates)[-k:]
+    return listed(far)[-k:]
 
 
 # --------------------------------------------------------------------------- timing
@@ -1133,21 +1151,13 @@ def _t_latest(
     start, end = _t_clamp(timing, start, end)
     if k <= 0 or end <= start:
         return []
-    near, width = end, timedelta(hours=1)
-    while True:
-        far = max(start, end - width)
-        if _t_count(timing, zone, far, end, dates) >= k:
-            break
-        if far == start:
-            return _t_between(timing, zone, start, end, dates=dates)
-        near, width = far, width * 2
-    while near - far > _SECOND:
-        mid = far + (near - far) // 2
-        if _t_count(timing, zone, mid, end, dates) >= k:
-            far = mid
-        else:
-            near = mid
-    return _t_between(timing, zone, far, end, dates=dates)[-k:]
+    return _last_k(
+        lambda lo: _t_count(timing, zone, lo, end, dates),
+        lambda lo: _t_between(timing, zone, lo, end, dates=dates),
+        start,
+        end,
+        k,
+    )
 
 
 def _spec_label(timing: _Timing, index: int) -> str:
