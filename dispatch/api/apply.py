@@ -182,8 +182,12 @@ def _definitions(
                 index, {"tenant": ["must be the tenant of your token (or omitted)"]}, "schedules"
             )
         out.append(data)
-    # Checked by the service, which cleans sources as POST /v1/calendars does.
-    return out, body.get("calendars"), flags[0], flags[1]
+    calendars = body.get("calendars")
+    if "calendars" in body and not isinstance(calendars, list):
+        # null is not "absent": absent leaves the tenant's calendars alone.
+        raise InvalidSchedule.field("calendars", "must be a list of calendar definitions")
+    # The items are checked by the service, which cleans sources as POST /v1/calendars does.
+    return out, calendars, flags[0], flags[1]
 
 
 def change_out(change: Change) -> dict[str, Any]:

@@ -164,6 +164,7 @@ def test_bad_calendars_are_a_400_naming_the_item_and_nothing_is_applied(
         ([CLOSED | {"colour": "red"}], "calendars[0].colour"),
         (["office closed"], "calendars[0]"),
         ({"name": "x"}, "calendars"),
+        ("NL", "calendars"),
         ([{"name": "x", "sources": [{"type": "ics", "content": "BEGIN:NOPE"}]}], None),
     ]
     for calendars, field in cases:
@@ -172,6 +173,9 @@ def test_bad_calendars_are_a_400_naming_the_item_and_nothing_is_applied(
         assert named.startswith("calendars"), (calendars, err)
         if field is not None:
             assert named == field, (calendars, err)
+    # null is not "absent" (which leaves the calendars alone): a 400 too.
+    res = api.post("/v1/schedules:apply", {"schedules": [], "calendars": None}, format="json")
+    assert list(error(res, 400)["detail"]) == ["calendars"]
     # A schedule naming a calendar the file does not have: the schedule's error.
     err = error(apply(api, [d("billing", only_calendars=["missing"])], [CLOSED]), 400)
     assert list(err["detail"]) == ["schedules[0].only_calendars"], err
