@@ -79,6 +79,7 @@ def nothing_left_behind() -> None:
 
 
 def test_bench_all_smoke(tmp_path: Path) -> None:
+    fresh_indexes()
     out = tmp_path / "bench.json"
     # flatten, runs and backfill have tests of their own below; scaling runs the cron burst.
     skip = "flatten,runs,backfill,cronburst"
@@ -242,15 +243,19 @@ def test_bench_flatten_smoke(tmp_path: Path) -> None:
     nothing_left_behind()
 
 
-def test_bench_runs_smoke(tmp_path: Path) -> None:
-    # This smoke checks plan choices (an index, never a seq scan), which the indexes'
-    # size moves: the suite's reset between tests (tests/support/dbreset.py) DELETEs
-    # rows and leaves the indexes as large as earlier tests made them, where TRUNCATE
-    # gave new ones. Rebuilt (the tables are empty now, so it is instant), they are as
-    # on a fresh database, the one `make bench` measures.
+def fresh_indexes() -> None:
+    """The smokes check plan choices (an index, never a seq scan), which the indexes'
+    size moves: the suite's reset between tests (tests/support/dbreset.py) DELETEs rows
+    and leaves the indexes as large as earlier tests made them, where TRUNCATE gave new
+    ones. Rebuilt (the tables are empty here, so it is instant), they are as on a fresh
+    database, the one `make bench` measures."""
     with connection.cursor() as cur:
         cur.execute("REINDEX TABLE dispatch_execution")
         cur.execute("REINDEX TABLE dispatch_schedule")
+
+
+def test_bench_runs_smoke(tmp_path: Path) -> None:
+    fresh_indexes()
     out = tmp_path / "bench.json"
     printed = bench(
         out, "runs", "--rows", "20000", "--schedules", "50", "--requests", "3", timeout=240
