@@ -51,6 +51,12 @@ OUTCOME_CODES = {
     ExecutionState.TIMED_OUT: ExplainCode.TIMED_OUT,
     ExecutionState.DEAD: ExplainCode.DEAD,
 }
+# Skipped because of another execution (an upstream's outcome, a key's holder), which
+# the answer links as its evidence.
+_SKIPPED_FOR_ANOTHER: dict[str, ExplainCode] = {
+    ReasonCode.UPSTREAM: ExplainCode.SKIPPED_UPSTREAM,
+    ReasonCode.KEY_SKIPPED: ExplainCode.SKIPPED_KEY,
+}
 
 
 def _aware(value: datetime) -> datetime:
@@ -526,16 +532,10 @@ def _about_execution_state(
             if linked is not None:
                 answer.evidence.append(linked)
             return answer
-        if code == ReasonCode.UPSTREAM:
-            answer.code = ExplainCode.SKIPPED_UPSTREAM
-            answer.sentence = f"skipped at {when}: {reason.removeprefix('skipped: ')}"
-            linked = records.related_execution(execution, schedule)
-            if linked is not None:
-                answer.evidence.append(linked)
-            return answer
-        if code == ReasonCode.KEY_SKIPPED:
-            # "skipped: key customer-42 already running execution <id> (limit 1, ...)"
-            answer.code = ExplainCode.SKIPPED_KEY
+        if code in _SKIPPED_FOR_ANOTHER:
+            # "skipped: upstream ... failed" / "skipped: key customer-42 already running
+            # execution <id> (limit 1, ...)": the other execution is the evidence.
+            answer.code = _SKIPPED_FOR_ANOTHER[code]
             answer.sentence = f"skipped at {when}: {reason.removeprefix('skipped: ')}"
             linked = records.related_execution(execution, schedule)
             if linked is not None:

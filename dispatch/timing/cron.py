@@ -678,10 +678,15 @@ def _between(
     limit: int | None = None,
     dates: DateFilter | None = None,
 ) -> list[datetime]:
-    out: list[datetime] = []
     if end <= start:
-        return out
-    for instant in _iter_dates(sched, zone, start, dates):
+        return []
+    return _up_to(_iter_dates(sched, zone, start, dates), end, limit)
+
+
+def _up_to(instants: Iterator[datetime], end: datetime, limit: int | None) -> list[datetime]:
+    """The ascending `instants` up to `end` (inclusive), at most `limit` of them."""
+    out: list[datetime] = []
+    for instant in instants:
         if instant > end or (limit is not None and len(out) >= limit):
             break
         out.append(instant)
@@ -1099,14 +1104,9 @@ def _t_between(
     plain = timing.plain
     if plain is not None:
         return _between(plain, zone, start, end, limit, dates)
-    out: list[datetime] = []
     if end <= start:
-        return out
-    for instant in _t_iter(timing, zone, start, dates):
-        if instant > end or (limit is not None and len(out) >= limit):
-            break
-        out.append(instant)
-    return out
+        return []
+    return _up_to(_t_iter(timing, zone, start, dates), end, limit)
 
 
 def _t_clamp(timing: _Timing, start: datetime, end: datetime) -> tuple[datetime, datetime]:
