@@ -217,6 +217,12 @@ SELECT pol.schedule_id, pol.tenant_id, pol.schedule_name,
         OR NOT EXISTS (SELECT 1 FROM dispatch_alert a
                         WHERE a.schedule_id = x.schedule_id AND a.scheduled_for = x.scheduled_for
                           AND a.kind = 'late'))
+   -- Uncorrelated, so a one-time filter: with no late policy anywhere (the common case)
+   -- nothing below runs. Without it the planner may walk every active execution from the
+   -- partial index first — 300,000 staged rows in a burst, in every control round.
+   AND EXISTS (SELECT 1 FROM dispatch_alertpolicy q
+                WHERE (q.late_after_s > 0 OR q.max_duration_s > 0)
+                  AND (%(tenant_id)s::bigint IS NULL OR q.tenant_id = %(tenant_id)s::bigint))
  ORDER BY COALESCE(x.started_at, x.due_at), x.id
  LIMIT %(batch)s
 
