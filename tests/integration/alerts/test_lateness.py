@@ -6,11 +6,15 @@ without such a policy."""
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
+import psycopg
 import pytest
+from django.db import connection
 
 from dispatch.alerting import lateness
 from dispatch.models import Alert, AlertChannel, AlertPolicy, Schedule
+from dispatch.sql import sql
 from tenants.roles import Principal
 from tests.support.rows import execution_row
 from tests.support.worker_support import db_now, make_schedule
@@ -64,3 +68,34 @@ def test_paused_and_snoozed_schedules_are_not_late(schedule: Schedule) -> None:
     assert lateness.scan_once() == 0
     Schedule.objects.filter(pk=schedule.pk).update(alert_snoozed_until=None)
     assert lateness.scan_once() == 1
+
+
+def test_with_no_late_policy_anywhere_the_scan_reads_no_execution(schedule: Schedule) -> None:
+    """The late scan runs in every control round of every beat: with no tenant watching
+    lateness it must stop at its one-time filter, not walk the active executions (a
+    burst stages 100,000s of them ahead) looking for a policy."""
+    now = db_now()
+    for minutes in range(1, 40):
+        execution_row(schedule, now - timedelta(minutes=minutes), state="scheduled")
+    AlertPolicy.objects.create(tenant=schedule.tenant, late_after_s=0, max_duration_s=0)
+    connection.ensure_connection()
+    with psycopg.ClientCursor(connection.connection) as cur:
+        cur.execute(
+            "EXPLAIN (ANALYZE, FORMAT JSON) " + sql["late_occurrences"],
+            {"tenant_id": None, "for_alerts": True, "batch": 100},
+        )
+        plan = cur.fetchone()[0][0]["Plan"]
+
+    def nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
+        return [node, *(n for child in node.get("Plans", []) for n in nodes(child))]
+
+    # Whatever join order the planner picks from the statistics: a one-time filter
+    # above every read of the executions, false here, so none of them ran.
+    gates = [n for n in nodes(plan) if "One-Time Filter" in n]
+    assert gates, plan
+    below = [n for g in gates for n in nodes(g)[1:]]
+    scans = [n for n in below if n.get("Relation Name") == "dispatch_execution"]
+    assert scans and all(n["Actual Loops"] == 0 for n in scans), scans  # never executed
+    reads = [n for n in nodes(plan) if n.get("Relation Name") == "dispatch_execution"]
+    assert len(reads) == len(scans)  # no read of the executions outside the gate
+    assert lateness.scan_once() == 0
