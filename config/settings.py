@@ -397,7 +397,13 @@ def _target_brokers() -> dict[str, str]:
 
 TARGET_BROKERS = _target_brokers()
 # Dead-execution notices to the owning tenant (webhook and/or email).
+# Every outbound call of the platform's own control work has ONE total deadline
+# (resolve, connect, send and the whole answer), not only a per-read timeout: a peer
+# that dribbles a byte every few seconds would otherwise hold the thread for hours.
 ALERT_WEBHOOK_TIMEOUT_S = get_int("ALERT_WEBHOOK_TIMEOUT_S", 5)
+# An .ics feed is fetched once, in the web request that saves its calendar: well
+# inside the web server's own request timeout.
+CALENDAR_FETCH_TIMEOUT_S = get_int("CALENDAR_FETCH_TIMEOUT_S", 10)
 ALERT_EMAIL_FROM = get("ALERT_EMAIL_FROM", "scheduler@localhost") or "scheduler@localhost"
 # The alert outbox's sender (dispatch/alerting/outbox.py, on the beats' control pump):
 # tries per alert, exponential backoff between them, and how long a claimed alert is

@@ -22,10 +22,10 @@ dates that run. The pure part (dispatch/timing/calendars.py) knows nothing of th
 from __future__ import annotations
 
 import datetime as dt
+import http.client
 from collections.abc import Iterable
 from functools import lru_cache
 from typing import Any
-from urllib.parse import urlsplit
 
 from django.conf import settings
 
@@ -92,38 +92,31 @@ def _fetch_ics(index: int, url: Any, *, tenant: Any) -> str:
     from dispatch.targets import http as http_target
     from dispatch.targets import netguard
 
-    parts = urlsplit(url if isinstance(url, str) else "")
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise _bad(index, "url", "must be an http(s) URL")
-    tls = parts.scheme == "https"
-    port = parts.port or (443 if tls else 80)
-    timeout = float(getattr(settings, "ALERT_WEBHOOK_TIMEOUT_S", 10))
     try:
-        addresses = http_target.resolve_checked(
-            parts.hostname,
-            port,
+        answer = http_target.bounded_request(
+            "GET",
+            url if isinstance(url, str) else "",
             allow=netguard.AllowList.parse(tenant.egress_allow),
-            timeout=timeout,
+            deadline_s=float(settings.CALENDAR_FETCH_TIMEOUT_S),
+            max_bytes=MAX_ICS_BYTES,
         )
-        conn = http_target.PinnedConnection(
-            parts.hostname, port, addresses=addresses, tls=tls, timeout=timeout
-        )
-        try:
-            path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-            conn.request("GET", path, headers={"User-Agent": http_target.USER_AGENT})
-            response = conn.getresponse()
-            body = response.read(MAX_ICS_BYTES + 1)
-        finally:
-            conn.close()
+    except ValueError:
+        raise _bad(index, "url", "must be an http(s) URL") from None
     except netguard.Denied as exc:
         raise _bad(index, "url", f"not allowed: {exc}") from None
-    except OSError as exc:
-        raise _bad(index, "url", f"could not be fetched: {exc}") from None
-    if response.status != 200:
-        raise _bad(index, "url", f"answered HTTP {response.status}, not 200")
-    if len(body) > MAX_ICS_BYTES:
+    except TimeoutError:
+        raise _bad(
+            index,
+            "url",
+            f"could not be fetched within {settings.CALENDAR_FETCH_TIMEOUT_S} s",
+        ) from None
+    except (OSError, http.client.HTTPException) as exc:
+        raise _bad(index, "url", f"could not be fetched: {type(exc).__name__}") from None
+    if answer.status != 200:
+        raise _bad(index, "url", f"answered HTTP {answer.status}, not 200")
+    if len(answer.body) > MAX_ICS_BYTES:
         raise _bad(index, "url", f"is larger than {MAX_ICS_BYTES} bytes")
-    return body.decode("utf-8", "replace")
+    return answer.body.decode("utf-8", "replace")
 
 
 def _ics_dates(content: str) -> dict[dt.date, str]:

@@ -20,7 +20,6 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.mail import send_mail
@@ -120,32 +119,18 @@ def post_json(url: str, body: bytes, headers: dict[str, str], *, tenant: Tenant)
     """POST `body` to a tenant-supplied URL through the SSRF guard; the response status.
 
     Resolved once, every address checked, connected only to those (a DNS answer
-    that changes in between cannot reach loopback); no redirect is followed.
-    Raises netguard.Denied, OSError, or ValueError for a URL that is not http(s).
+    that changes in between cannot reach loopback); no redirect is followed; the
+    whole call, answer included, ends within ALERT_WEBHOOK_TIMEOUT_S.
+    Raises netguard.Denied, OSError (TimeoutError past the deadline), or ValueError
+    for a URL that is not http(s).
     """
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError("not an http(s) URL")
-    tls = parts.scheme == "https"
-    port = parts.port or (443 if tls else 80)
-    timeout = float(settings.ALERT_WEBHOOK_TIMEOUT_S)
-    addresses = http_target.resolve_checked(
-        parts.hostname, port, allow=netguard.AllowList.parse(tenant.egress_allow), timeout=timeout
+    answer = http_target.bounded_request(
+        "POST",
+        url,
+        allow=netguard.AllowList.parse(tenant.egress_allow),
+        deadline_s=float(settings.ALERT_WEBHOOK_TIMEOUT_S),
+        max_bytes=MAX_RESPONSE,
+        body=body,
+        headers={"Content-Type": "application/json"} | headers,
     )
-    conn = http_target.PinnedConnection(
-        parts.hostname, port, addresses=addresses, tls=tls, timeout=timeout
-    )
-    try:
-        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        conn.request(
-            "POST",
-            path,
-            body=body,
-            headers={"Content-Type": "application/json", "User-Agent": http_target.USER_AGENT}
-            | headers,
-        )
-        response = conn.getresponse()
-        response.read(MAX_RESPONSE)
-        return int(response.status)
-    finally:
-        conn.close()
+    return answer.status

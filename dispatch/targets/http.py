@@ -24,6 +24,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextvars import ContextVar
+from dataclasses import dataclass
 from datetime import UTC
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -355,6 +356,74 @@ class PinnedConnection(http.client.HTTPConnection):
             # a read blocked in another thread returns at once.
             with contextlib.suppress(OSError):
                 socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    body: bytes  # at most `max_bytes` + 1 bytes: one more tells the caller it was cut
+
+
+def bounded_request(
+    method: str,
+    url: str,
+    *,
+    allow: netguard.AllowList,
+    deadline_s: float,
+    max_bytes: int,
+    body: bytes | None = None,
+    headers: dict[str, str] | None = None,
+) -> Answer:
+    """One call to a tenant-supplied URL from the platform's own control work (alert
+    sends, calendar feeds): through the SSRF guard, pinned to the checked addresses,
+    no redirect followed, and bounded by ONE total deadline for resolve, connect,
+    send and the whole answer.
+
+    A per-read timeout alone is not a bound: a peer that dribbles a byte every few
+    seconds never trips it, and would hold the calling thread (and with it every
+    other tenant's control work) for as long as it likes. Raises netguard.Denied,
+    ValueError for a URL that is not http(s), TimeoutError past the deadline, or
+    another OSError / http.client.HTTPException.
+    """
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("not an http(s) URL")
+    tls = parts.scheme == "https"
+    port = parts.port or (443 if tls else 80)
+    ends = time.monotonic() + deadline_s
+
+    def left() -> float:
+        remaining = ends - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError(f"no complete answer within {deadline_s:g} s")
+        return remaining
+
+    addresses = resolve_checked(parts.hostname, port, allow=allow, timeout=left())
+    conn = PinnedConnection(parts.hostname, port, addresses=addresses, tls=tls, timeout=left())
+    # The timer cuts a read that is still waiting at the deadline; between reads
+    # `left()` says so.
+    timer = threading.Timer(left(), conn.abort)
+    timer.daemon = True
+    timer.start()
+    try:
+        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        conn.request(method, path, body=body, headers={"User-Agent": USER_AGENT} | (headers or {}))
+        response = conn.getresponse()
+        got = bytearray()
+        while len(got) <= max_bytes:
+            left()
+            chunk = response.read(min(STREAM_CHUNK, max_bytes + 1 - len(got)))
+            if not chunk:
+                break
+            got += chunk
+        left()
+        return Answer(int(response.status), bytes(got))
+    except (OSError, http.client.HTTPException):
+        left()  # past the deadline, say so rather than "connection reset"
+        raise
+    finally:
+        timer.cancel()
+        conn.close()
 
 
 def classify(status: int) -> tuple[bool, bool]:
