@@ -27,9 +27,8 @@ from typing import Any
 
 from django.db import transaction
 
-from core.api import inputs
 from core.db import notify
-from dispatch.exceptions import InvalidSchedule, StateConflict
+from dispatch.exceptions import StateConflict
 from dispatch.models import Execution
 from dispatch.scheduler import dependencies
 from dispatch.selectors.paging import tenant_object
@@ -179,13 +178,6 @@ def execution_rerun(
     override: dict[str, Any] | None = None
     diff: tuple[dict[str, Any], dict[str, Any]] = ({}, {})
     if target is not None:
-        # Whoever the caller (the API's parser has checked JSON text; a form or a
-        # script may hand over any Python value), refuse what jsonb cannot store
-        # (NaN, Infinity, NUL, lone surrogates, runaway nesting) as a 400 naming
-        # the field — not a DataError at the INSERT — before anything else walks it.
-        problem = inputs.json_value_problem(target, "target")
-        if problem:
-            raise InvalidSchedule.field(*problem)
         override = clean_target(target, tenant=actor.tenant)
         diff = _target_diff(schedule.target, override)
     row = sql.one(

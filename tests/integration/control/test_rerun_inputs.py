@@ -120,3 +120,15 @@ def test_the_api_rerun_refuses_the_same_vectors(
     error = res.json()["error"]
     assert (error["code"], error["message"]) == (code, message)
     _unchanged(execution, audits)
+
+
+def test_a_schedule_saved_from_python_is_held_to_the_same_rule(admin_principal: Principal) -> None:
+    # The rule sits in clean_target, so every writer of a target (schedules, jobs,
+    # re-runs) refuses the value before the INSERT could fail on it.
+    with pytest.raises(InvalidSchedule) as caught:
+        services.schedule_create(
+            actor=admin_principal,
+            data={"name": "nan", "cron": "0 3 * * *", "target": TARGET | {"body": float("nan")}},
+        )
+    assert caught.value.detail == {"target.body": [NOT_FINITE]}
+    assert not Schedule.objects.filter(name="nan").exists()
