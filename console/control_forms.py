@@ -17,6 +17,7 @@ from zoneinfo import ZoneInfo
 from django import forms
 
 from console.forms import parse_local
+from core.api import inputs
 from dispatch.models import Schedule
 from dispatch.states import BackfillOrder, Reprocess
 
@@ -111,9 +112,10 @@ def _json_field(raw: str, name: str) -> Any:
     if not text:
         return None
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise forms.ValidationError(f"{name}: is not valid JSON ({exc.msg})") from None
+        # The API's JSON rules: depth, finite numbers, storable text.
+        return inputs.loads_json(text, name)
+    except inputs.InvalidInput as exc:
+        raise forms.ValidationError(exc.message) from None
 
 
 class BackfillForm(forms.Form):

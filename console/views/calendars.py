@@ -19,6 +19,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
 from console.access import base_context, tenant_view
+from core.api import inputs
 from dispatch.exceptions import InvalidSchedule, NotFound, StateConflict
 from dispatch.models import Calendar
 from dispatch.selectors import calendars as calendar_reads
@@ -32,9 +33,10 @@ def _form_data(post: Any) -> tuple[dict[str, str], dict[str, Any], list[str]]:
     form = {k: post.get(k, "") for k in ("name", "description", "sources")}
     data: dict[str, Any] = {"name": form["name"], "description": form["description"]}
     try:
-        data["sources"] = json.loads(form["sources"] or "null")
-    except ValueError as exc:
-        return form, data, [f"sources: is not valid JSON ({exc})"]
+        # The API's JSON rules: depth, finite numbers, storable text.
+        data["sources"] = inputs.loads_json(form["sources"] or "null", "sources")
+    except inputs.InvalidInput as exc:
+        return form, data, [exc.message]
     return form, data, []
 
 

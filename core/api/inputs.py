@@ -9,6 +9,9 @@ JSON and instants may reach PostgreSQL, the cron arithmetic and the workers.
 * JSON: at most MAX_JSON_DEPTH levels of nesting (a deeper document would
   exhaust the parser's or the database driver's recursion), numbers finite
   (`NaN`, `Infinity` and `1e999` are not JSON values PostgreSQL stores).
+  JSON text (API bodies, the console's JSON fields) goes through loads_json; a
+  value that is already Python (a service's argument, whoever the caller) through
+  check_json_value: the same rules.
 * Instants: aware, and between MIN_INSTANT and MAX_INSTANT, so converting one to
   any zone, and the cron arithmetic around it, stays inside datetime's range.
 
@@ -20,7 +23,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import IO, Any
 
@@ -72,25 +75,59 @@ def check_text(value: str, field: str) -> str:
     return value
 
 
-def _walk(value: Any, path: str) -> Iterator[tuple[str, str]]:
-    if isinstance(value, str):
-        yield path, value
-    elif isinstance(value, Mapping):
-        for key, item in value.items():
-            key = str(key)
-            child = f"{path}.{key}" if path else key
-            # The key itself is stored too; report it under the path it starts.
-            yield child, key
-            yield from _walk(item, child)
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            yield from _walk(item, f"{path}.{index}" if path else str(index))
+NOT_FINITE = "is not a finite number (NaN and Infinity cannot be stored)"
+DEEPER = f"is nested deeper than {MAX_JSON_DEPTH} levels"
 
 
-def check_json_text(value: Any, field: str = "") -> Any:
-    """InvalidInput naming the first string (key or value) in `value` that is not storable text."""
-    for path, text in _walk(value, field):
-        check_text(text, path)
+def json_value_problem(value: Any, field: str = "") -> tuple[str, str] | None:
+    """(path, reason) for the first part of `value` that PostgreSQL's jsonb cannot store:
+    a string or key that is not storable text, a non-finite float, nesting past
+    MAX_JSON_DEPTH, or a value that is not JSON at all; None when it can store it.
+
+    The rule for a value already in Python (a service's caller may never have had
+    JSON text); loads_json applies the same rule to text. No recursion: a value
+    nested thousands deep is an answer, not a RecursionError.
+    """
+    # (path, value, how many containers enclose it), in document order.
+    stack: list[tuple[str, Any, int]] = [(field, value, 0)]
+    while stack:
+        path, item, depth = stack.pop()
+        if isinstance(item, str):
+            problem = text_problem(item)
+            if problem:
+                return path, problem
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                return path, NOT_FINITE
+        elif isinstance(item, Mapping | list | tuple):
+            if depth >= MAX_JSON_DEPTH:
+                # The whole value is refused: named like loads_json names it.
+                return field, DEEPER
+            pairs = item.items() if isinstance(item, Mapping) else enumerate(item)
+            children: list[tuple[str, Any, int]] = []
+            for key, child in pairs:
+                key = str(key)
+                # A path is shown (a page, a JSON answer): a lone surrogate in a key
+                # would make it unencodable, so it is shown as its escape.
+                shown = key.encode("utf-8", "backslashreplace").decode("utf-8")
+                child_path = f"{path}.{shown}" if path else shown
+                if isinstance(item, Mapping):
+                    # The key itself is stored too; report it under the path it starts.
+                    problem = text_problem(key)
+                    if problem:
+                        return child_path, problem
+                children.append((child_path, child, depth + 1))
+            stack.extend(reversed(children))
+        elif item is not None and not isinstance(item, int):  # bool is an int
+            return path, f"is not a JSON value (a {type(item).__name__})"
+    return None
+
+
+def check_json_value(value: Any, field: str = "") -> Any:
+    """`value`, or InvalidInput naming the first part of it jsonb cannot store."""
+    problem = json_value_problem(value, field)
+    if problem:
+        raise InvalidInput(*problem)
     return value
 
 
@@ -130,7 +167,7 @@ def loads_json(raw: str | bytes, field: str = "") -> Any:
     """
     data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
     if json_depth(data) > MAX_JSON_DEPTH:
-        raise InvalidInput(field, f"is nested deeper than {MAX_JSON_DEPTH} levels")
+        raise InvalidInput(field, DEEPER)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
@@ -146,7 +183,7 @@ def loads_json(raw: str | bytes, field: str = "") -> Any:
         # a surrogate: only a backslash-u escape decodes to a NUL or an unpaired
         # surrogate, so a document without one needs no walk through its strings.
         return value
-    return check_json_text(value, field)
+    return check_json_value(value, field)
 
 
 class StrictJSONParser(parsers.JSONParser):

@@ -3,9 +3,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import stat
+import tempfile
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,17 +59,70 @@ def load(url: str | None = None, token: str | None = None) -> Settings:
     return Settings(url or stored.url, token or stored.token)
 
 
-def write_file(url: str, token: str, path: Path | None = None) -> Path:
-    """Write the config file, readable by its owner only (it holds a secret)."""
+class ConfigError(Exception):
+    """The config file cannot be written safely; the message says why and what to do."""
+
+
+# Write bits for the group and for others: whoever holds one can plant a link where
+# the file is about to be written, or replace the file after it is written.
+_SHARED_WRITE = stat.S_IWGRP | stat.S_IWOTH
+
+
+def _private_dir(directory: Path, warn: Callable[[str], None]) -> None:
+    """Make sure no one else can add, replace or remove files in `directory`.
+
+    A directory of the user's own that others may write to is tightened (only
+    the group and world write bits dropped: they are the danger, the file itself
+    is 0600) and the user is told, as ssh and gpg users expect. One owned by
+    someone else is refused: its owner could undo any fix, and it is not ours to
+    chmod.
+    """
+    if os.name == "nt":  # access there is by ACLs, which these mode bits do not show
+        return
+    info = directory.stat()
+    mode = stat.S_IMODE(info.st_mode)
+    if not mode & _SHARED_WRITE:
+        return
+    if info.st_uid != os.geteuid():
+        raise ConfigError(
+            f"{directory} is writable by other users (mode {mode:04o}) and is not yours: "
+            "someone else could replace the token file or read the token through a link "
+            "they plant. Use a directory only you can write: `mkdir -m 700 DIR` and set "
+            f"{CONFIG_ENV}=DIR/config.toml (or unset it for the default)"
+        )
+    tightened = mode & ~_SHARED_WRITE
+    os.chmod(directory, tightened)
+    warn(
+        f"{directory} was writable by other users (mode {mode:04o}); "
+        f"set to {tightened:04o} so that no one else can replace the token file"
+    )
+
+
+def write_file(
+    url: str, token: str, path: Path | None = None, *, warn: Callable[[str], None] | None = None
+) -> Path:
+    """Write the config file, readable by its owner only (it holds a secret).
+
+    Written to a fresh file (O_EXCL, a random name) in the same directory, then
+    renamed over the old one: a file or a link someone planted under a predictable
+    name is never written through, and a reader never sees half a file.
+    `ConfigError` when the directory is not safe to hold it (_private_dir).
+    """
     path = path or config_path()
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    _private_dir(path.parent, warn or (lambda _text: None))
     # A JSON string is a valid TOML basic string (the same escapes), so no TOML writer is needed.
     text = f"url = {json.dumps(url)}\ntoken = {json.dumps(token)}\n"
-    tmp = path.with_name(path.name + ".tmp")
-    # Created 0600 from the start: the token is never world-readable, not even for a moment.
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-    os.chmod(tmp, 0o600)  # an existing tmp file keeps its mode through O_CREAT
-    os.replace(tmp, path)
+    # mkstemp creates it 0600 with O_CREAT | O_EXCL | O_NOFOLLOW: the token is never
+    # readable by others, not even for a moment.
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.chmod(tmp, 0o600)  # exactly 0600, whatever the umask
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
     return path

@@ -119,6 +119,79 @@ def test_login_saves_a_private_config_and_never_prints_the_token(
     assert listed.rows() == [["ID", "NAME", "WHEN", "TIMEZONE", "PAUSED", "NEXT", "RUN", "VERSION"]]
 
 
+def _files(directory: Path) -> dict[str, str]:
+    """Each entry of `directory`: a link as "-> target", a file as its mode."""
+    return {
+        p.name: f"-> {os.readlink(p)}" if p.is_symlink() else oct(stat.S_IMODE(p.stat().st_mode))
+        for p in directory.iterdir()
+    }
+
+
+def test_login_never_writes_through_a_planted_link(db: Any, server: WebServer, home: Path) -> None:
+    tenant = make_tenant("billing")
+    folder = home / "xdg" / "schedctl"
+    folder.mkdir(parents=True, mode=0o700)
+    outside = home / "outside.txt"
+    outside.write_text("untouched\n")
+    outside.chmod(0o644)
+    # The name the file used to be written to first, and the file itself.
+    (folder / "config.toml.tmp").symlink_to(outside)
+    elsewhere = home / "elsewhere.toml"
+    elsewhere.write_text("also untouched\n")
+    (folder / "config.toml").symlink_to(elsewhere)
+
+    run = schedctl("login", "--url", server.url, "--token", tenant.token)
+    assert run.code == 0, run.err
+    assert outside.read_text() == "untouched\n" and stat.S_IMODE(outside.stat().st_mode) == 0o644
+    assert elsewhere.read_text() == "also untouched\n"
+    # The planted link is left as it was; the config is a file of its own, 0600.
+    assert _files(folder) == {"config.toml.tmp": f"-> {outside}", "config.toml": "0o600"}
+    assert (folder / "config.toml").read_text() == (
+        f'url = "{server.url}"\ntoken = "{tenant.token}"\n'
+    )
+    assert schedctl("ls").code == 0
+
+
+def test_login_tightens_a_config_dir_of_ones_own_that_others_can_write(
+    db: Any, server: WebServer, home: Path
+) -> None:
+    tenant = make_tenant("billing")
+    folder = home / "xdg" / "schedctl"
+    folder.mkdir(parents=True)
+    folder.chmod(0o777)
+    run = schedctl("login", "--url", server.url, "--token", tenant.token)
+    assert run.code == 0, run.err
+    assert run.err.splitlines()[0] == (
+        f"{folder} was writable by other users (mode 0777); "
+        "set to 0755 so that no one else can replace the token file"
+    )
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o755
+    assert _files(folder) == {"config.toml": "0o600"}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a directory to another user needs root")
+def test_login_refuses_a_config_dir_of_someone_else_that_others_can_write(
+    db: Any, server: WebServer, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tenant = make_tenant("billing")
+    folder = home / "shared"
+    folder.mkdir()
+    os.chown(folder, 65534, 65534)  # nobody's
+    folder.chmod(0o777)
+    monkeypatch.setenv("SCHEDCTL_CONFIG", str(folder / "config.toml"))
+    run = schedctl("login", "--url", server.url, "--token", tenant.token)
+    assert run.code == 2
+    assert run.err == (
+        f"error: login: {folder} is writable by other users (mode 0777) and is not yours: "
+        "someone else could replace the token file or read the token through a link they "
+        "plant. Use a directory only you can write: `mkdir -m 700 DIR` and set "
+        "SCHEDCTL_CONFIG=DIR/config.toml (or unset it for the default)\n"
+    )
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o777
+    assert _files(folder) == {}
+    assert tenant.token not in run.out + run.err
+
+
 def test_a_schedule_from_create_to_rm(owner: Tenant) -> None:
     created = schedctl("create", "--name", "nightly", "--cron", "30 2 * * *", "--tz", "Europe/Amsterdam", "--target-url", "https://billing.internal/hook", "--json")  # fmt: skip
     assert created.code == 0, created.err

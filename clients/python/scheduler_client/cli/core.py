@@ -58,7 +58,10 @@ def cmd_login(args: argparse.Namespace, ctx: Context) -> int:
         # One cheap authenticated read: a wrong URL or token fails now, not at the next command.
         with Client(url, token, max_retries=1) as client:
             client.request("GET", "/v1/schedules", params={"limit": 1})
-    path = config.write_file(url, token)
+    try:
+        path = config.write_file(url, token, warn=ctx.warn)
+    except config.ConfigError as exc:
+        raise UsageError(f"login: {exc}") from None
     ctx.warn(f"logged in to {url}; saved to {path}")
     return 0
 
