@@ -266,6 +266,10 @@ PREVIEW_MAX_COUNT = get_int("PREVIEW_MAX_COUNT", 1000)
 # Occurrences one backfill request may cover: the plan is stored with the backfill
 # (one JSON array) and the dry run lists every one, so both stay a bounded size.
 BACKFILL_MAX_OCCURRENCES = get_int("BACKFILL_MAX_OCCURRENCES", 10_000)
+# Running backfills one tenant may have at once (a create beyond is a 409 naming the bound
+# and how many run): the control pump's fair turn goes round tenants, and this bounds the
+# rows one tenant puts in front of the pump's candidate read.
+BACKFILL_MAX_RUNNING_PER_TENANT = get_int("BACKFILL_MAX_RUNNING_PER_TENANT", 10)
 
 # --- Beat (scheduler shards) ---
 BEAT_LEASE_TTL_S = float(get("BEAT_LEASE_TTL_S", "10") or 10)
