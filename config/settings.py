@@ -299,6 +299,10 @@ CONTROL_INTERVAL_S = float(get("CONTROL_INTERVAL_S", "1") or 1)
 BULK_MAX_ITEMS = get_int("BULK_MAX_ITEMS", 10_000)
 BULK_SYNC_MAX = get_int("BULK_SYNC_MAX", 100)
 BULK_CHUNK = get_int("BULK_CHUNK", 100)
+# Items of one tenant's running bulk operations not worked yet (a request that would queue
+# more is a 429 naming the bound and what is queued; it frees as the pump works them).
+# The pump takes tenants in turn, so this bounds the table a tenant fills, not others' wait.
+BULK_MAX_QUEUED_ITEMS_PER_TENANT = get_int("BULK_MAX_QUEUED_ITEMS_PER_TENANT", 20_000)
 # Global cap on queued+running executions (0 = none); beyond it, fair share decides who waits.
 DISPATCH_MAX_INFLIGHT = get_int("DISPATCH_MAX_INFLIGHT", 0)
 # Hosts and networks that may never be a target, besides the built-in deny list
