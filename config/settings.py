@@ -266,6 +266,10 @@ PREVIEW_MAX_COUNT = get_int("PREVIEW_MAX_COUNT", 1000)
 # Occurrences one backfill request may cover: the plan is stored with the backfill
 # (one JSON array) and the dry run lists every one, so both stay a bounded size.
 BACKFILL_MAX_OCCURRENCES = get_int("BACKFILL_MAX_OCCURRENCES", 10_000)
+# Running backfills one tenant may have at once (a create beyond is a 409 naming the bound
+# and how many run): the control pump's fair turn goes round tenants, and this bounds the
+# rows one tenant puts in front of the pump's candidate read.
+BACKFILL_MAX_RUNNING_PER_TENANT = get_int("BACKFILL_MAX_RUNNING_PER_TENANT", 10)
 
 # --- Beat (scheduler shards) ---
 BEAT_LEASE_TTL_S = float(get("BEAT_LEASE_TTL_S", "10") or 10)
@@ -295,6 +299,10 @@ CONTROL_INTERVAL_S = float(get("CONTROL_INTERVAL_S", "1") or 1)
 BULK_MAX_ITEMS = get_int("BULK_MAX_ITEMS", 10_000)
 BULK_SYNC_MAX = get_int("BULK_SYNC_MAX", 100)
 BULK_CHUNK = get_int("BULK_CHUNK", 100)
+# Items of one tenant's running bulk operations not worked yet (a request that would queue
+# more is a 429 naming the bound and what is queued; it frees as the pump works them).
+# The pump takes tenants in turn, so this bounds the table a tenant fills, not others' wait.
+BULK_MAX_QUEUED_ITEMS_PER_TENANT = get_int("BULK_MAX_QUEUED_ITEMS_PER_TENANT", 20_000)
 # Global cap on queued+running executions (0 = none); beyond it, fair share decides who waits.
 DISPATCH_MAX_INFLIGHT = get_int("DISPATCH_MAX_INFLIGHT", 0)
 # Hosts and networks that may never be a target, besides the built-in deny list

@@ -49,6 +49,16 @@ class TriggerLimited(DispatchError, code="throttled", status=429):
         self.retry_after = retry_after
 
 
+class RunningLimit(DispatchError, code="limit_reached", status=409):
+    """The tenant already runs as many backfills as BACKFILL_MAX_RUNNING_PER_TENANT allows;
+    a 409, not a 429: it frees only when one of them finishes or is cancelled."""
+
+
+class QueueFull(DispatchError, code="queue_full", status=429):
+    """Queuing the request's items would take the tenant's running bulk operations past
+    BULK_MAX_QUEUED_ITEMS_PER_TENANT; it frees as the control pump works them."""
+
+
 def under(prefix: str, exc: AppError) -> AppError:
     """`exc` (same class) with its fields under `prefix`: `schedules[3].cron`, the item
     of a list request (apply's schedules and calendars) the error belongs to."""

@@ -192,12 +192,20 @@ class ScheduleBackfillView(StrictQueryView):
         responses={
             200: OpenApiResponse(BackfillPlanDoc, description="dry run: the plan, nothing written"),
             202: OpenApiResponse(BackfillOutDoc, description="the backfill, running"),
+            409: OpenApiResponse(
+                ERROR_REF,
+                description="`limit_reached`: the tenant already has "
+                "BACKFILL_MAX_RUNNING_PER_TENANT running backfills (the message names the "
+                "bound and how many run); nothing is created. The dry run is not refused.",
+            ),
         },
         description="Run the occurrences the schedule would have had in [from, to) — the same "
         "DST and H rules as its preview — now, with trigger `backfill`. Each occurrence's "
         f"action: {ACTIONS_HELP}. Created runs are released while fewer than max_concurrent "
         "of them are active and the schedule's overlap policy allows (forbid / replace: one "
         "run of the schedule at a time); while the schedule is paused, nothing is released. "
+        "The scheduler carries tenants' backfills forward in turn, and one that cannot "
+        "progress (paused, waiting for its runs) takes no other backfill's turn. "
         "400 naming the field: `to` not after `from`, in the "
         "future, or a range of more than BACKFILL_MAX_OCCURRENCES occurrences; `schedule` "
         "for a one-off job. The target sees each run's own occurrence as X-Scheduled-For "

@@ -14,7 +14,12 @@ from typing import Any
 
 from django.conf import settings
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, PolymorphicProxySerializer, extend_schema
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    PolymorphicProxySerializer,
+    extend_schema,
+)
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -226,16 +231,26 @@ def operation_response(op: Operation) -> Response:
     return Response(body)
 
 
+QUEUE_FULL = OpenApiResponse(
+    {"$ref": "#/components/schemas/Error"},
+    description="`queue_full`: the items would take the tenant's running operations past "
+    f"BULK_MAX_QUEUED_ITEMS_PER_TENANT ({settings.BULK_MAX_QUEUED_ITEMS_PER_TENANT:,}) items "
+    "not worked yet; the message names the bound and what is queued, and it frees as those "
+    "operations finish. Nothing is created.",
+)
+
+
 class ScheduleBulkView(StrictQueryView):
     @extend_schema(
         operation_id="schedules_bulk",
         request=ScheduleBulkInSerializer,
-        responses={200: BULK_200, 202: OperationPageDoc},
+        responses={200: BULK_200, 202: OperationPageDoc, 429: QUEUE_FULL},
         description=f"Pause, resume, trigger or delete schedules by ids or by filter. Up to "
         f"{settings.BULK_SYNC_MAX} objects: worked in the request, 200 with each item's "
         "result; more: 202 with the operation (Location), worked by the scheduler and read "
         "at GET /v1/operations/{id}. Every item is audited as the one-schedule endpoint "
-        "audits it, and the operation as a whole.",
+        "audits it, and the operation as a whole. The scheduler works tenants' operations "
+        "in turn (a chunk each), so another tenant's long queue does not hold yours up.",
     )
     def post(self, request: Request) -> Response:
         data = _validated(ScheduleBulkInSerializer, request)
@@ -258,7 +273,7 @@ class ExecutionBulkView(StrictQueryView):
     @extend_schema(
         operation_id="executions_bulk",
         request=ExecutionBulkInSerializer,
-        responses={200: OperationPageDoc, 202: OperationPageDoc},
+        responses={200: OperationPageDoc, 202: OperationPageDoc, 429: QUEUE_FULL},
         description=f"Cancel or re-run executions by ids or by filter. Up to "
         f"{settings.BULK_SYNC_MAX}: worked in the request, 200 with each item's result; "
         "more: 202 with the operation (Location). Each item is cancelled or re-run as "

@@ -17,6 +17,12 @@ Released runs are `scheduled` and due now: the beat admits them like any other
 released while the schedule is paused (the backfill waits for the resume); a
 deleted schedule's backfill ends cancelled. A backfill is done once its plan is
 walked and none of its runs is active.
+
+Fair turns: each round takes the backfills that could progress now (a paused
+schedule's, or one waiting for its runs, is not looked at, so any number of
+those cannot hold up the rest), each tenant's oldest first, the tenants in turn
+after the one this process served last. A tenant has at most
+BACKFILL_MAX_RUNNING_PER_TENANT running (services/backfills.py refuses more).
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from django.db import transaction
 
 from core.db import notify
 from dispatch.exceptions import DispatchError
+from dispatch.scheduler.turns import TenantTurn
 from dispatch.services import WAKE_CHANNEL, execution_rerun
 from dispatch.sql import sql
 from dispatch.states import (
@@ -49,7 +56,8 @@ from tenants.roles import Principal, Role
 
 # Plan entries walked per chunk (skips are only counted, so a chunk stays short).
 CHUNK = 500
-# Running backfills looked at per round, oldest first, until one has work.
+# Backfills that could progress looked at per round, in their fair order, until one has
+# work (one is passed over only when another pump holds it or it changed meanwhile).
 CANDIDATES = 50
 _RELEASED = frozenset({BackfillAction.CREATE, BackfillAction.RERUN})
 
@@ -62,13 +70,27 @@ class _Chunk:
     skipped: int = 0
 
 
+# The tenant this process's pump served last: the next round starts after it. Per process
+# (each beat's pump keeps its own turn); a lost update between two threads only repeats a
+# turn, the order stays fair.
+_turn = TenantTurn()
+
+
 def pump_once() -> int:
-    """One chunk of the first running backfill that has work; the entries it walked
-    (plus one for a backfill it finished), 0 when none had anything to do."""
-    running = {"running": str(ControlState.RUNNING), "limit": CANDIDATES}
-    for row in sql.rows("backfill_running", running):
+    """One chunk of the first backfill, in the fair order, that has work; the entries
+    it walked (plus one for a backfill it finished), 0 when none had anything to do."""
+    params = {
+        "running": str(ControlState.RUNNING),
+        "active": state_values(ACTIVE_STATES),
+        "scheduled": str(ExecutionState.SCHEDULED),
+        "allow": str(Overlap.ALLOW),
+        "after": _turn.after,
+        "limit": CANDIDATES,
+    }
+    for row in sql.rows("backfill_candidates", params):
         done = _step(row.id)
         if done:
+            _turn.served(row.tenant_id)
             return done
     return 0
 

@@ -8,14 +8,16 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
+from django.conf import settings
 from django.db import transaction
 
 from core.db import db_now
-from dispatch.exceptions import StateConflict
+from dispatch.exceptions import RunningLimit, StateConflict
 from dispatch.models import Backfill
 from dispatch.selectors import BackfillPlan, backfill_plan, check_backfill_request
 from dispatch.selectors.paging import tenant_object
 from dispatch.services.common import _event, _live
+from dispatch.sql import sql
 from dispatch.states import (
     AuditAction,
     BackfillOrder,
@@ -64,6 +66,8 @@ def backfill_create(
         max_concurrent=max_concurrent,
         now=db_now(),
     )
+    if not dry_run:
+        _check_running_bound(actor)  # before the plan: a refused request costs no planning
     plan = backfill_plan(
         schedule=schedule,
         range_from=range_from,
@@ -114,6 +118,24 @@ def backfill_create(
         audit=audit,
     )
     return BackfillResult(plan=plan, backfill=backfill)
+
+
+def _check_running_bound(actor: Principal) -> None:
+    """Refuse a backfill beyond the tenant's BACKFILL_MAX_RUNNING_PER_TENANT running ones.
+
+    Held to commit, the tenant's lock makes two concurrent creates count one after
+    the other (the second sees the first's row), so the bound is never overshot."""
+    params = {"tenant_id": actor.tenant.pk, "running": str(ControlState.RUNNING)}
+    sql.one("backfill_tenant_lock", params)
+    running = int(sql.scalar("backfill_tenant_running", params))
+    bound = int(settings.BACKFILL_MAX_RUNNING_PER_TENANT)
+    if running >= bound:
+        raise RunningLimit(
+            f"this tenant already has {running} running backfills, the most it may have at "
+            f"once (BACKFILL_MAX_RUNNING_PER_TENANT = {bound}); start this one when one of "
+            "them finishes or is cancelled",
+            detail={"running": [str(running)], "limit": [str(bound)]},
+        )
 
 
 @transaction.atomic

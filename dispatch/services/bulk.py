@@ -16,7 +16,10 @@ Small sets (<= BULK_SYNC_MAX) are worked in the request, in the transaction that
 creates the operation (so it is `done` when anyone can see it); larger ones are
 left `running` for the beats' control pump (dispatch/scheduler/operations.py),
 which works BULK_CHUNK items per transaction with the operation's row locked
-FOR UPDATE SKIP LOCKED, and records progress in that same transaction.
+FOR UPDATE SKIP LOCKED, and records progress in that same transaction. The
+pump takes tenants in turn (operation_step), and a tenant's running operations
+hold at most BULK_MAX_QUEUED_ITEMS_PER_TENANT items not worked yet (_start
+refuses more with a 429), so one tenant's queue cannot stall another's.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from dispatch import selectors
 from dispatch.exceptions import (
     InvalidSchedule,
     NotFound,
+    QueueFull,
     StateConflict,
     TriggerLimited,
     VersionConflict,
@@ -49,6 +53,7 @@ from dispatch.services.schedules import (
     schedule_resume,
 )
 from dispatch.services.triggers import schedule_trigger
+from dispatch.sql import sql
 from dispatch.states import AuditAction, ControlState, ItemStatus
 from tenants.audit import audit_record
 from tenants.models import Tenant
@@ -483,11 +488,33 @@ def _creator(op: Operation) -> Principal:
     )
 
 
+def _check_queue_bound(actor: Principal, wanted: int) -> None:
+    """Refuse to queue `wanted` more items past the tenant's BULK_MAX_QUEUED_ITEMS_PER_TENANT
+    (items of its running operations not worked yet). Only queued work counts: a small
+    set worked in the request queues nothing and is never refused.
+
+    Held to commit, the tenant's lock makes two concurrent requests count one after
+    the other (the second sees the first's items), so the bound is never overshot."""
+    params = {"tenant_id": actor.tenant.pk, "running": str(ControlState.RUNNING)}
+    sql.one("operation_tenant_lock", params)
+    queued = int(sql.scalar("operation_tenant_queued", params))
+    bound = int(settings.BULK_MAX_QUEUED_ITEMS_PER_TENANT)
+    if queued + wanted > bound:
+        raise QueueFull(
+            f"this tenant's running bulk operations have {queued} items queued; {wanted} more "
+            f"would pass the bound of {bound} (BULK_MAX_QUEUED_ITEMS_PER_TENANT). It frees "
+            "as those operations finish (or are cancelled): retry then, or send a smaller set",
+            detail={"queued": [str(queued)], "limit": [str(bound)], "items": [str(wanted)]},
+        )
+
+
 def _start(
     actor: Principal, object_type: str, action: str, targets: list[str], params: dict[str, Any]
 ) -> Operation:
     sync = len(targets) <= int(settings.BULK_SYNC_MAX)
     with transaction.atomic():
+        if not sync:
+            _check_queue_bound(actor, len(targets))
         op = Operation.objects.create(
             tenant=actor.tenant,
             object_type=object_type,
@@ -523,25 +550,31 @@ def _start(
     return op
 
 
-def operation_step() -> int:
-    """One chunk of one running operation (the control pump's step): the items worked.
+@dataclass(frozen=True)
+class Step:
+    worked: int  # items worked (1 for an operation found with nothing left, then done)
+    tenant_id: int | None  # whose operation it was (None: no running operation free)
 
-    The operation's row is locked FOR UPDATE SKIP LOCKED, so two beats' pumps
-    work two different operations (or one waits a round); the items and the
-    counters commit together, so a crash loses at most the chunk in progress,
-    which the next round does again (each item's service is safe to repeat:
-    pause replaces the pause, resume of a resumed schedule is a no-op...).
+
+def operation_step(*, after_tenant: int = 0) -> Step:
+    """One chunk of one running operation (the control pump's step).
+
+    Which one: tenants take turns, starting after `after_tenant` (the tenant the
+    caller served last), each tenant's oldest operation first (operation_next),
+    so one tenant's long queue delays another's operation by a chunk a turn, not
+    by the whole queue. The operation's row is locked FOR UPDATE SKIP LOCKED, so
+    two beats' pumps work two different operations (or one waits a round); the
+    items and the counters commit together, so a crash loses at most the chunk
+    in progress, which the next round does again (each item's service is safe to
+    repeat: pause replaces the pause, resume of a resumed schedule is a no-op...).
     """
     with transaction.atomic():
-        op = (
-            Operation.objects.select_for_update(skip_locked=True)
-            .select_related("tenant")
-            .filter(state=ControlState.RUNNING)
-            .order_by("created_at", "id")
-            .first()
+        row = sql.one(
+            "operation_next", {"running": str(ControlState.RUNNING), "after": after_tenant}
         )
-        if op is None:
-            return 0
+        if row is None:
+            return Step(0, None)
+        op = Operation.objects.select_related("tenant").get(pk=row.id)
         # Items are worked in position order, so the pending ones start at `processed`.
         items = list(
             OperationItem.objects.filter(
@@ -551,9 +584,9 @@ def operation_step() -> int:
         if not items:
             op.state, op.finished_at = ControlState.DONE, db_now()
             op.save(update_fields=["state", "finished_at"])
-            return 1
+            return Step(1, op.tenant_id)
         _work(op, _creator(op), items)
-        return len(items)
+        return Step(len(items), op.tenant_id)
 
 
 @transaction.atomic

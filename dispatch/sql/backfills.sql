@@ -2,12 +2,57 @@
 -- row is carried forward in chunks, each one transaction holding the row (SKIP LOCKED:
 -- a busy row is another beat's, never waited for).
 
--- name: backfill_running
--- The running backfills, oldest first: the pump tries them in turn until one has work.
-SELECT b.id FROM dispatch_backfill b
-WHERE b.state = %(running)s
-ORDER BY b.created_at, b.id
+-- name: backfill_candidates
+-- The running backfills a chunk could carry on now, fairly across tenants: each tenant's
+-- oldest first, and the tenants in turn, starting after the one served last (`after`,
+-- wrapping round), so a tenant's many backfills take no more turns than another's one.
+-- Left out, so they take none of the `limit` slots: those a chunk would leave as they are
+-- (scheduler/backfills.py `_step` and `_room`, the same tests in the same order) — the
+-- backfill's cap of active runs reached, the schedule paused or (overlap forbid / replace)
+-- running something, the plan walked with its last runs still active. They stay running
+-- with their progress as it is; the chunk decides again under the row's lock (this read is
+-- a filter, not the decision). The CASE reads the plan's length (the whole stored plan)
+-- only where the answer depends on it.
+WITH workable AS (
+    SELECT b.id, b.tenant_id, b.created_at
+    FROM dispatch_backfill b
+    JOIN dispatch_schedule s ON s.id = b.schedule_id
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS n FROM dispatch_execution e
+        WHERE e.backfill_id = b.id AND e.state = ANY(%(active)s::text[])
+    ) a
+    WHERE b.state = %(running)s
+      AND CASE
+          WHEN s.deleted_at IS NOT NULL THEN true  -- to end it cancelled
+          WHEN a.n >= b.max_concurrent THEN false  -- waits for its runs
+          WHEN s.paused THEN a.n = 0 AND b.position >= jsonb_array_length(b.plan)  -- to end done
+          WHEN s.overlap <> %(allow)s AND EXISTS (
+              SELECT 1 FROM dispatch_execution e
+              WHERE e.schedule_id = b.schedule_id AND e.state = ANY(%(active)s::text[])
+                AND NOT (e.state = %(scheduled)s AND e.due_at > statement_timestamp())
+          ) THEN a.n = 0 AND b.position >= jsonb_array_length(b.plan)  -- to end done
+          WHEN a.n = 0 THEN true  -- room to release, or done
+          ELSE b.position < jsonb_array_length(b.plan)  -- room left, unless only ending waits
+      END
+)
+SELECT w.id, w.tenant_id
+FROM (
+    SELECT w.*, row_number() OVER (PARTITION BY w.tenant_id ORDER BY w.created_at, w.id) AS turn
+    FROM workable w
+) w
+ORDER BY w.turn, w.tenant_id <= %(after)s, w.tenant_id
 LIMIT %(limit)s
+
+-- name: backfill_tenant_lock
+-- Creates of one tenant's backfills take turns while they count its running ones (two
+-- requests must not both take the last place under its bound). An advisory lock of its own
+-- key space, not the tenant's row.
+SELECT pg_advisory_xact_lock(4244, hashtext(%(tenant_id)s::text))
+
+-- name: backfill_tenant_running
+-- The tenant's running backfills (the bound counts these).
+SELECT count(*) FROM dispatch_backfill b
+WHERE b.tenant_id = %(tenant_id)s AND b.state = %(running)s
 
 -- name: backfill_lock
 -- One running backfill, locked for this chunk, with its schedule's policy and how many of its
