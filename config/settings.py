@@ -412,6 +412,10 @@ ALERT_WEBHOOK_TIMEOUT_S = get_int("ALERT_WEBHOOK_TIMEOUT_S", 5)
 # An .ics feed is fetched once, in the web request that saves its calendar: well
 # inside the web server's own request timeout.
 CALENDAR_FETCH_TIMEOUT_S = get_int("CALENDAR_FETCH_TIMEOUT_S", 10)
+# Bounds the CPU one calendar's expansion may take (dispatch/calendars.py): a save
+# whose .ics takes longer is refused with a 400 naming the source; the refresh of
+# stored dates (control pump) and the dates API stop there with what they have.
+CALENDAR_EXPAND_BUDGET_S = float(get("CALENDAR_EXPAND_BUDGET_S", "2") or 2)
 ALERT_EMAIL_FROM = get("ALERT_EMAIL_FROM", "scheduler@localhost") or "scheduler@localhost"
 # The alert outbox's sender (dispatch/alerting/outbox.py, on the beats' control pump):
 # tries per alert, exponential backoff between them, and how long a claimed alert is

@@ -788,6 +788,11 @@ class Calendar(models.Model):
     `sources`). What it does is said by the schedule listing it: excluded dates
     (`exclude_calendars`) or the only dates that run (`only_calendars`).
 
+    `expanded` is the sources' expansion for the planning years around the year
+    `expanded_for`, made at save (and by the refresh once the year rolls over): the
+    beat reads it and never expands sources in its firing transaction. NULL: not
+    expanded yet (read as no dates until the refresh fills it).
+
     Deleting is soft, like schedules, so audit rows keep pointing at something;
     a calendar that a live schedule lists cannot be deleted."""
 
@@ -796,6 +801,8 @@ class Calendar(models.Model):
     name = models.CharField(max_length=100)
     description = models.CharField(max_length=500, blank=True, db_default="")
     sources = models.JSONField(default=list)
+    expanded = models.JSONField(null=True, blank=True)
+    expanded_for = models.SmallIntegerField(null=True, blank=True)
     version = models.PositiveIntegerField(default=1)
     created_at = models.DateTimeField(db_default=Now())
     updated_at = models.DateTimeField(db_default=Now())
@@ -811,6 +818,14 @@ class Calendar(models.Model):
                 fields=["tenant", "name"],
                 condition=Q(deleted_at__isnull=True),
                 name="calendar_name_unique_live",
+            )
+        ]
+        indexes = [
+            # The refresh's look for live calendars expanded in an earlier year.
+            models.Index(
+                fields=["expanded_for"],
+                condition=Q(deleted_at__isnull=True),
+                name="calendar_expanded_for_live",
             )
         ]
 

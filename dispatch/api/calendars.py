@@ -32,8 +32,10 @@ SOURCES_HELP = (
     '"..."} (inclusive; ranges may not overlap); {"type": "holidays", "country": "NL", '
     '"subdivision": null} (public holidays, years computed as needed); {"type": "ics", '
     '"content": "BEGIN:VCALENDAR..."} or {"type": "ics", "url": "https://..."} (fetched once, '
-    'through the SSRF guard, and stored); {"type": "preset", "preset": "weekends" | '
-    '"business_days"}.'
+    "through the SSRF guard, and stored; the url follows the target url rules; RRULEs "
+    "repeating within a day are refused, and the expansion is bounded in dates, steps and "
+    'time); {"type": "preset", "preset": "weekends" | "business_days"}. The dates are '
+    "expanded at save and stored."
 )
 
 
@@ -155,9 +157,12 @@ def _date_param(request: Request, name: str, default: dt.date) -> dt.date:
     if raw is None:
         return default
     try:
-        return dt.date.fromisoformat(raw)
+        day = dt.date.fromisoformat(raw)
     except ValueError:
         raise InvalidSchedule.field(name, "must be a date YYYY-MM-DD") from None
+    if day > calendar_reads.LAST_DAY:
+        raise InvalidSchedule.field(name, f"must be a date up to {calendar_reads.LAST_DAY}")
+    return day
 
 
 class CalendarDatesView(StrictQueryView):
@@ -178,6 +183,8 @@ class CalendarDatesView(StrictQueryView):
         tenant = views.principal(request).tenant
         calendar = calendar_reads.calendar_get(tenant=tenant, calendar_id=pk)
         start = _date_param(request, "from", dt.datetime.now(dt.UTC).date())
-        end = _date_param(request, "to", start + dt.timedelta(days=365))
+        end = _date_param(
+            request, "to", min(start + dt.timedelta(days=365), calendar_reads.LAST_DAY)
+        )
         dates = calendar_reads.calendar_date_list(calendar, start=start, end=end)
         return Response({"calendar": calendar.name, "results": dates})

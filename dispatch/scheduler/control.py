@@ -33,8 +33,15 @@ def steps() -> list[Step]:
     """The pump's steps, imported late: they import the services, which import the beat's modules."""
     from dispatch.alerting import lateness, outbox
     from dispatch.scheduler import backfills, operations
+    from dispatch.services.calendars import calendars_refresh_once
 
-    return [backfills.pump_once, operations.pump_once, lateness.scan_once, outbox.pump_once]
+    return [
+        backfills.pump_once,
+        operations.pump_once,
+        lateness.scan_once,
+        outbox.pump_once,
+        calendars_refresh_once,
+    ]
 
 
 def pump_once() -> int:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from dispatch import calendars
@@ -17,6 +17,9 @@ from dispatch.timing.calendars import DateFilter, DateSet
 from tenants.models import Tenant
 
 MAX_DATES_WINDOW = 3 * 366
+# The last day the dates API answers for: its default `to` (a year after `from`) and
+# the expansion's year ends must stay inside the calendar (9999-12-31).
+LAST_DAY = dt.date(9998, 12, 31)
 
 
 def calendar_list(*, tenant: Tenant) -> list[Calendar]:
@@ -29,28 +32,52 @@ def calendar_get(*, tenant: Tenant, calendar_id: uuid.UUID | str) -> Calendar:
     return tenant_object(live, tenant=tenant, pk=calendar_id, what="calendar")
 
 
-# Expanded calendars by (id, version, updated_at, years): every edit bumps the version
-# and the time (the time tells apart a version whose transaction rolled back from the
-# next edit's), a new year is a new key, so an entry never goes stale; bounded by
+# DateSets by (id, version, updated_at, what): `what` is the year of the stored
+# expansion, or the years of an on-demand one. Every edit bumps the version and the
+# time (the time tells apart a version whose transaction rolled back from the next
+# edit's), a refresh changes the year, so an entry never goes stale; bounded by
 # clearing when full.
-_EXPANDED: dict[tuple[uuid.UUID, int, dt.datetime, tuple[int, ...]], DateSet] = {}
+_EXPANDED: dict[tuple[uuid.UUID, int, dt.datetime, object], DateSet] = {}
 _EXPANDED_MAX = 1024
 
 
-def calendar_dates(calendar: Calendar, *, years: tuple[int, ...] | None = None) -> DateSet:
-    """The calendar expanded for the planning years (cached per version)."""
-    span = years or calendars.planning_years()
-    key = (calendar.id, calendar.version, calendar.updated_at, span)
+def _remembered(
+    key: tuple[uuid.UUID, int, dt.datetime, object], make: Callable[[], DateSet]
+) -> DateSet:
     found = _EXPANDED.get(key)
     if found is None:
         if len(_EXPANDED) >= _EXPANDED_MAX:
             _EXPANDED.clear()
-        found = _EXPANDED[key] = calendars.expand(calendar.name, calendar.sources, years=span)
+        found = _EXPANDED[key] = make()
     return found
+
+
+def calendar_dates(calendar: Calendar, *, years: tuple[int, ...] | None = None) -> DateSet:
+    """The calendar's dates for its planning years as stored on its row: what the beat,
+    the planners and the health pages read, never expanding anything (a row not
+    expanded yet reads as no dates until the refresh). With ``years`` outside the
+    stored ones (the dates API), an on-demand expansion by the bounded expander."""
+    base = (calendar.id, calendar.version, calendar.updated_at)
+    held = (
+        calendars.years_around(calendar.expanded_for)
+        if calendar.expanded is not None and calendar.expanded_for is not None
+        else ()
+    )
+    if years is None or set(years) <= set(held):
+        return _remembered(
+            (*base, calendar.expanded_for),
+            lambda: calendars.stored_dates(calendar.name, calendar.expanded),
+        )
+    return _remembered(
+        (*base, years), lambda: calendars.expand(calendar.name, calendar.sources, years=years)
+    )
 
 
 def calendar_date_list(calendar: Calendar, *, start: dt.date, end: dt.date) -> list[dict[str, Any]]:
     """The dates the calendar holds in [start, end], with their labels."""
+    for name, day in (("from", start), ("to", end)):
+        if day > LAST_DAY:
+            raise InvalidSchedule.field(name, f"must be a date up to {LAST_DAY}")
     if end < start:
         raise InvalidSchedule.field("to", f"{end} is before from {start}")
     if (end - start).days > MAX_DATES_WINDOW:
@@ -58,12 +85,11 @@ def calendar_date_list(calendar: Calendar, *, start: dt.date, end: dt.date) -> l
     years = tuple(range(start.year, end.year + 1))
     expanded = calendar_dates(calendar, years=years)
     out: list[dict[str, Any]] = []
-    day = start
-    while day <= end:
+    for offset in range((end - start).days + 1):
+        day = start + dt.timedelta(days=offset)
         label = expanded.label(day)
         if label is not None:
             out.append({"date": day.isoformat(), "name": label})
-        day += dt.timedelta(days=1)
     return out
 
 

@@ -15,6 +15,7 @@ from typing import Any
 from django.conf import settings
 from django.db.models import Prefetch, QuerySet
 
+from dispatch import calendars
 from dispatch.models import Calendar, DurationClass, Misfire, Overlap, Priority, Schedule
 from dispatch.selectors.schedules import schedule_fields
 from dispatch.timing import retry
@@ -133,7 +134,7 @@ def calendar_definition(calendar: Calendar) -> dict[str, Any]:
     out: dict[str, Any] = {"name": calendar.name}
     if calendar.description:
         out["description"] = calendar.description
-    out["sources"] = calendar.sources
+    out["sources"] = calendars.shown_sources(calendar.sources)
     return out
 
 

@@ -5,6 +5,11 @@ schedules listing the calendar: their staged occurrences are withdrawn (the same
 path as a schedule edit) and next_run_at recomputed, so the beat plans them again
 under the new dates. A calendar in use cannot be deleted (409 naming the schedules);
 an edit that would leave a schedule with no run in five years is refused (400).
+
+A save expands the sources (the bounded expander, within CALENDAR_EXPAND_BUDGET_S)
+and stores the dates on the row, which is all the beat reads; `calendars_refresh_once`
+(a control-pump step) expands again the rows stored in an earlier year, since
+holidays and recurring events depend on the planning years.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Q
 from django.db.models.functions import Now
 
 from core.db import db_clock, db_now
@@ -74,16 +80,33 @@ def _locked(actor: Principal, calendar_id: str) -> Calendar:
     return tenant_object(live, tenant=actor.tenant, pk=calendar_id, what="calendar")
 
 
+def _store_expansion(calendar: Calendar, budget: calendars.Budget, *, strict: bool = True) -> None:
+    """Expand the calendar's sources for this year's planning years onto its row; strict
+    (sources being saved): 400 naming the source that cannot be, within the budget."""
+    year = db_now().year
+    dates = calendars.expand(
+        calendar.name,
+        calendar.sources,
+        years=calendars.years_around(year),
+        budget=budget,
+        strict=strict,
+    )
+    calendar.expanded = calendars.stored_expansion(dates)
+    calendar.expanded_for = year
+
+
 @transaction.atomic
 def calendar_create(*, actor: Principal, data: dict[str, Any]) -> Calendar:
+    budget = calendars.Budget()
     calendar = Calendar(
         tenant=actor.tenant,
         name=clean_name(data.get("name")),
         description=clean_description(data.get("description", "")),
-        sources=calendars.clean_sources(data.get("sources"), tenant=actor.tenant),
+        sources=calendars.clean_sources(data.get("sources"), tenant=actor.tenant, budget=budget),
         created_by=actor.label,
         updated_by=actor.label,
     )
+    _store_expansion(calendar, budget)
     live = Calendar.objects.filter(tenant=actor.tenant, deleted_at__isnull=True)
     if live.count() >= MAX_CALENDARS:
         raise InvalidSchedule.field("name", f"a tenant has at most {MAX_CALENDARS} calendars")
@@ -101,8 +124,15 @@ def calendar_update(*, actor: Principal, calendar_id: str, data: dict[str, Any])
         calendar.name = clean_name(data["name"])
     if "description" in data:
         calendar.description = clean_description(data["description"])
+    budget = calendars.Budget()
     if "sources" in data:
-        calendar.sources = calendars.clean_sources(data["sources"], tenant=actor.tenant)
+        calendar.sources = calendars.clean_sources(
+            data["sources"], tenant=actor.tenant, budget=budget
+        )
+    if "sources" in data or calendar.expanded is None or calendar.expanded_for != db_now().year:
+        # Sources kept as they are were checked when saved (or before the bounds
+        # existed): an edit of the name does not fail on them.
+        _store_expansion(calendar, budget, strict="sources" in data)
     calendar.version += 1
     calendar.updated_by = actor.label
     # The wall clock, not the transaction's: it also keys the expansion cache, and an
@@ -136,6 +166,35 @@ def calendar_delete(*, actor: Principal, calendar_id: str) -> None:
     _audit(actor, AuditAction.CALENDAR_DELETE, calendar, before=calendar_snapshot(calendar))
     calendar.deleted_at = Now()
     calendar.save(update_fields=["deleted_at"])
+
+
+# Rows refreshed per round of the control pump: each is bounded by the budget, and
+# the pump goes round again at once while there are more.
+REFRESH_BATCH = 5
+
+
+def calendars_refresh_once(*, limit: int = REFRESH_BATCH) -> int:
+    """Expand again (bounded, leniently) the live calendars stored for an earlier year,
+    or not expanded yet: how many were refreshed. Outside the firing path (a
+    control-pump step); until refreshed the stored dates are read as they are.
+
+    No lock is held while expanding: the row is written only if it is still the
+    version that was expanded (another beat's pump doing the same, or an edit that
+    stored its own expansion, makes this write a no-op)."""
+    year = db_now().year
+    stale = Calendar.objects.filter(
+        Q(expanded_for__lt=year) | Q(expanded_for__isnull=True) | Q(expanded__isnull=True),
+        deleted_at__isnull=True,
+    ).order_by("expanded_for", "id")[:limit]
+    refreshed = 0
+    for calendar in stale:
+        dates = calendars.expand(
+            calendar.name, calendar.sources, years=calendars.years_around(year)
+        )
+        refreshed += Calendar.objects.filter(
+            id=calendar.id, version=calendar.version, updated_at=calendar.updated_at
+        ).update(expanded=calendars.stored_expansion(dates), expanded_for=year)
+    return refreshed
 
 
 def _replan_users(actor: Principal, calendar: Calendar) -> None:

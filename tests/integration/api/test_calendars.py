@@ -110,7 +110,7 @@ def test_crud_with_audit_and_expanded_dates(api: APIClient) -> None:
         (
             [{"type": "ics", "url": "http://127.0.0.1:9/x.ics"}],
             "sources[0].url",
-            "not allowed",
+            "loopback address",
         ),
     ],
 )

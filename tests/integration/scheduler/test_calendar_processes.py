@@ -19,10 +19,12 @@ import pytest
 from django.conf import settings
 
 from dispatch import explain, services
-from dispatch.models import Execution, Schedule
+from dispatch.models import Calendar, Execution, Schedule, ScheduleCalendar
 from dispatch.services import calendars as calendar_writes
+from dispatch.states import ExecutionState
 from tenants.models import Tenant
 from tenants.roles import Principal
+from tests.conftest import make_principal
 from tests.support.procs import Proc, beat_cmd, processes, wait_for
 from tests.support.worker_support import db_now
 
@@ -99,4 +101,66 @@ def test_beat_does_not_fire_excluded_dates_and_moves_past_them(
     assert answer.code == "excluded_by_calendar", answer.sentence
     assert "excluded by calendar 'closed'" in answer.sentence
     assert first_allowed.strftime("%Y-%m-%d") in answer.sentence
+    beat.stop()
+
+
+def hostile_ics(day: int) -> str:
+    """The issue's 142 bytes: a rule every minute, no COUNT, no UNTIL (4.2 M datetimes
+    over the planning years when expanded whole); a different DTSTART each, so no
+    cache shares one expansion between them."""
+    return (
+        "BEGIN:VCALENDAR\r\nBEGIN:VEVENT\r\n"
+        f"DTSTART;VALUE=DATE:202501{day:02d}\r\nRRULE:FREQ=MINUTELY\r\nSUMMARY:x\r\n"
+        "END:VEVENT\r\nEND:VCALENDAR\r\n"
+    )
+
+
+def test_a_hostile_calendar_of_one_tenant_does_not_stall_the_beat_for_another(
+    start: Callable[..., Proc], admin_principal: Principal, tenant: Tenant, other_tenant: Tenant
+) -> None:
+    """Tenant A's due schedule lists six calendars saved before the bounds (rows
+    written directly, as a pre-fix row is), in the same batch as tenant B's
+    every-minute schedule, behind by ten minutes. The beat reads stored dates only:
+    B's catch-up fires at once and the beat stays up (before, the batch expanded the
+    six rules inside its firing transaction: minutes of CPU, the watchdog exited the
+    beat, and a restarted beat met the same batch again)."""
+    hostile = [
+        Calendar.objects.create(
+            tenant=tenant, name=f"hostile-{i}", sources=[{"type": "ics", "content": hostile_ics(i)}]
+        )
+        for i in range(1, 7)
+    ]
+    body = {"cron": "* * * * *", "timezone": "UTC", "target": TARGET, "misfire": "catch_up"}
+    victim = services.schedule_create(
+        actor=admin_principal, data=body | {"name": "a", "catch_up_limit": 3}
+    )
+    ScheduleCalendar.objects.bulk_create(
+        ScheduleCalendar(schedule=victim, calendar=c, role="exclude", position=i)
+        for i, c in enumerate(hostile)
+    )
+    other = services.schedule_create(
+        actor=make_principal(other_tenant), data=body | {"name": "b", "catch_up_limit": 5}
+    )
+    now = db_now()
+    # A's first in the batch: its calendars are read before B's occurrences are planned.
+    Schedule.objects.filter(id=victim.id).update(next_run_at=now - dt.timedelta(minutes=11))
+    Schedule.objects.filter(id=other.id).update(next_run_at=now - dt.timedelta(minutes=10))
+
+    beat = start(
+        "beat",
+        beat_cmd("--name", "cal-beat", "--lease-ttl", "3", "--cycle", "0.2", "--lookahead", "2"),
+        CELERY_BROKER_URL=settings.CELERY_BROKER_URL,
+    )
+    # Ten minutes behind with catch_up_limit 5: five catch-up runs (the rest skipped).
+    runs = Execution.objects.filter(schedule=other).exclude(state=ExecutionState.SKIPPED)
+    wait_for(lambda: runs.count() >= 5 or not beat.alive(), timeout=90, what="tenant B's catch-up")
+    assert beat.alive(), beat.output()[-3000:]
+    assert runs.count() >= 5, beat.output()[-3000:]
+    # The control pump expanded the six rows since (bounded: the rule is refused).
+    wait_for(
+        lambda: not Calendar.objects.filter(expanded__isnull=True).exists(),
+        timeout=30,
+        what="the refresh of the rows saved before the bounds",
+    )
+    assert beat.alive(), beat.output()[-3000:]
     beat.stop()
