@@ -250,6 +250,11 @@ def check_host_at_save(host: str, *, allow: AllowList, port: int | None = None) 
     A name that does not resolve yet is accepted (DESIGN.md §8): it is checked
     on its resolved address at connect time.
     """
+    if "%" in host and ":" not in host:
+        # A host name has no percent-encoding (RFC 3986 allows it only for an IPv6
+        # zone, written [fe80::1%25eth0]): `127%2e0%2e0%2e1` is a disguise, refused
+        # as one whatever a resolver would make of it.
+        raise Denied(f"{host} is percent-encoded; write the host name as it is")
     canonical = canonical_host(host)
     name = canonical.rstrip(".")
     ip = parse_ip_literal(name) if name else None

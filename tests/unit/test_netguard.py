@@ -125,6 +125,14 @@ def test_ip_look_alikes_are_refused_at_save(host: str) -> None:
     assert "look-alike" in denied.value.reason
 
 
+@pytest.mark.parametrize("host", ["127%2e0%2e0%2e1", "%6cocalhost", "billing%2einternal"])
+def test_percent_encoded_hosts_are_refused_at_save(host: str) -> None:
+    allow_all = netguard.AllowList.parse(["0.0.0.0/0", "::/0", "*"])
+    with pytest.raises(netguard.Denied) as denied:
+        netguard.check_host_at_save(host, allow=allow_all)
+    assert denied.value.reason == f"{host} is percent-encoded; write the host name as it is"
+
+
 def test_look_alike_names_of_loopback_are_refused_at_save() -> None:
     for name in ["\uff4c\uff4f\uff43\uff41\uff4c\uff48\uff4f\uff53\uff54", "localhost."]:
         with pytest.raises(netguard.Denied):

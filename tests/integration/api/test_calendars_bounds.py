@@ -152,22 +152,19 @@ def test_an_ics_url_gets_the_400_a_target_url_gets(
     assert not Calendar.objects.exists()
 
 
-def test_a_percent_encoded_host_is_judged_as_a_target_url_is(
+def test_a_percent_encoded_host_is_refused_as_a_target_url_is(
     api: APIClient, seed_example: dict[str, Any]
 ) -> None:
-    """Not an IP literal to the save-time check: a name, judged on its address when
-    called. So a target (and an .ics url kept as the origin of its content) is
-    accepted; a fetch never reaches an address (no resolver knows the name)."""
+    """A host name has no percent-encoding: the disguise is refused at save, for a
+    target and for an .ics url alike (fetched or kept as its content's origin)."""
     url = "http://127%2e0%2e0%2e1/x.ics"
+    reason = ["127%2e0%2e0%2e1 is percent-encoded; write the host name as it is"]
     target = seed_example | {"target": {"type": "http", "url": url}}
-    assert api.post("/v1/schedules", target, format="json").status_code == 201
-    source = {"type": "ics", "url": url, "content": ICS}
-    res = api.post("/v1/calendars", {"name": "kept", "sources": [source]}, format="json")
-    assert res.status_code == 201, res.content
-    res = api.post(
-        "/v1/calendars", {"name": "c", "sources": [{"type": "ics", "url": url}]}, format="json"
-    )
-    assert error(res) == {"sources[0].url": ["could not be fetched: gaierror"]}
+    assert error(api.post("/v1/schedules", target, format="json")) == {"target.url": reason}
+    for source in ({"type": "ics", "url": url}, {"type": "ics", "url": url, "content": ICS}):
+        res = api.post("/v1/calendars", {"name": "c", "sources": [source]}, format="json")
+        assert error(res) == {"sources[0].url": reason}
+    assert not Calendar.objects.exists()
 
 
 def test_fetched_at_is_an_iso_8601_datetime(api: APIClient) -> None:
