@@ -4,8 +4,6 @@ timeout) cannot hold an alert send or a calendar feed fetch past it."""
 
 from __future__ import annotations
 
-import socket
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -17,49 +15,7 @@ from dispatch.models import AlertChannel
 from dispatch.targets import http as http_target
 from dispatch.targets import netguard
 from tenants.models import Tenant
-
-
-class Dribbler:
-    """A loopback HTTP peer that sends its headers, then one body byte every `gap_s`
-    seconds for `count` bytes (Content-Length says so), like a slow or hostile peer."""
-
-    def __init__(self, *, gap_s: float, count: int) -> None:
-        self.gap_s, self.count = gap_s, count
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-
-    def _serve(self) -> None:
-        self.sock.settimeout(0.2)
-        while not self.stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except TimeoutError:
-                continue
-            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
-
-    def _answer(self, conn: socket.socket) -> None:
-        with conn:
-            try:
-                conn.recv(65536)
-                head = f"HTTP/1.1 200 OK\r\nContent-Length: {self.count}\r\n\r\n"
-                conn.sendall(head.encode())
-                for _ in range(self.count):
-                    if self.stop.wait(self.gap_s):
-                        return
-                    conn.sendall(b"x")
-            except OSError:
-                return
-
-    def __enter__(self) -> Dribbler:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join(2)
-        self.sock.close()
+from tests.support.dribbler import Dribbler
 
 
 @pytest.fixture
