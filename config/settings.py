@@ -401,6 +401,7 @@ TARGET_BROKERS = _target_brokers()
 # Every outbound call of the platform's own control work has ONE total deadline
 # (resolve, connect, send and the whole answer), not only a per-read timeout: a peer
 # that dribbles a byte every few seconds would otherwise hold the thread for hours.
+# It bounds every alert send, webhook, Slack and email (the whole SMTP conversation).
 ALERT_WEBHOOK_TIMEOUT_S = get_int("ALERT_WEBHOOK_TIMEOUT_S", 5)
 # An .ics feed is fetched once, in the web request that saves its calendar: well
 # inside the web server's own request timeout.

@@ -89,3 +89,28 @@ def test_an_ics_feed_that_dribbles_is_refused_at_the_deadline(
     )
     assert res.status_code == 400, res.content
     assert res.json()["error"]["detail"] == {"sources[0].url": ["could not be fetched within 1 s"]}
+
+
+@pytest.mark.django_db
+def test_an_alert_email_to_a_relay_that_dribbles_its_greeting_fails_at_the_deadline(
+    settings: Any,
+) -> None:
+    settings.ALERT_WEBHOOK_TIMEOUT_S = 1
+    # A greeting of 40 continuation lines, one every 0.3 s: each read well inside
+    # EMAIL_TIMEOUT, 12 s in all.
+    with Dribbler(
+        gap_s=0.3, count=40, head=b"", unit=b"220-still greeting\r\n", reads_first=False
+    ) as relay:
+        settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+        settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", relay.port
+        settings.EMAIL_TIMEOUT = 10
+        settings.EMAIL_USE_TLS = False
+        settings.EMAIL_HOST_USER = settings.EMAIL_HOST_PASSWORD = ""
+        tenant = Tenant.objects.create(slug="slowrelay", name="Slow relay")
+        channel = AlertChannel.objects.create(
+            tenant=tenant, name="mail", kind="email", config={"to": ["ops@slowrelay.test"]}
+        )
+        message = delivery.Message(event="alert.test", title="t", text="x")
+        result = delivery.send(channel, message, tenant=tenant)
+        assert relay.connections == 1
+    assert result == delivery.Delivery(False, "TimeoutError: no complete answer within 1 s")
