@@ -11,16 +11,21 @@ Every URL (stored in clear or behind a secret reference) goes through the SSRF g
 on its resolved addresses and is called on exactly those (no re-resolution, no
 redirects). Every send, email included, ends within ALERT_WEBHOOK_TIMEOUT_S. A
 failure is an answer (`Delivery.ok` False with the reason), never an exception, and
-never carries a secret's value.
+never carries a secret's value: a header value HTTP cannot carry is refused naming
+the header, and a failed call is told by the exception's type and a fixed reason,
+never by its text (which may quote what the call had in hand).
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import http.client
 import json
+import os
 import smtplib
 import socket
+import ssl
 import threading
 import time
 import uuid
@@ -79,10 +84,13 @@ def send(channel: AlertChannel, message: Message, *, tenant: Tenant) -> Delivery
             body = json.dumps({"text": f"*{message.title}*\n{message.text}"}).encode()
             return _status(post_json(url, body, {}, tenant=tenant))
         body = json.dumps(message.as_event(tenant), separators=(",", ":"), default=str).encode()
-        headers = {
-            name: _secret_or_value(value, tenant=tenant)
-            for name, value in channel.config.get("headers", {}).items()
-        }
+        headers: dict[str, str] = {}
+        for name, value in channel.config.get("headers", {}).items():
+            resolved = _secret_or_value(value, tenant=tenant)
+            problem = http_target.header_value_problem(resolved)
+            if problem is not None:
+                return Delivery(False, f"not sent: the value of header {name} {problem}")
+            headers[name] = resolved
         timestamp = int(time.time())
         headers |= {
             "X-Alert-Id": message.alert_id,
@@ -93,12 +101,42 @@ def send(channel: AlertChannel, message: Message, *, tenant: Tenant) -> Delivery
     except netguard.Denied as denied:
         return Delivery(False, f"refused by the egress guard: {denied.reason}")
     except SecretError as exc:
+        # Its messages name the reference and the backend's answer, never a value.
         return Delivery(False, f"secret: {exc}")
-    except ValueError as exc:
-        return Delivery(False, str(exc))
-    except OSError as exc:
-        # Connection refused, timeout, DNS, SMTP errors (smtplib's are OSErrors).
-        return Delivery(False, f"{type(exc).__name__}: {exc}"[:300])
+    except (ValueError, OSError, http.client.HTTPException) as exc:
+        return Delivery(False, f"{type(exc).__name__}: {failure_reason(exc)}")
+
+
+def failure_reason(exc: BaseException) -> str:
+    """A fixed sentence for a failed send, by the exception's type; never its text.
+
+    The text of a library's exception may quote what the call had in hand: http.client
+    quotes a refused header value whole, a URL parser the URL (a Slack-style URL is a
+    credential), an SMTP server's answer whatever the server chose to echo.
+    """
+    if isinstance(exc, TimeoutError):
+        return f"no complete answer within {float(settings.ALERT_WEBHOOK_TIMEOUT_S):g} s"
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(exc, socket.gaierror):
+        return "the host name does not resolve"
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return "the server's TLS certificate is not trusted"
+    if isinstance(exc, ssl.SSLError):
+        return "the TLS handshake failed"
+    if isinstance(exc, smtplib.SMTPResponseException):
+        return f"the mail server answered {exc.smtp_code}"
+    if isinstance(exc, smtplib.SMTPRecipientsRefused):
+        return "the mail server refused every recipient"
+    if isinstance(exc, smtplib.SMTPException):
+        return "the mail server ended the conversation"
+    if isinstance(exc, http.client.HTTPException):
+        return "the answer is not valid HTTP"
+    if isinstance(exc, ValueError):
+        return "the channel's URL or message cannot be sent as given"
+    if isinstance(exc, OSError) and exc.errno:
+        return os.strerror(exc.errno).lower()
+    return "the connection failed"
 
 
 def _status(status: int) -> Delivery:

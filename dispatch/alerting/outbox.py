@@ -386,8 +386,9 @@ def drain(timeout: float | None = None) -> bool:
 
 def _given_up(row: Any, exc: Exception) -> None:
     # The claim stands: the alert is taken up again when its lease lapses, unless that
-    # was its last try.
-    log.warning("alert %s: delivery attempt failed: %s", row.id, exc)
+    # was its last try. Only the exception's type is written: its text may quote
+    # anything the failing call had in hand, a secret header value included.
+    log.warning("alert %s: delivery attempt failed (%s)", row.id, type(exc).__name__)
     if row.attempts >= int(settings.ALERT_MAX_ATTEMPTS):
         sql.execute(
             "alert_result",
@@ -396,6 +397,6 @@ def _given_up(row: Any, exc: Exception) -> None:
                 "state": str(AlertState.FAILED),
                 "retry_s": 0.0,
                 "delivered": json.dumps(list(_json(row.delivered))),
-                "error": f"{type(exc).__name__}: {exc}",
+                "error": f"{type(exc).__name__}: the delivery attempt failed unexpectedly",
             },
         )
