@@ -81,8 +81,10 @@ def send(channel: AlertChannel, message: Message, *, tenant: Tenant) -> Delivery
             return _email(channel, message)
         url = _secret_or_value(channel.config["url"], tenant=tenant)
         if channel.kind == ChannelKind.SLACK:
-            body = json.dumps({"text": f"*{message.title}*\n{message.text}"}).encode()
-            return _status(post_json(url, body, {}, tenant=tenant))
+            # Slack's markup, kept for the title's bold; the texts themselves (a
+            # schedule's name, a target's answer) cannot mention @channel or mask a link.
+            text = f"*{slack_escaped(message.title)}*\n{slack_escaped(message.text)}"
+            return _status(post_json(url, json.dumps({"text": text}).encode(), {}, tenant=tenant))
         body = json.dumps(message.as_event(tenant), separators=(",", ":"), default=str).encode()
         headers: dict[str, str] = {}
         for name, value in channel.config.get("headers", {}).items():
@@ -137,6 +139,12 @@ def failure_reason(exc: BaseException) -> str:
     if isinstance(exc, OSError) and exc.errno:
         return os.strerror(exc.errno).lower()
     return "the connection failed"
+
+
+def slack_escaped(text: str) -> str:
+    """`text` with Slack's control characters escaped (&, <, >: its markup for links and
+    mentions such as <!channel> or <http://x|click>), so it shows as written."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _status(status: int) -> Delivery:
