@@ -288,8 +288,9 @@ BEAT_BATCH = get_int("BEAT_BATCH", 1000)
 # Queued but unclaimed this long: the broker lost the message; publish it again.
 QUEUED_REPUBLISH_S = float(get("QUEUED_REPUBLISH_S", "60") or 60)
 SWEEP_INTERVAL_S = float(get("SWEEP_INTERVAL_S", "2") or 2)
-# How often an idle control pump (each beat's thread that carries backfills and
-# bulk operations forward) looks for work; while it finds some it goes on at once.
+# How often an idle step of the control pump (each beat runs every step, backfills,
+# bulk operations, the late scan, the alert sender, on a thread of its own) looks for
+# work; while it finds some it goes on at once.
 CONTROL_INTERVAL_S = float(get("CONTROL_INTERVAL_S", "1") or 1)
 # Bulk actions (POST /v1/schedules:bulk, /v1/executions:bulk): at most BULK_MAX_ITEMS
 # objects per request, ids or a filter's matches (a 400 names the field beyond), so one
@@ -408,6 +409,7 @@ TARGET_BROKERS = _target_brokers()
 # Every outbound call of the platform's own control work has ONE total deadline
 # (resolve, connect, send and the whole answer), not only a per-read timeout: a peer
 # that dribbles a byte every few seconds would otherwise hold the thread for hours.
+# It bounds every alert send, webhook, Slack and email (the whole SMTP conversation).
 ALERT_WEBHOOK_TIMEOUT_S = get_int("ALERT_WEBHOOK_TIMEOUT_S", 5)
 # An .ics feed is fetched once, in the web request that saves its calendar: well
 # inside the web server's own request timeout.
@@ -419,11 +421,16 @@ CALENDAR_EXPAND_BUDGET_S = float(get("CALENDAR_EXPAND_BUDGET_S", "2") or 2)
 ALERT_EMAIL_FROM = get("ALERT_EMAIL_FROM", "scheduler@localhost") or "scheduler@localhost"
 # The alert outbox's sender (dispatch/alerting/outbox.py, on the beats' control pump):
 # tries per alert, exponential backoff between them, and how long a claimed alert is
-# left to its sender before another may take it up (a crash mid-send: one duplicate).
+# left to its sender before another may take it up (a crash mid-send: one duplicate):
+# ALERT_SEND_LEASE_S for the sender's own work, plus ALERT_WEBHOOK_TIMEOUT_S for each
+# send the claim may make (the claim counts them), so a slow send is never taken twice.
 ALERT_MAX_ATTEMPTS = get_int("ALERT_MAX_ATTEMPTS", 8)
 ALERT_RETRY_INITIAL_S = get_int("ALERT_RETRY_INITIAL_S", 5)
 ALERT_RETRY_MAX_S = get_int("ALERT_RETRY_MAX_S", 900)
 ALERT_SEND_LEASE_S = get_int("ALERT_SEND_LEASE_S", 60)
+# Tenants whose alerts one beat sends at once, each tenant's on a thread of its own:
+# a tenant whose channel is slow holds one of them, never another tenant's alerts.
+ALERT_SEND_THREADS = get_int("ALERT_SEND_THREADS", 4)
 EMAIL_BACKEND = (
     get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
     or "django.core.mail.backends.console.EmailBackend"

@@ -9,20 +9,33 @@
 
 Every URL (stored in clear or behind a secret reference) goes through the SSRF guard
 on its resolved addresses and is called on exactly those (no re-resolution, no
-redirects). A failure is an answer (`Delivery.ok` False with the reason), never an
-exception, and never carries a secret's value.
+redirects). Every send, email included, ends within ALERT_WEBHOOK_TIMEOUT_S. A
+failure is an answer (`Delivery.ok` False with the reason), never an exception, and
+never carries a secret's value: a header value HTTP cannot carry is refused naming
+the header, and a failed call is told by the exception's type and a fixed reason,
+never by its text (which may quote what the call had in hand).
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import http.client
 import json
+import os
+import smtplib
+import socket
+import ssl
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
-from django.core.mail import send_mail
+from django.core.mail import get_connection, send_mail
+from django.core.mail.backends.base import BaseEmailBackend
+from django.core.mail.backends.smtp import EmailBackend as SMTPBackend
 
 from dispatch.models import AlertChannel
 from dispatch.states import ChannelKind
@@ -68,13 +81,18 @@ def send(channel: AlertChannel, message: Message, *, tenant: Tenant) -> Delivery
             return _email(channel, message)
         url = _secret_or_value(channel.config["url"], tenant=tenant)
         if channel.kind == ChannelKind.SLACK:
-            body = json.dumps({"text": f"*{message.title}*\n{message.text}"}).encode()
-            return _status(post_json(url, body, {}, tenant=tenant))
+            # Slack's markup, kept for the title's bold; the texts themselves (a
+            # schedule's name, a target's answer) cannot mention @channel or mask a link.
+            text = f"*{slack_escaped(message.title)}*\n{slack_escaped(message.text)}"
+            return _status(post_json(url, json.dumps({"text": text}).encode(), {}, tenant=tenant))
         body = json.dumps(message.as_event(tenant), separators=(",", ":"), default=str).encode()
-        headers = {
-            name: _secret_or_value(value, tenant=tenant)
-            for name, value in channel.config.get("headers", {}).items()
-        }
+        headers: dict[str, str] = {}
+        for name, value in channel.config.get("headers", {}).items():
+            resolved = _secret_or_value(value, tenant=tenant)
+            problem = http_target.header_value_problem(resolved)
+            if problem is not None:
+                return Delivery(False, f"not sent: the value of header {name} {problem}")
+            headers[name] = resolved
         timestamp = int(time.time())
         headers |= {
             "X-Alert-Id": message.alert_id,
@@ -85,12 +103,48 @@ def send(channel: AlertChannel, message: Message, *, tenant: Tenant) -> Delivery
     except netguard.Denied as denied:
         return Delivery(False, f"refused by the egress guard: {denied.reason}")
     except SecretError as exc:
+        # Its messages name the reference and the backend's answer, never a value.
         return Delivery(False, f"secret: {exc}")
-    except ValueError as exc:
-        return Delivery(False, str(exc))
-    except OSError as exc:
-        # Connection refused, timeout, DNS, SMTP errors (smtplib's are OSErrors).
-        return Delivery(False, f"{type(exc).__name__}: {exc}"[:300])
+    except (ValueError, OSError, http.client.HTTPException) as exc:
+        return Delivery(False, f"{type(exc).__name__}: {failure_reason(exc)}")
+
+
+def failure_reason(exc: BaseException) -> str:
+    """A fixed sentence for a failed send, by the exception's type; never its text.
+
+    The text of a library's exception may quote what the call had in hand: http.client
+    quotes a refused header value whole, a URL parser the URL (a Slack-style URL is a
+    credential), an SMTP server's answer whatever the server chose to echo.
+    """
+    if isinstance(exc, TimeoutError):
+        return f"no complete answer within {float(settings.ALERT_WEBHOOK_TIMEOUT_S):g} s"
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(exc, socket.gaierror):
+        return "the host name does not resolve"
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return "the server's TLS certificate is not trusted"
+    if isinstance(exc, ssl.SSLError):
+        return "the TLS handshake failed"
+    if isinstance(exc, smtplib.SMTPResponseException):
+        return f"the mail server answered {exc.smtp_code}"
+    if isinstance(exc, smtplib.SMTPRecipientsRefused):
+        return "the mail server refused every recipient"
+    if isinstance(exc, smtplib.SMTPException):
+        return "the mail server ended the conversation"
+    if isinstance(exc, http.client.HTTPException):
+        return "the answer is not valid HTTP"
+    if isinstance(exc, ValueError):
+        return "the channel's URL or message cannot be sent as given"
+    if isinstance(exc, OSError) and exc.errno:
+        return os.strerror(exc.errno).lower()
+    return "the connection failed"
+
+
+def slack_escaped(text: str) -> str:
+    """`text` with Slack's control characters escaped (&, <, >: its markup for links and
+    mentions such as <!channel> or <http://x|click>), so it shows as written."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _status(status: int) -> Delivery:
@@ -106,13 +160,101 @@ def _secret_or_value(value: Any, *, tenant: Tenant) -> str:
 def _email(channel: AlertChannel, message: Message) -> Delivery:
     recipients = list(channel.config.get("to", []))
     body = f"{message.text}\n\n{json.dumps(message.data, indent=2, default=str)}\n"
-    send_mail(
-        subject=f"[scheduler] {message.title}",
-        message=body,
-        from_email=settings.ALERT_EMAIL_FROM,
-        recipient_list=recipients,
-    )
+    send_email(subject=f"[scheduler] {message.title}", body=body, recipients=recipients)
     return Delivery(True, f"sent to {len(recipients)} recipient{'s' * (len(recipients) != 1)}")
+
+
+def send_email(*, subject: str, body: str, recipients: list[str]) -> None:
+    """Send one email through the configured backend, the whole SMTP conversation
+    (connect, greeting, TLS, login, every command and the message) within
+    ALERT_WEBHOOK_TIMEOUT_S: EMAIL_TIMEOUT bounds each socket operation only, and a
+    relay that dribbles its greeting a line at a time never trips it.
+
+    With Django's SMTP backend the socket is shut down at the deadline (the call then
+    raises TimeoutError); another backend (console, a provider's API) is called as
+    configured. Name resolution of EMAIL_HOST, the operator's relay, is not bounded.
+    """
+    deadline_s = float(settings.ALERT_WEBHOOK_TIMEOUT_S)
+    deadline = _Deadline()
+    backend: BaseEmailBackend
+    if settings.EMAIL_BACKEND == "django.core.mail.backends.smtp.EmailBackend":
+        backend = _BoundedSMTPBackend(
+            deadline=deadline, timeout=min(float(settings.EMAIL_TIMEOUT or deadline_s), deadline_s)
+        )
+    else:
+        backend = get_connection()
+    timer = threading.Timer(deadline_s, deadline.cut)
+    timer.daemon = True
+    timer.start()
+    try:
+        send_mail(
+            subject=subject,
+            message=body,
+            from_email=settings.ALERT_EMAIL_FROM,
+            recipient_list=recipients,
+            connection=backend,
+        )
+    except OSError:
+        if deadline.passed:
+            raise TimeoutError(f"no complete answer within {deadline_s:g} s") from None
+        raise
+    finally:
+        timer.cancel()
+
+
+class _Deadline:
+    """The SMTP conversation's socket, shut down once the send's deadline has passed
+    (a read or write blocked on it returns at once, as for HTTP's PinnedConnection)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self.passed = False
+
+    def watch(self, sock: socket.socket | None) -> None:
+        with self._lock:
+            self._sock = sock
+            if self.passed:
+                self._shut()
+
+    def cut(self) -> None:
+        with self._lock:
+            self.passed = True
+            self._shut()
+
+    def _shut(self) -> None:
+        if self._sock is not None:
+            # The raw socket's shutdown (not SSLSocket's, which would unwrap).
+            with contextlib.suppress(OSError):
+                socket.socket.shutdown(self._sock, socket.SHUT_RDWR)
+
+
+class _Watched(smtplib.SMTP):
+    """smtplib's client that hands its socket to the deadline before every reply it
+    waits for: the first is the greeting, read inside the constructor, and STARTTLS
+    replaces the socket."""
+
+    def __init__(self, *args: Any, deadline: _Deadline, **kwargs: Any) -> None:
+        self.deadline = deadline
+        super().__init__(*args, **kwargs)
+
+    def getreply(self) -> tuple[int, bytes]:
+        self.deadline.watch(getattr(self, "sock", None))
+        return super().getreply()
+
+
+class _WatchedSSL(_Watched, smtplib.SMTP_SSL):
+    pass
+
+
+class _BoundedSMTPBackend(SMTPBackend):
+    def __init__(self, *, deadline: _Deadline, **kwargs: Any) -> None:
+        super().__init__(fail_silently=False, **kwargs)
+        self.deadline = deadline
+
+    @property
+    def connection_class(self) -> Any:
+        return functools.partial(_WatchedSSL if self.use_ssl else _Watched, deadline=self.deadline)
 
 
 def post_json(url: str, body: bytes, headers: dict[str, str], *, tenant: Tenant) -> int:

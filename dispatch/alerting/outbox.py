@@ -1,16 +1,26 @@
 """The alert sender: delivers the outbox (dispatch_alert) with retries and backoff.
 
-Where it runs: a step of the control pump (dispatch/scheduler/control.py), a
-thread with its own connection in every beat process, so alerts go out while any
-beat is up and no firing cycle ever waits on a tenant's slow webhook. Several
-beats share the work with `FOR UPDATE SKIP LOCKED`.
+Where it runs: a step of the control pump (dispatch/scheduler/control.py), on a
+thread of its own in every beat process, so alerts go out while any beat is up and
+no firing cycle ever waits on a tenant's slow webhook. Several beats share the work
+with `FOR UPDATE SKIP LOCKED`.
+
+Fairness: a claim takes at most PER_TENANT alerts of each tenant, from the tenants
+whose oldest due alert is oldest, and never a tenant whose alerts this process is
+still sending. Each tenant's alerts go out on a thread of their own (at most
+ALERT_SEND_THREADS at once), one after another; the step does not wait for them.
+So a tenant whose channel answers slowly holds only its own alerts: another
+tenant's are claimed at the pump's next round and sent at once on another thread.
 
 Guarantee: the decision row is committed with the execution's state change
-(decision.py); a claim commits `attempts + 1` and pushes `next_attempt_at` out by
-ALERT_SEND_LEASE_S before anything is sent, so a sender that dies mid-batch
-leaves its alerts to be taken up again after that lease — nothing is lost, and a
-channel that took a message before the crash may see it once more (receivers
-dedupe on `alert_id`). Channels that took an alert are recorded (`delivered`), so
+(decision.py); a claim commits `attempts + 1` and pushes `next_attempt_at` out by a
+lease before anything is sent, so a sender that dies mid-batch leaves its alerts to
+be taken up again after that lease — nothing is lost, and a channel that took a
+message before the crash may see it once more (receivers dedupe on `alert_id`). The
+lease outlasts the worst case of what the claim took (ALERT_SEND_LEASE_S for the
+sender's own work, plus one ALERT_WEBHOOK_TIMEOUT_S per send: the tenant's claimed
+alerts times its enabled channels), so a slow send is never taken up a second time
+while it is still going. Channels that took an alert are recorded (`delivered`), so
 a retry after a partial failure goes only to the others. Each attempt is an
 `alert_sent` / `alert_failed` event on the execution's timeline.
 """
@@ -19,11 +29,14 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
+import time
+from collections import defaultdict
 from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 
 from dispatch import explain
 from dispatch.alerting import delivery, maintenance
@@ -33,7 +46,9 @@ from dispatch.states import AlertKind, AlertState, EventKind
 from tenants.models import Tenant
 
 log = logging.getLogger("dispatch.alerts")
-BATCH = 20
+# Alerts of one tenant per claim: sent one after another on the tenant's thread, so
+# with the tenant's channels they bound how long the claim may take (its lease).
+PER_TENANT = 5
 ACTOR = "alerts"
 
 
@@ -256,13 +271,9 @@ def _hold(row: Any, window: maintenance.Open) -> None:
             )
 
 
-def pump_once() -> int:
-    """Claim one batch of due alerts (committed) and deliver each: held while its
-    tenant is in a maintenance window, summarised per tenant once the window is over."""
-    with transaction.atomic():
-        rows = sql.rows(
-            "alert_claim", {"batch": BATCH, "lease_s": float(settings.ALERT_SEND_LEASE_S)}
-        )
+def _deliver_tenant(rows: list[Any]) -> None:
+    """Deliver one tenant's claimed alerts, one after another: held while the tenant is
+    in a maintenance window, summarised once the window is over."""
     windows = maintenance.open_now(tenant_ids={row.tenant_id for row in rows})
     summaries: dict[tuple[int, str], list[Any]] = {}
     for row in rows:
@@ -282,13 +293,102 @@ def pump_once() -> int:
         except Exception as exc:
             for row in held:
                 _given_up(row, exc)
-    return len(rows)
+
+
+def _tenant_thread(rows: list[Any]) -> None:
+    try:
+        _deliver_tenant(rows)
+    except Exception as exc:
+        # The claims stand: these alerts are taken up again when their lease lapses.
+        log.warning(
+            "alerts of tenant %s: delivery failed (%s)", rows[0].tenant_id, type(exc).__name__
+        )
+    finally:
+        connection.close()
+
+
+class Sender:
+    """The alert deliveries in flight in this process: one thread per tenant, at most
+    ALERT_SEND_THREADS at once. Claims skip the tenants still being sent to here, so a
+    tenant never has two threads and its alerts keep their order."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: dict[int, threading.Thread] = {}
+
+    def start(self) -> tuple[int, list[threading.Thread]]:
+        """Claim a fair round of due alerts and start their tenants' threads: how many
+        alerts were claimed, and the threads started."""
+        with self._lock:
+            self._running = {t: th for t, th in self._running.items() if th.is_alive()}
+            free = int(settings.ALERT_SEND_THREADS) - len(self._running)
+            if free <= 0:
+                return 0, []
+            with transaction.atomic():
+                rows = sql.rows(
+                    "alert_claim",
+                    {
+                        "busy": list(self._running),
+                        "tenants": free,
+                        "per_tenant": PER_TENANT,
+                        "lease_s": float(settings.ALERT_SEND_LEASE_S),
+                        "send_s": float(settings.ALERT_WEBHOOK_TIMEOUT_S),
+                    },
+                )
+            by_tenant: dict[int, list[Any]] = defaultdict(list)
+            for row in rows:
+                by_tenant[row.tenant_id].append(row)
+            started = []
+            for tenant_id, tenant_rows in by_tenant.items():
+                thread = threading.Thread(
+                    target=_tenant_thread,
+                    args=(tenant_rows,),
+                    name=f"alerts-tenant-{tenant_id}",
+                    daemon=True,
+                )
+                self._running[tenant_id] = thread
+                thread.start()
+                started.append(thread)
+            return len(rows), started
+
+    def drain(self, timeout: float | None = None) -> bool:
+        """Wait for the deliveries in flight (up to `timeout` seconds); whether all ended."""
+        with self._lock:
+            threads = list(self._running.values())
+        ends = None if timeout is None else time.monotonic() + timeout
+        for thread in threads:
+            thread.join(None if ends is None else max(0.0, ends - time.monotonic()))
+        return not any(thread.is_alive() for thread in threads)
+
+
+SENDER = Sender()
+
+
+def pump_step() -> int:
+    """The control pump's step: claim a fair round and start its tenants' deliveries,
+    without waiting for them; how many alerts it claimed."""
+    claimed, _ = SENDER.start()
+    return claimed
+
+
+def pump_once() -> int:
+    """Claim a fair round and deliver it, waiting for its deliveries (tests call this)."""
+    claimed, threads = SENDER.start()
+    for thread in threads:
+        thread.join()
+    return claimed
+
+
+def drain(timeout: float | None = None) -> bool:
+    """Wait for this process's alert deliveries in flight; whether all ended in time."""
+    return SENDER.drain(timeout)
 
 
 def _given_up(row: Any, exc: Exception) -> None:
     # The claim stands: the alert is taken up again when its lease lapses, unless that
-    # was its last try.
-    log.warning("alert %s: delivery attempt failed: %s", row.id, exc)
+    # was its last try. Only the exception's type is written: its text may quote
+    # anything the failing call had in hand, a secret header value included.
+    log.warning("alert %s: delivery attempt failed (%s)", row.id, type(exc).__name__)
     if row.attempts >= int(settings.ALERT_MAX_ATTEMPTS):
         sql.execute(
             "alert_result",
@@ -297,6 +397,6 @@ def _given_up(row: Any, exc: Exception) -> None:
                 "state": str(AlertState.FAILED),
                 "retry_s": 0.0,
                 "delivered": json.dumps(list(_json(row.delivered))),
-                "error": f"{type(exc).__name__}: {exc}",
+                "error": f"{type(exc).__name__}: the delivery attempt failed unexpectedly",
             },
         )

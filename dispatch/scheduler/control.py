@@ -1,4 +1,5 @@
-"""The control pump: carries running backfills and bulk operations forward.
+"""The control pump: carries running backfills and bulk operations forward, scans for
+late occurrences and sends the alert outbox.
 
 A backfill or a large bulk operation is a row with a position; its items are
 worked through in small transactions by whichever beat's pump gets to it first
@@ -6,19 +7,24 @@ worked through in small transactions by whichever beat's pump gets to it first
 nothing: the next pump, in this beat or another, goes on from the position
 the last committed chunk recorded.
 
-It runs on a thread of its own with its own database connection (Django's
-connections are per thread), never inside the beat's cycle: a bulk pause of
-thousands of schedules must not delay a firing by a millisecond.
+It runs on threads of its own, never inside the beat's cycle: a bulk pause of
+thousands of schedules must not delay a firing by a millisecond. Each step has
+its own thread, with its own database connection (Django's connections are per
+thread), so no step shares another's fate: an alert held by a tenant's slow peer
+(up to ALERT_WEBHOOK_TIMEOUT_S a send) delays neither a backfill, nor a bulk
+operation, nor the late scan. The alert step itself hands each tenant's alerts to
+a thread of their own (dispatch/alerting/outbox.py) and does not wait for them.
 
-Each step does one bounded chunk of work and returns how much it did; the
-pump goes round again at once while any step did something, and otherwise
-sleeps CONTROL_INTERVAL_S.
+Each step does one bounded chunk of work and returns how much it did; a step's
+thread goes round again at once while it did something, and otherwise sleeps
+CONTROL_INTERVAL_S.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from django.conf import settings
@@ -39,14 +45,19 @@ def steps() -> list[Step]:
         backfills.pump_once,
         operations.pump_once,
         lateness.scan_once,
-        outbox.pump_once,
+        outbox.pump_step,
         calendars_refresh_once,
     ]
 
 
 def pump_once() -> int:
-    """One chunk of every step, on the calling thread's connection (tests call this)."""
-    return sum(step() for step in steps())
+    """One chunk of every step, one after the other on the calling thread's connection,
+    and the alert sends the outbox's step started, waited for (tests call this)."""
+    from dispatch.alerting import outbox
+
+    done = sum(step() for step in steps())
+    outbox.drain()
+    return done
 
 
 class ControlPump:
@@ -56,24 +67,39 @@ class ControlPump:
             float(settings.CONTROL_INTERVAL_S) if interval_s is None else float(interval_s)
         )
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
 
     def start(self) -> None:
         self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name=f"control-{self.name}", daemon=True)
-        self._thread.start()
+        self._threads = [
+            threading.Thread(
+                target=self._run,
+                args=(step,),
+                name=f"control-{self.name}-{getattr(step, '__module__', 'step').rsplit('.', 1)[-1]}",
+                daemon=True,
+            )
+            for step in steps()
+        ]
+        for thread in self._threads:
+            thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-        self._thread = None
+        from dispatch.alerting import outbox
 
-    def _run(self) -> None:
+        self._stop.set()
+        ends = time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(max(0.0, ends - time.monotonic()))
+        self._threads = []
+        # The alert sends still in flight each end within their deadline; a send cut
+        # short by the process's exit is taken up again after its claim's lease.
+        outbox.drain(max(0.0, ends - time.monotonic()))
+
+    def _run(self, step: Step) -> None:
         try:
             while not self._stop.is_set():
                 try:
-                    busy = pump_once()
+                    busy = step()
                 except Exception as exc:
                     # The chunk's transaction rolled back; its object stays where the
                     # last committed chunk left it and is taken up again next round.

@@ -149,16 +149,45 @@ WITH e AS (
 SELECT id FROM inserted
 
 -- name: alert_claim
--- Take up to `batch` due pending alerts for one delivery attempt; the claim pushes next_attempt_at out by `lease_s`, so an alert whose sender died mid-send is taken up again then (at most one duplicate).
+-- Take due pending alerts for one delivery attempt, fairly across tenants: those of the %(tenants)s tenants whose oldest due alert is oldest (none of %(busy)s, whose alerts the claimer is still sending), at most %(per_tenant)s of each; the claim pushes next_attempt_at out by a lease that outlasts the claimer's worst case, so a slow send is not taken up twice and an alert whose sender died is taken up again then (at most one duplicate).
+-- The lease: %(lease_s)s for the claimer's own work, plus one deadline (%(send_s)s)
+-- per send it may make, one after another — the tenant's claimed alerts times its
+-- enabled channels (a policy's channels are some of those). `due` reads the pending
+-- alerts that are due (the alert_pending index): few, unless channels are failing.
+WITH due AS (
+    SELECT id, tenant_id, next_attempt_at,
+           row_number() OVER (PARTITION BY tenant_id ORDER BY next_attempt_at, id) AS nth
+      FROM dispatch_alert
+     WHERE state = 'pending' AND next_attempt_at <= now()
+       AND tenant_id <> ALL(%(busy)s::bigint[])
+), oldest AS (
+    SELECT tenant_id
+      FROM due
+     WHERE nth = 1
+     ORDER BY next_attempt_at, id
+     LIMIT %(tenants)s
+), picked AS (
+    -- Checked again on the row: another claimer may have taken it since `due` looked.
+    SELECT a.id, a.tenant_id
+      FROM dispatch_alert a
+      JOIN due d ON d.id = a.id
+      JOIN oldest o ON o.tenant_id = d.tenant_id
+     WHERE d.nth <= %(per_tenant)s
+       AND a.state = 'pending' AND a.next_attempt_at <= now()
+       FOR UPDATE OF a SKIP LOCKED
+), sends AS (
+    SELECT p.tenant_id,
+           count(*) * greatest(1, (SELECT count(*) FROM dispatch_alertchannel c
+                                    WHERE c.tenant_id = p.tenant_id AND c.enabled)) AS sends
+      FROM picked p
+     GROUP BY p.tenant_id
+)
 UPDATE dispatch_alert a
    SET attempts = a.attempts + 1,
-       next_attempt_at = now() + make_interval(secs => %(lease_s)s)
-  FROM (SELECT id FROM dispatch_alert
-         WHERE state = 'pending' AND next_attempt_at <= now()
-         ORDER BY next_attempt_at
-         LIMIT %(batch)s
-           FOR UPDATE SKIP LOCKED) due
- WHERE a.id = due.id
+       next_attempt_at = now() + make_interval(secs => %(lease_s)s + s.sends * %(send_s)s)
+  FROM picked p
+  JOIN sends s ON s.tenant_id = p.tenant_id
+ WHERE a.id = p.id
 RETURNING a.id, a.tenant_id, a.schedule_id, a.execution_id, a.kind, a.payload, a.attempts,
           a.delivered, a.held_by
 

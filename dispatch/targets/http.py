@@ -73,12 +73,34 @@ FORBIDDEN_HEADERS = {
 }
 
 
-def _latin1(value: str) -> bool:
+def header_value_problem(value: str) -> str | None:
+    """Why `value` cannot go out as an HTTP header value, or None if it can: the one
+    rule for header values, at save time and for values resolved from secrets when
+    sending (HTTP targets, alert webhooks).
+
+    The reason says what is wrong and never quotes the value, which may be a secret:
+    http.client's own refusal quotes it whole (`Invalid header value b'...'`), and
+    its encoding error names the character and its position.
+
+    A value ending in a line break is refused like any other with one, not trimmed:
+    secrets are used as stored (dispatch/worker/vault.py changes none), and the
+    reason tells the owner what to fix.
+    """
+    if value.endswith("\n") and not any(c in value.rstrip("\r\n") for c in "\r\n\x00"):
+        return (
+            "ends in a line break (as a value read from a file often does): "
+            "store it without the trailing newline"
+        )
+    if any(c in value for c in "\r\n\x00"):
+        return "contains a line break or NUL"
     try:
         value.encode("latin-1")
     except UnicodeEncodeError:
-        return False
-    return True
+        return (
+            "has characters HTTP headers cannot carry (header values are Latin-1: "
+            "percent- or base64-encode other characters)"
+        )
+    return None
 
 
 # URLs one request already accepted, by (url, the tenant's allow-list, field), while
@@ -175,16 +197,12 @@ def clean_headers(
                     where,
                     'carries a credential: give a secret reference {"secret": "vault:..."}, not the value',
                 )
-            if len(value) > 4096 or any(c in value for c in "\r\n\x00"):
-                raise InvalidSchedule.field(
-                    where, "must be at most 4096 characters without line breaks"
-                )
-            if not _latin1(value):
-                # http.client sends header values as Latin-1: anything else would
-                # be accepted here and then fail every single run.
-                raise InvalidSchedule.field(
-                    where, "must be Latin-1 text (percent- or base64-encode other characters)"
-                )
+            if len(value) > 4096:
+                raise InvalidSchedule.field(where, "must be at most 4096 characters")
+            # Refused now rather than accepted here and then failing every single run.
+            problem = header_value_problem(value)
+            if problem is not None:
+                raise InvalidSchedule.field(where, problem)
             headers[name] = value
         else:
             raise InvalidSchedule.field(where, "must be a string or a secret reference")
@@ -449,20 +467,10 @@ def run(ctx: RunContext) -> Outcome:
     headers: dict[str, str] = {}
     for name, value in (cfg.get("headers") or {}).items():
         resolved = ctx.secret(value["secret"]) if isinstance(value, dict) else str(value)
-        if any(c in resolved for c in "\r\n\x00"):
+        problem = header_value_problem(resolved)
+        if problem is not None:
             return Outcome.failure(
-                f"the value of header {name} contains a line break or NUL",
-                retryable=False,
-                reason_code="bad_header",
-            )
-        try:
-            resolved.encode("latin-1")
-        except UnicodeEncodeError:
-            # http.client would raise with the offending character and its
-            # position in the message: never let a secret's text reach an error.
-            return Outcome.failure(
-                f"the value of header {name} has characters HTTP headers cannot carry "
-                "(header values are Latin-1)",
+                f"the value of header {name} {problem}",
                 retryable=False,
                 reason_code="bad_header",
             )

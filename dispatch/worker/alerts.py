@@ -18,9 +18,6 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from django.conf import settings
-from django.core.mail import send_mail
-
 from dispatch.models import AlertChannel, Execution, ExecutionEvent
 from dispatch.queues import queue_name
 from dispatch.states import EventKind, ExecutionState
@@ -84,6 +81,8 @@ def send_dead_notice(*, execution_id: str) -> list[str]:
     # to the tenant's own webhook / address would say the same thing twice.
     if AlertChannel.objects.filter(tenant=tenant, enabled=True).exists():
         return []
+    from dispatch.alerting.delivery import send_email
+
     payload = notice_payload(execution)
     sent: list[str] = []
     failed: list[str] = []
@@ -95,11 +94,10 @@ def send_dead_notice(*, execution_id: str) -> list[str]:
             failed.append(f"webhook ({getattr(exc, 'reason', None) or type(exc).__name__})")
     if tenant.alert_email:
         try:
-            send_mail(
+            send_email(
                 subject=f"[scheduler] {execution.schedule.name}: execution dead",
-                message=json.dumps(payload, indent=2),
-                from_email=settings.ALERT_EMAIL_FROM,
-                recipient_list=[tenant.alert_email],
+                body=json.dumps(payload, indent=2),
+                recipients=[tenant.alert_email],
             )
             sent.append("email")
         except Exception as exc:

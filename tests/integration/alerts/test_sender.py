@@ -95,7 +95,10 @@ def test_an_alert_claimed_by_a_sender_that_died_is_sent_later(
     dead: Execution, ledger: Ledger
 ) -> None:
     # A sender claims the alert and dies before sending: its claim commits first.
-    [claimed] = sql.rows("alert_claim", {"batch": 10, "lease_s": 3600})
+    [claimed] = sql.rows(
+        "alert_claim",
+        {"busy": [], "tenants": 10, "per_tenant": 10, "lease_s": 3600, "send_s": 5},
+    )
     assert outbox.pump_once() == 0  # another sender leaves it alone while the lease runs
     assert ledger.requests == []
     Alert.objects.filter(pk=claimed.id).update(next_attempt_at=db_now())  # the lease lapsed

@@ -4,8 +4,6 @@ timeout) cannot hold an alert send or a calendar feed fetch past it."""
 
 from __future__ import annotations
 
-import socket
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -17,49 +15,7 @@ from dispatch.models import AlertChannel
 from dispatch.targets import http as http_target
 from dispatch.targets import netguard
 from tenants.models import Tenant
-
-
-class Dribbler:
-    """A loopback HTTP peer that sends its headers, then one body byte every `gap_s`
-    seconds for `count` bytes (Content-Length says so), like a slow or hostile peer."""
-
-    def __init__(self, *, gap_s: float, count: int) -> None:
-        self.gap_s, self.count = gap_s, count
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-
-    def _serve(self) -> None:
-        self.sock.settimeout(0.2)
-        while not self.stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except TimeoutError:
-                continue
-            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
-
-    def _answer(self, conn: socket.socket) -> None:
-        with conn:
-            try:
-                conn.recv(65536)
-                head = f"HTTP/1.1 200 OK\r\nContent-Length: {self.count}\r\n\r\n"
-                conn.sendall(head.encode())
-                for _ in range(self.count):
-                    if self.stop.wait(self.gap_s):
-                        return
-                    conn.sendall(b"x")
-            except OSError:
-                return
-
-    def __enter__(self) -> Dribbler:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join(2)
-        self.sock.close()
+from tests.support.dribbler import Dribbler
 
 
 @pytest.fixture
@@ -133,3 +89,28 @@ def test_an_ics_feed_that_dribbles_is_refused_at_the_deadline(
     )
     assert res.status_code == 400, res.content
     assert res.json()["error"]["detail"] == {"sources[0].url": ["could not be fetched within 1 s"]}
+
+
+@pytest.mark.django_db
+def test_an_alert_email_to_a_relay_that_dribbles_its_greeting_fails_at_the_deadline(
+    settings: Any,
+) -> None:
+    settings.ALERT_WEBHOOK_TIMEOUT_S = 1
+    # A greeting of 40 continuation lines, one every 0.3 s: each read well inside
+    # EMAIL_TIMEOUT, 12 s in all.
+    with Dribbler(
+        gap_s=0.3, count=40, head=b"", unit=b"220-still greeting\r\n", reads_first=False
+    ) as relay:
+        settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+        settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", relay.port
+        settings.EMAIL_TIMEOUT = 10
+        settings.EMAIL_USE_TLS = False
+        settings.EMAIL_HOST_USER = settings.EMAIL_HOST_PASSWORD = ""
+        tenant = Tenant.objects.create(slug="slowrelay", name="Slow relay")
+        channel = AlertChannel.objects.create(
+            tenant=tenant, name="mail", kind="email", config={"to": ["ops@slowrelay.test"]}
+        )
+        message = delivery.Message(event="alert.test", title="t", text="x")
+        result = delivery.send(channel, message, tenant=tenant)
+        assert relay.connections == 1
+    assert result == delivery.Delivery(False, "TimeoutError: no complete answer within 1 s")

@@ -13,7 +13,6 @@ from typing import Any
 from urllib.parse import quote, quote_plus
 
 import pytest
-from django.db import connection
 from rest_framework.test import APIClient
 
 from dispatch.models import Execution, ExecutionEvent
@@ -23,6 +22,7 @@ from tenants.roles import Principal
 from tests.conftest import make_principal
 from tests.support.ledger import Ledger, Respond
 from tests.support.procs import Proc
+from tests.support.rows import rows_containing
 from tests.support.worker_support import (
     ONE_SHOT,
     QUICK_RETRY,
@@ -182,21 +182,6 @@ def target(ledger: Ledger, ref: str, path: str = "/hook") -> dict[str, Any]:
         "headers": {"Authorization": {"secret": ref}, "X-Plain": "hello"},
         "body": {"n": 1},
     }
-
-
-def rows_containing(needle: str) -> dict[str, int]:
-    """Every table of the database, every column as text: where does `needle` appear?"""
-    found: dict[str, int] = {}
-    with connection.cursor() as cur:
-        cur.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
-        for (table,) in cur.fetchall():
-            # strpos, not LIKE: a URL-encoded needle's "%" would be a wildcard.
-            query = f'SELECT count(*) FROM "{table}" t WHERE strpos(t::text, %s) > 0'  # noqa: S608 - catalog names
-            cur.execute(query, [needle])
-            count = cur.fetchone()[0]
-            if count:
-                found[table] = count
-    return found
 
 
 def test_vault_sentinel_reaches_only_the_outgoing_request(
