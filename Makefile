@@ -18,7 +18,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml $(CLIENT)/pyproject.toml 
 EMBED := $(BIN)/python -m config.embedded run --
 PYTEST_ARGS ?=
 
-.PHONY: install lock lock-check run test test-fast lint format typecheck migrations-check check-deploy web worker worker-long beat bench chaos clean-data
+.PHONY: install lock lock-check run test test-fast test-system lint format typecheck migrations-check check-deploy web worker worker-long beat bench chaos clean-data
 
 $(STAMP): pyproject.toml $(CLIENT)/pyproject.toml $(LOCKS)
 	@$(PY) -c 'import sys; sys.exit("Python 3.11+ is required (found %s)" % sys.version.split()[0]) if sys.version_info < (3, 11) else None'
@@ -50,12 +50,20 @@ lock-check:
 run: $(STAMP)
 	$(EMBED) $(BIN)/python manage.py run_platform
 
-## The whole test suite, against the servers the env URLs name, else embedded ones.
+## The whole test suite, against the servers the env URLs name, else embedded ones:
+## the main tier on SUITE_WORKERS pytest-xdist workers, then the system tier one test at
+## a time, then the accounting (every collected test reported exactly once); see
+## tests/tiers.py. PYTEST_ARGS go to pytest in each tier (e.g. -k calendar, -x).
 test: $(STAMP)
-	$(EMBED) $(BIN)/pytest $(PYTEST_ARGS)
+	$(EMBED) $(BIN)/python -m tests.tiers all $(PYTEST_ARGS)
 
+## The main tier alone (unit and integration, in parallel): the edit-test loop.
 test-fast: $(STAMP)
-	$(EMBED) $(BIN)/pytest -m "not slow and not browser" $(PYTEST_ARGS)
+	$(EMBED) $(BIN)/python -m tests.tiers main $(PYTEST_ARGS)
+
+## The system tier alone (chaos, bench smokes, DST time travel, schemathesis, make run).
+test-system: $(STAMP)
+	$(EMBED) $(BIN)/python -m tests.tiers system $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

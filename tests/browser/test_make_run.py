@@ -26,7 +26,7 @@ import pytest
 from tests.browser.conftest import shot
 from tests.support.procs import server_data_dir
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow]
+pytestmark = [pytest.mark.system, pytest.mark.browser, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 BOX_END = "Ctrl-C stops everything."
 

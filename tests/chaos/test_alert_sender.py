@@ -26,7 +26,12 @@ from tests.support.procs import beat_cmd, processes, wait_for
 from tests.support.rows import execution_row
 from tests.support.worker_support import db_now, make_schedule
 
-pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.system,
+    pytest.mark.chaos,
+    pytest.mark.slow,
+    pytest.mark.django_db(transaction=True),
+]
 
 ALERTS = 30
 LEASE_S = "3"  # how long a killed sender's claimed alerts wait before another takes them

@@ -45,7 +45,12 @@ from tests.support.ledger import Ledger
 from tests.support.procs import processes, wait_for
 from tests.support.worker_support import purge
 
-pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.system,
+    pytest.mark.chaos,
+    pytest.mark.slow,
+    pytest.mark.django_db(transaction=True),
+]
 
 BATCH = 12
 QUOTA = 8  # executions per day

@@ -28,12 +28,12 @@ from django.conf import settings
 from django.db import connection
 
 from tenants import services as tenant_services
-from tenants.models import Tenant
-from tenants.roles import Principal, Role
+from tenants.roles import Role
 from tests.chaos import harness
 from tests.chaos.servers import OwnRabbit, OwnRedis, Postgres
+from tests.conftest import make_principal
 from tests.support.faultproxy import FaultProxy, database_target
-from tests.support.ledger import Ledger, Respond
+from tests.support.ledger import Ledger
 from tests.support.procs import processes, wait_for
 from tests.support.worker_support import purge
 
@@ -47,10 +47,14 @@ SPREAD_S = LEAD_S + len(NEMESES) * harness.NEMESIS_EVERY_S + 12 if SHORT else DU
 EVERY = os.environ.get("NEMESIS_EVERY", "" if SHORT else "60-180")
 SEED = int(os.environ.get("CHAOS_SEED", str(time.time_ns() % 2**31)))
 
-pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
-# The last run's results, for the checks of nemeses that expose a known platform bug
-# (kept apart as their own tests, so that a failing property names itself).
-RUN: dict[str, Any] = {}
+pytestmark = [
+    pytest.mark.system,
+    # Whichever test asks first runs the whole run in its setup.
+    pytest.mark.timeout(int(SPREAD_S * 3 + 300)),
+    pytest.mark.chaos,
+    pytest.mark.slow,
+    pytest.mark.django_db(transaction=True),
+]
 
 
 def plan() -> list[tuple[float, str]]:
@@ -70,48 +74,57 @@ def plan() -> list[tuple[float, str]]:
 
 
 @pytest.fixture(scope="module")
-def ledger_respond() -> Respond:
-    return harness.respond
+def chaos_ledger() -> Iterator[Ledger]:
+    with Ledger(harness.respond) as ledger:
+        # A killed worker leaves its call's socket closed under the reply: expected, not news.
+        ledger.server.handle_error = lambda request, client_address: None  # type: ignore[method-assign]
+        yield ledger
 
 
-@pytest.fixture(autouse=True)
-def _quiet_ledger(ledger: Ledger) -> None:
-    # A killed worker leaves its call's socket closed under the reply: expected, not news.
-    ledger.server.handle_error = lambda request, client_address: None  # type: ignore[method-assign]
-
-
-@pytest.fixture
-def redis(tmp_path: Path) -> Iterator[OwnRedis]:
-    server = OwnRedis(tmp_path)
+@pytest.fixture(scope="module")
+def redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OwnRedis]:
+    server = OwnRedis(tmp_path_factory.mktemp("redis"))
     server.start()
     yield server
     server.stop()
 
 
-@pytest.fixture
-def rabbit(tmp_path: Path) -> Iterator[OwnRabbit | None]:
+@pytest.fixture(scope="module")
+def rabbit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OwnRabbit | None]:
     """The run's own RabbitMQ node when CHAOS_BROKER=rabbitmq (never the machine's)."""
     if BROKER != "rabbitmq":
         yield None
         return
     if why := OwnRabbit.available():
         pytest.skip(f"CHAOS_BROKER=rabbitmq: {why}")
-    server = OwnRabbit(tmp_path)
+    server = OwnRabbit(tmp_path_factory.mktemp("rabbit"))
     boot = server.start()
     print(f"[chaos] own RabbitMQ {server.node} on port {server.port}: booted in {boot} s")
     yield server
     server.stop()
 
 
-@pytest.mark.timeout(int(SPREAD_S * 3 + 300))
-def test_chaos_run(
-    tmp_path: Path,
-    ledger: Ledger,
+@pytest.fixture(scope="module")
+def chaos_results(
+    tmp_path_factory: pytest.TempPathFactory,
+    chaos_ledger: Ledger,
     redis: OwnRedis,
     rabbit: OwnRabbit | None,
-    admin_principal: Principal,
-    tenant: Tenant,
-) -> None:
+    django_db_setup: Any,
+    django_db_blocker: Any,
+) -> dict[str, Any]:
+    """The chaos run, once per module, whichever of its tests asks first (the run test,
+    or under -k / --lf a check of one nemesis alone): the checks never skip for want
+    of a run in the same process. Its rows are deleted with the first test's."""
+    with django_db_blocker.unblock():
+        return _chaos_run(tmp_path_factory.mktemp("chaos"), chaos_ledger, redis, rabbit)
+
+
+def _chaos_run(
+    tmp_path: Path, ledger: Ledger, redis: OwnRedis, rabbit: OwnRabbit | None
+) -> dict[str, Any]:
+    tenant = tenant_services.tenant_create(slug="billing", name="Billing")
+    admin_principal = make_principal(tenant, Role.ADMIN)
     broker = rabbit.url() if rabbit is not None else redis.url(0)
     purge(broker)
     _, api_token = tenant_services.token_issue(tenant=tenant, name="chaos-probe", role=Role.VIEWER)
@@ -184,9 +197,13 @@ def test_chaos_run(
     purge(broker)
     results["profile"]["runtime_s"] = round(time.monotonic() - started, 1)
     harness.write(results)
-    RUN.update(results)
     print("\n" + harness.table(results) + f"\n(JSON: {harness.RESULTS}; logs: {tmp_path})")
 
+    return results
+
+
+def test_chaos_run(chaos_results: dict[str, Any]) -> None:
+    results = chaos_results
     occ, stale, fo = results["occurrences"], results["stale_writes"], results["failover"]
     assert occ["lost"] == 0, occ["lost_ids"]
     assert results["duplicate_execution_records"] == 0
@@ -227,12 +244,14 @@ def test_chaos_run(
     assert fo["max_s"] <= fo["bound_s"] + fo["slack_s"], fo
 
 
-def test_beat_broker_blackhole_keeps_or_hands_over_its_leases() -> None:
+def test_beat_broker_blackhole_keeps_or_hands_over_its_leases(
+    chaos_results: dict[str, Any],
+) -> None:
     """A beat whose broker link goes silent mid-publish must keep renewing its leases
     (within two thirds of the lease) or release them: never frozen until a takeover
     fences it (issue 16, defect 1). Judged on the chaos run's own beat_broker_blackhole
     (PostgreSQL's view)."""
-    faults = [f for f in RUN.get("faults", []) if f["kind"] == "beat_broker_blackhole"]
+    faults = [f for f in chaos_results["faults"] if f["kind"] == "beat_broker_blackhole"]
     if not faults:
         pytest.skip("the chaos run did not run beat_broker_blackhole")
     for f in faults:
@@ -242,11 +261,11 @@ def test_beat_broker_blackhole_keeps_or_hands_over_its_leases() -> None:
         assert f["stuck_after_heal"] == 0, f
 
 
-def test_a_partitioned_beat_still_exits_on_sigterm() -> None:
+def test_a_partitioned_beat_still_exits_on_sigterm(chaos_results: dict[str, Any]) -> None:
     """A beat cut off from PostgreSQL and the broker for good is stuck inside a call
     that never returns; SIGTERM must still end it (the watchdog exits 143 once the
     lease has passed) instead of leaving a process its supervisor cannot stop."""
-    faults = [f for f in RUN.get("faults", []) if f["kind"] == "beat_partitioned"]
+    faults = [f for f in chaos_results["faults"] if f["kind"] == "beat_partitioned"]
     if not faults:
         pytest.skip("the chaos run did not run beat_partitioned")
     for f in faults:

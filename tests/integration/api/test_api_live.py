@@ -21,7 +21,7 @@ from tenants import services as tenant_services
 from tenants.roles import Role
 from tests.support.procs import processes, wait_for
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.system, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 TARGET = {"type": "http", "url": "https://billing.internal/hook", "method": "POST"}
 

@@ -254,6 +254,7 @@ def test_exit_codes_and_error_messages(owner: Tenant, server: WebServer, tmp_pat
     assert schedctl("ls", "--json", "--url", server.url).code == 0  # options after the command
 
 
+@pytest.mark.system  # a real pip install into a virtualenv: minutes of one core
 def test_the_installed_entry_point(owner: Tenant, server: WebServer, tmp_path: Path) -> None:
     """`pip install ./clients/python` into a virtualenv of the test's own: its
     `schedctl` runs preview offline and talks to the server."""

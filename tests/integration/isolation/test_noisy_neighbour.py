@@ -44,7 +44,7 @@ from tests.support.procs import Proc, beat_cmd, processes, wait_for, worker_cmd
 from tests.support.rows import execution_row
 from tests.support.worker_support import ONE_SHOT, db_now, make_schedule, purge, worker_log_ready
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.system, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 # One alert send may take this long (A's peer would take 100 s to answer).
 DEADLINE_S = 10

@@ -22,7 +22,7 @@ from dispatch.models import BeatNode, Execution, Schedule
 from tenants.models import Tenant
 from tests.support.procs import ROOT, child_env
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.system, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 TINY = [
     *("--limits-n", "300", "--limits-noop-n", "200"),

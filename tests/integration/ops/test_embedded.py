@@ -16,7 +16,7 @@ from tests.support.procs import server_data_dir
 
 ROOT = Path(__file__).resolve().parents[3]
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.system, pytest.mark.slow]
 
 
 def test_embedded_servers_boot_migrate_and_stop() -> None:

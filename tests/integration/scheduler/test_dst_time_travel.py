@@ -30,6 +30,7 @@ from tests.support.ledger import Ledger
 from tests.support.timetravel import Case, Outcome, faketime_missing, template, travel
 
 pytestmark = [
+    pytest.mark.system,
     pytest.mark.slow,
     pytest.mark.skipif(bool(faketime_missing()), reason=faketime_missing() or "n/a"),
 ]
