@@ -4,22 +4,34 @@ ledger (the recording loopback HTTP receiver targets call)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.core.cache import cache
 from rest_framework.test import APIClient
 
 from tenants import services as tenant_services
 from tenants.models import Tenant
 from tenants.roles import Principal, Role
-from tests.support import dbreset
+from tests.support import dbreset, dbtemplate
 from tests.support.ledger import Ledger, Respond
 
 # Transactional tests end with a DELETE of their rows, not a TRUNCATE of every table
 # (the same empty database, about a second sooner per test: tests/support/dbreset.py).
 dbreset.install()
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: None) -> None:
+    """pytest-django's own (the _gwN suffix on xdist workers), plus: clone the test
+    database from the run's migrated template when `python -m tests.tiers` built one
+    (tests/support/dbtemplate.py)."""
+    template = os.environ.get(dbtemplate.VARIABLE)
+    if template:
+        settings.DATABASES["default"].setdefault("TEST", {})["TEMPLATE"] = template
 
 
 @pytest.fixture(autouse=True)

@@ -34,6 +34,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.support import dbtemplate
+
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "test-artifacts"
 WORKERS = int(os.environ.get("SUITE_WORKERS", "3"))
@@ -156,6 +158,14 @@ def main(argv: list[str]) -> int:
     (ARTIFACTS / "collected.txt").write_text("\n".join(ids) + "\n")
     codes: dict[str, int] = {}
     took: dict[str, float] = {}
+    if os.environ.get("DATABASE_URL") and dbtemplate.VARIABLE not in os.environ:
+        started = time.monotonic()
+        os.environ[dbtemplate.VARIABLE] = dbtemplate.build(os.environ["DATABASE_URL"])
+        print(
+            f"===== template database {os.environ[dbtemplate.VARIABLE]} migrated in "
+            f"{time.monotonic() - started:.0f} s (every test database is cloned from it)",
+            flush=True,
+        )
     for tier in tiers:
         xml = ARTIFACTS / f"junit-{tier.name}.xml"
         xml.unlink(missing_ok=True)
