@@ -22,6 +22,7 @@ extensions = [
     "myst_parser",
     "sphinx_copybutton",
     "sphinx_llms_txt",  # writes llms.txt and llms-full.txt next to the HTML
+    "reference_pages",  # docs/_ext: the generated reference pages, and the HTML link check
 ]
 
 # Every page is Markdown; there is no reStructuredText source.
