@@ -18,7 +18,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml $(CLIENT)/pyproject.toml 
 EMBED := $(BIN)/python -m config.embedded run --
 PYTEST_ARGS ?=
 
-.PHONY: install lock lock-check run test test-fast test-system lint format typecheck migrations-check check-deploy web worker worker-long beat bench chaos clean-data
+.PHONY: install lock lock-check docs run test test-fast test-system lint format typecheck migrations-check check-deploy web worker worker-long beat bench chaos clean-data
 
 $(STAMP): pyproject.toml $(CLIENT)/pyproject.toml $(LOCKS)
 	@$(PY) -c 'import sys; sys.exit("Python 3.11+ is required (found %s)" % sys.version.split()[0]) if sys.version_info < (3, 11) else None'
@@ -44,6 +44,12 @@ lock:
 ## Fails when pyproject.toml's dependencies changed without `make lock` (no network).
 lock-check:
 	$(PY) requirements/lock.py check
+
+## The docs site into docs/_build/html (open index.html). Warnings are errors (-W) and
+## every cross-reference must resolve (-n): a broken link or #anchor between pages fails.
+## The generated reference pages (docs/_ext) are rewritten from the code on every build.
+docs: $(STAMP)
+	$(BIN)/sphinx-build -W --keep-going -n -b html docs docs/_build/html
 
 ## The whole platform (web + beat + workers) on the embedded PostgreSQL and
 ## Redis unless DATABASE_URL / CELERY_BROKER_URL are set. Ctrl-C stops all.

@@ -8,10 +8,12 @@ import contextlib
 import json
 import logging
 import math
+import os
+import platform
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -90,6 +92,28 @@ def merge_result(path: Path, key: str, result: dict[str, Any]) -> dict[str, Any]
     data[key] = result
     path.write_text(json.dumps(data, indent=2, default=str, allow_nan=True))
     return data
+
+
+MACHINE_KEY = "machine"
+
+
+def machine() -> dict[str, Any]:
+    """Where and when the figures were measured, stored with them (`MACHINE_KEY`):
+    figures mean little without the machine, and the docs' benchmarks page states both."""
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW server_version")
+        row = cursor.fetchone()
+    postgresql = str(row[0]) if row else "unknown"
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return {
+        "recorded_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "memory_gib": round(memory / 2**30, 1),
+        "python": platform.python_version(),
+        "postgresql": postgresql,
+        "broker": broker_kind(),
+    }
 
 
 def broker_kind(url: str | None = None) -> str:

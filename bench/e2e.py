@@ -7,7 +7,7 @@ Celery no-op consume rate of the same number of worker processes, pool and
 concurrency, measured right after. Twice: the prefork pool at `concurrency`
 (the top-level figures), then the threads pool (`--pool threads`) at
 BENCH_E2E_THREADS (default 16; 0 skips it) — the configuration for I/O-bound
-HTTP callbacks (README: worker pools).
+HTTP callbacks (docs/explanation/executions.md, "Worker pools: prefork or threads").
 
 Then the worker-side overhead per execution: the runner's own
 `run_execution` is called in-process on a few hundred executions, with every

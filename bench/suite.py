@@ -11,8 +11,10 @@ from typing import Any
 
 from bench import api, backfill, burst, cronburst, e2e, flatten, limits, runs, scale, steady
 from bench.common import (
+    MACHINE_KEY,
     dispatch_ceiling,
     load_results,
+    machine,
     merge_result,
     publish_ceiling,
     ratio,
@@ -142,6 +144,7 @@ def run_one(which: str, opts: Opts, path: Path, write: Callable[[str], None]) ->
     bench = BENCHES[which]
     result = bench.run(opts)
     _ratios(which, result, load_results(path))
+    merge_result(path, MACHINE_KEY, machine())
     data = merge_result(path, bench.key(opts), result)
     write(bench.report(result, data))
     write(f"wrote {path}")

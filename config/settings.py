@@ -1,4 +1,4 @@
-"""Settings, all from the environment (see the README's configuration table).
+"""Settings, all from the environment (every one: docs/reference/configuration.md).
 
 With no DATABASE_URL / CELERY_BROKER_URL the platform uses the embedded
 PostgreSQL and Redis of config/embedded.py — the same code paths, real servers.
@@ -104,8 +104,9 @@ DATABASES = {
     )
 }
 DATABASES["default"].setdefault("OPTIONS", {})
-# A client that stalls inside a transaction must not hold row locks forever
-# (RELIABILITY.md: a paused claimer otherwise makes every other beat skip its rows).
+# A client that stalls inside a transaction must not hold row locks forever: a paused
+# claimer otherwise makes every other beat skip its rows (failure contract,
+# "Stalled sessions hold no locks": docs/explanation/failure-contract.md).
 DATABASES["default"]["OPTIONS"].setdefault(
     "options",
     f"-c idle_in_transaction_session_timeout={get_int('DB_IDLE_IN_TX_TIMEOUT_MS', 60000)}",
@@ -373,7 +374,7 @@ RESPONSE_EXCERPT_BYTES = get_int("RESPONSE_EXCERPT_BYTES", 4096)
 # Secret references are resolved at run time by these backends ("env", "vault";
 # comma-separated). `env:NAME` reads SCHED_SECRET_<TENANT>__<NAME> from the
 # worker's environment (the embedded default); `vault:` reads Vault KV v2 on
-# VAULT_MOUNT only (README, "Secret reference grammar").
+# VAULT_MOUNT only (docs/explanation/security.md, "Secret references").
 VAULT_ADDR = get("VAULT_ADDR", "") or ""
 VAULT_TOKEN = get("VAULT_TOKEN", "") or ""  # VAULT_TOKEN_FILE works too (config/env.py)
 VAULT_MOUNT = get("VAULT_MOUNT", "kv") or "kv"

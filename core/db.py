@@ -132,7 +132,7 @@ core_sql = Statements(Path(__file__).parent / "sql")
 
 
 def db_now() -> datetime:
-    """The transaction's clock (RELIABILITY.md C5)."""
+    """The transaction's clock (failure contract C5: docs/explanation/failure-contract.md)."""
     value: datetime = core_sql.scalar("db_now")
     return value
 

@@ -102,6 +102,9 @@ class EventKind(models.TextChoices):
     is the list the writers and the readers (explainer, console, metrics) share.
     """
 
+    # A comment above kinds describes them up to the next comment or blank line:
+    # docs/reference/events.md is generated from these comments.
+
     # Schedule lifecycle, written by the services with the audit row they caused
     # (`data.audit_id` names it).
     CREATED = "created"
@@ -142,6 +145,7 @@ class EventKind(models.TextChoices):
     CANCELLED_STOP = "cancelled_stop"
     DELIVERY_IGNORED = "delivery_ignored"
     FENCING_REJECTED = "fencing_rejected"
+    # The execution's alerts (dispatch/alerting): sent, given up, or held.
     ALERT_SENT = "alert_sent"
     ALERT_FAILED = "alert_failed"
     ALERT_HELD = "alert_held"  # held by a maintenance window, summarised when it ends
@@ -187,6 +191,7 @@ class ReasonCode(models.TextChoices):
     SCHEDULE_DELETED = "schedule_deleted"
     # A timed occurrence published before its schedule completed (max_runs), claimed after.
     SCHEDULE_COMPLETED = "schedule_completed"
+
     TENANT_INACTIVE = "tenant_inactive"
     HELD_CONCURRENCY = "held_concurrency"
     HELD_CAPACITY = "held_capacity"

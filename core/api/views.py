@@ -12,11 +12,14 @@ from core.api.inputs import InvalidInput
 
 
 class StrictQueryView(views.APIView):
-    """An API view that refuses query parameters it does not know, naming them.
-
-    Like unknown body fields: a typo (`?staus=failed`) must not silently mean
-    "no filter". `query_params_allowed` maps a method to the names it reads.
-    """
+    # An API view that refuses query parameters it does not know, naming them.
+    #
+    # Like unknown body fields: a typo (`?staus=failed`) must not silently mean
+    # "no filter". `query_params_allowed` maps a method to the names it reads.
+    #
+    # A comment, not a docstring: drf-spectacular describes an operation by the
+    # first docstring among its view's classes, so this one would be published as
+    # the description of every endpoint whose view has none of its own.
 
     query_params_allowed: dict[str, frozenset[str]] = {}
 

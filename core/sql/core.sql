@@ -1,7 +1,8 @@
 -- Statements shared by every app: the database clock and the beat wake-up.
 
 -- name: db_now
--- The transaction's clock (RELIABILITY.md C5): due-ness never depends on an app host's clock.
+-- The transaction's clock: due-ness never depends on an app host's clock
+-- (failure contract C5: docs/explanation/failure-contract.md).
 SELECT now() AS now
 
 -- name: db_clock

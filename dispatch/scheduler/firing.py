@@ -173,7 +173,8 @@ def record_paused(partitions: Partitions, numbers: list[int], *, batch: int) -> 
     """Inside the sweep's fenced transaction: record the occurrences of paused
     upstreams that resuming would skip anyway, as they fall due; returns rows written.
 
-    DESIGN.md §5 records paused occurrences as skipped. Without a record, a
+    Every occurrence that does not run is recorded with its reason (failure contract
+    C4: docs/explanation/failure-contract.md), paused ones too. Without a record, a
     dependent waited "pending" on a paused upstream forever. Recording at due
     time (past the grace) costs what firing would: one cheap row per
     occurrence, no publish, spread over time — never a burst at resume. Only

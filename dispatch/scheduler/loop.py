@@ -386,7 +386,8 @@ class Beat:
         worker leases rescued: rows handled.
 
         Every write of the sweep is made in the transaction that fenced the
-        partitions (README, fencing): a takeover cannot commit between the fence
+        partitions (docs/explanation/firing.md, "Partitions, leases and the fence"):
+        a takeover cannot commit between the fence
         and a rescue, so a beat paused past its lease rescues nothing afterwards.
         """
         with transaction.atomic():
@@ -491,7 +492,8 @@ class Beat:
 
     def _configure_session(self) -> None:
         # A beat paused inside a transaction must not keep schedule rows locked:
-        # every other beat would silently skip them (RELIABILITY.md). The server
+        # every other beat would silently skip them (failure contract, "Stalled sessions
+        # hold no locks": docs/explanation/failure-contract.md). The server
         # ends such a session well before the lease could be taken over.
         idle_ms = max(1000, int(self.cfg.lease_ttl_s * 1000 / 2))
         store.set_session_limits(idle_ms=idle_ms, statement_timeout="30s")

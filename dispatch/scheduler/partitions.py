@@ -274,7 +274,8 @@ class LeaseKeeper:
             self._reported = totals
             self.partitions.renewed(numbers, epochs, kept.renewed, sent)
             self.live = kept.live
-            # Due-ness is judged on the database clock (RELIABILITY.md C5); the local
+            # Due-ness is judged on the database clock (failure contract C5:
+            # docs/explanation/failure-contract.md); the local
             # clock only measures intervals, so a skewed host neither fires early nor late.
             self.clock_offset = kept.now.timestamp() - (before + after) / 2
             self.renewed_at = sent

@@ -2,7 +2,8 @@
 
 One round trip per message, and Celery's per-call `send_task` overhead, cap a
 beat at a few thousand messages a second; a top-of-hour burst needs tens of
-thousands (DESIGN.md §7). So messages go out in chunks of prebuilt bytes: one
+thousands (docs/explanation/firing.md, "Publishing prebuilt messages"). So messages
+go out in chunks of prebuilt bytes: one
 redis-py pipeline of LPUSHes per chunk (RedisPublisher), or py-amqp
 basic_publish with publisher-confirm windows on RabbitMQ (AmqpPublisher) — no
 kombu Producer per message. A chunk counts as sent only when it went out whole

@@ -4,7 +4,8 @@ period are deleted in small batches, optionally archived as JSON lines first.
 Only final executions go (succeeded, dead, skipped, cancelled), and never an
 occurrence key inside the misfire horizon: a key that could still be fired
 again must stay, or the unique constraint could no longer stop a duplicate
-(RELIABILITY.md C1). Each batch is an index range scan on (tenant,
+(failure contract C1: docs/explanation/failure-contract.md). Each batch is an index
+range scan on (tenant,
 scheduled_for) with a LIMIT, so the cost of a run depends on what expired,
 not on the size of the table. The statements are in dispatch/sql/retention.sql.
 

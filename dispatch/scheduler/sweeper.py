@@ -1,4 +1,5 @@
-"""Rescue of running executions whose worker went away (RELIABILITY.md C6).
+"""Rescue of running executions whose worker went away (failure contract C6:
+docs/explanation/failure-contract.md).
 
 A worker that dies, is paused past its lease, or hangs past its timeout stops
 heartbeating (or keeps a run alive too long). The sweeper moves such rows to

@@ -11,7 +11,8 @@
 -- cannot be an index bound, and the due index would be read in full.
 
 -- name: beat_session_limits
--- A beat's session: a beat paused inside a transaction must not keep rows locked (RELIABILITY.md).
+-- A beat's session: a beat paused inside a transaction must not keep rows locked
+-- (failure contract, "Stalled sessions hold no locks": docs/explanation/failure-contract.md).
 SELECT set_config('idle_in_transaction_session_timeout', %(idle_ms)s, false) AS idle_timeout,
        set_config('statement_timeout', %(statement_timeout)s, false) AS statement_timeout
 

@@ -13,7 +13,7 @@ from tenants.models import Tenant
 
 MAX_TIMEOUT_S = 24 * 3600
 
-# The secret reference grammar (README, "Secret reference grammar"):
+# The secret reference grammar (docs/explanation/security.md, "Secret references"):
 #   vault:<VAULT_MOUNT>/<tenant>/<segment>[/<segment>…]#<key>
 #   env:<NAME>
 # A segment is ASCII letters, digits, _ - and dots, never starting or ending with

@@ -1,4 +1,6 @@
-"""SSRF guard for tenant-supplied HTTP destinations (DESIGN.md §8, RELIABILITY.md C8).
+"""SSRF guard for tenant-supplied HTTP destinations (failure contract C8:
+docs/explanation/failure-contract.md; the rules: docs/explanation/security.md,
+"The SSRF guard").
 
 On an internal platform, internal services are the normal target, so the
 rule is not "deny private": it is
@@ -247,7 +249,8 @@ def canonical_host(host: str) -> str:
 def check_host_at_save(host: str, *, allow: AllowList, port: int | None = None) -> None:
     """Save-time check: IP literals are judged now; names are judged when called.
 
-    A name that does not resolve yet is accepted (DESIGN.md §8): it is checked
+    A name that does not resolve yet is accepted (docs/explanation/security.md,
+    "The SSRF guard"): it is checked
     on its resolved address at connect time.
     """
     if "%" in host and ":" not in host:

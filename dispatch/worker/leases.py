@@ -1,4 +1,5 @@
-"""Execution leases: claim, heartbeat, fenced completion (RELIABILITY.md C2, C3, C6).
+"""Execution leases: claim, heartbeat, fenced completion (failure contract C2, C3, C6:
+docs/explanation/failure-contract.md).
 
 The broker is transport, the database is truth (C7): a message only names an
 (execution, attempt); whether it runs is decided here by one conditional
@@ -368,9 +369,11 @@ def lease_check(*, claim: Claim, lease_s: float) -> bool:
     finish only). A cancel that lands in between — at most a rate-limit wait in
     place, min(RATE_LIMIT_INLINE_S, lease/3), and one Redis reply — is not seen
     here: the call is made and its completion refused by the token check, recorded
-    as `fencing_rejected`, as for a cancel during the call (README, delivery
-    contract). Checking only after a wait would let a job that did not wait overtake
-    one that did by that round trip, and the host's slots are first come, first served.
+    as `fencing_rejected`, as for a cancel during the call
+    (docs/explanation/delivery-contract.md, "No call under a revoked lease, but for
+    one window"). Checking only after a wait would let a job that did not wait
+    overtake one that did by that round trip, and the host's slots are first come,
+    first served.
 
     Otherwise one statement confirms the token is current and the lease unexpired
     by the database clock, renewing it for a full term, and its reply must obey

@@ -27,7 +27,9 @@ RATE_LIMIT_INLINE_S = 1.0
 
 
 def _lease_held(claim: Claim, *, lease_s: float) -> bool:
-    """The last check before the call: is the claim's lease still ours (RELIABILITY.md C2, C5)?
+    """The last check before the call: is the claim's lease still ours?
+
+    Failure contract C2 and C5 (docs/explanation/failure-contract.md).
 
     A claim whose reply came late may already be revoked — swept and run by
     another worker — and the call would then be a duplicate under a stale token.

@@ -1,6 +1,7 @@
 """Per-target-host rate limits in Redis, shared by every worker on every machine.
 
-The platform must never flood a tenant's service (DESIGN.md §6): each host
+The platform must never flood a tenant's service (docs/explanation/executions.md,
+"Rate limits per target host"): each host
 (HTTP host:port, broker) is limited to `TARGET_RATE_PER_HOST`, with one
 second's worth as burst. The limiter hands out *reservations* (GCRA, the
 token bucket's virtual-clock form): every attempt that asks gets the next

@@ -1,6 +1,7 @@
 """Runs one execution named by a broker message: claim, heartbeat, call, record.
 
-The message is never trusted over the row (RELIABILITY.md C7): it only names
+The message is never trusted over the row (failure contract C7:
+docs/explanation/failure-contract.md): it only names
 (execution_id, attempt). The claim decides; a message that claims nothing
 (duplicate, stale, early, orphan) is counted, logged and acknowledged.
 

@@ -1,8 +1,8 @@
 """Secret backends: resolve a secret reference to its value at run time.
 
 References are stored in definitions; values never are. Two backends, with the
-grammar of dispatch.targets.common.parse_secret_ref (README, "Secret reference
-grammar"):
+grammar of dispatch.targets.common.parse_secret_ref (docs/explanation/security.md,
+"Secret references"):
 
 * `vault:<VAULT_MOUNT>/<tenant>/<path>#<key>` — HashiCorp Vault KV v2 through hvac
   (`read_secret_version`), with the platform's token, on the platform's mount;

@@ -2,8 +2,8 @@
 no longer share the tenant part of their secret variables (`a-b` / `a_b`).
 
 If existing tenants already collide, AddConstraint fails: that pair was reading
-each other's `env:` secrets. Rename one slug (README, "Secret reference grammar")
-and migrate again; nothing is renamed here, silently.
+each other's `env:` secrets. Rename one slug (docs/how-to/secrets.md, "Upgrading
+from the single-underscore naming") and migrate again; nothing is renamed here, silently.
 """
 
 import django.db.models.functions.text

@@ -65,7 +65,7 @@ REDIS_BACKLOG_S = 1.5  # workers held this long (< EXEC_LEASE) so the broker has
 # at once while they are held, leaves some waiting in the node's queues at the kill.
 BROKER_BURST = 12
 PG_OUTAGE_S = TTL + 1.5  # longer than a beat lease: every beat must re-earn its partitions
-SKEW_S = 300  # RELIABILITY.md: host clock skewed ±5 min
+SKEW_S = 300  # host clock skewed ±5 min (failure contract C5: docs/explanation/failure-contract.md)
 PG_BLACKHOLE_S = EXEC_LEASE + 3  # the victim's leases lapse: its executions run elsewhere
 PG_LATENCY_MS = 300  # added to every PostgreSQL round trip (150 ms each way)
 PG_LATENCY_S = 10.0
@@ -1023,7 +1023,8 @@ def _job_to(
 
 
 # Hostile jobs run beside the oracle's: each must end as its policy says without
-# slowing the others (RELIABILITY.md "Hostile targets", "a poison job").
+# slowing the others (docs/explanation/failure-contract.md, "What a run asserts"; the
+# poison job: C6).
 HOSTILE: dict[str, dict[str, Any]] = {
     "poison_500": {
         "path": "/poison",

@@ -1,4 +1,5 @@
-"""The chaos run (RELIABILITY.md "Figures to report for a chaos run").
+"""The chaos run (docs/explanation/failure-contract.md, "The chaos suite" and "What a
+run asserts").
 
 Two beats and two workers run a workload of one-off jobs (the oracle) and a few
 hostile jobs while nemeses kill, pause and crash processes, restart Redis and

@@ -6,8 +6,8 @@ tests with) empties every table after each test with `flush`: one TRUNCATE of al
 permissions it removed. A TRUNCATE gives every table and index a new file, so it
 costs 0.5-0.9 s on this kind of machine whether the tables hold a row or not —
 about a second per transactional test, several minutes per suite (measured: see
-the README's Testing section). A DELETE of the few rows a test leaves is a few
-milliseconds.
+docs/how-to/run-the-tests.md, "Between transactional tests"). A DELETE of the few
+rows a test leaves is a few milliseconds.
 
 The state a test starts from is the same as after `flush`: every Django table is
 empty except the content types and permissions, which post_migrate would re-create

@@ -3,7 +3,8 @@ is moved to a chosen instant, with a real beat and a real worker running against
 
 Only the database's clock is moved. The beat and the worker take "now" from
 PostgreSQL (core.db.db_now, now()/statement_timestamp() in dispatch/sql; the beat
-measures database-minus-local clock on every lease renewal, RELIABILITY.md C5), so a
+measures database-minus-local clock on every lease renewal; failure contract C5,
+docs/explanation/failure-contract.md), so a
 cluster started under libfaketime (`faketime -f "<offset>s" postgres ...`) moves the
 whole platform's time, while the processes' own clocks — their intervals, sleeps and
 HTTP timeouts — stay true. The server runs `postgres` directly (no pg_ctl, no shell):

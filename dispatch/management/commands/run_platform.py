@@ -87,7 +87,8 @@ class Command(BaseCommand):
             procs["demo-receiver"] = [py, "-m", "dispatch.demo", str(port)]
         procs["web"] = [py, "manage.py", "runserver", opts["bind"], "--noreload", "--skip-checks"]
         # The short pool's pool and size: WORKER_POOL=threads WORKER_CONCURRENCY=50 for
-        # many I/O-bound HTTP callbacks in one process (README: worker pools). The long
+        # many I/O-bound HTTP callbacks in one process (docs/explanation/executions.md,
+        # "Worker pools: prefork or threads"). The long
         # pool stays prefork: its commands are processes of their own.
         short_pool = env.get("WORKER_POOL", "prefork")
         short_concurrency = env.get("WORKER_CONCURRENCY", "2")

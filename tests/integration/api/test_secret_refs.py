@@ -1,5 +1,5 @@
-"""Secret references at save time: the strict grammar (README, "Secret reference
-grammar"). A reference that could leave the tenant's Vault folder — dot segments,
+"""Secret references at save time: the strict grammar (docs/explanation/security.md,
+"Secret references"). A reference that could leave the tenant's Vault folder — dot segments,
 empty or encoded segments, a mount of the tenant's choosing — is a 400 naming the
 field, on create and on update, through the API and the console, and nothing is stored.
 (Run time, with a worker and a Vault speaking KV v2: test_worker_secrets.py.)"""

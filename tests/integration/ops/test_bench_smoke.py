@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -87,6 +88,10 @@ def test_bench_all_smoke(tmp_path: Path) -> None:
     data = json.loads(out.read_text())
 
     broker = settings.CELERY_BROKER_URL.split(":")[0]
+    # Where and when, stored with the figures (the docs' benchmarks page states them).
+    machine = data["machine"]
+    assert machine["cpus"] == os.cpu_count() and machine["memory_gib"] > 0
+    assert machine["recorded_at"].endswith("+00:00") and machine["postgresql"]
     limits = data["limits"]
     assert limits["n"] == 300 and limits["celery_noop_n"] == 200 and limits["broker"] == broker
     assert measured(

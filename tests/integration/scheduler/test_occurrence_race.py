@@ -1,6 +1,7 @@
 """Two connections racing to create the same occurrence: exactly one row.
 
-This is the guarantee beats rely on (DESIGN.md §2): firing is idempotent
+This is the guarantee beats rely on (failure contract C1:
+docs/explanation/failure-contract.md): firing is idempotent
 because of UNIQUE(schedule_id, scheduled_for), not because of luck.
 """
 

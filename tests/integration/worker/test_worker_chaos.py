@@ -1,4 +1,5 @@
-"""Workers killed and paused for real (RELIABILITY.md "Workers"): kill -9 after the
+"""Workers killed and paused for real (failure contract C2 and C6, and "What happens when a
+worker dies mid-job": docs/explanation/failure-contract.md): kill -9 after the
 call, SIGSTOP past the lease, and a job that kills its worker every time."""
 
 from __future__ import annotations

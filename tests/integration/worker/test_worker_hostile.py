@@ -1,4 +1,5 @@
-"""Hostile HTTP targets (RELIABILITY.md "Hostile targets" and C8): tarpits, huge and
+"""Hostile HTTP targets (failure contract C8: docs/explanation/failure-contract.md; the
+rules: docs/explanation/security.md, "The SSRF guard"): tarpits, huge and
 endless bodies, and SSRF — loopback names, encoded addresses, redirects, rebinding."""
 
 from __future__ import annotations

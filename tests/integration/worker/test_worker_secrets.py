@@ -1,4 +1,5 @@
-"""Secrets at run time (RELIABILITY.md "Tenancy and secrets"): a sentinel served by a
+"""Secrets at run time (docs/explanation/executions.md, "Secrets at run time"): a sentinel
+served by a
 small server speaking Vault's KV v2 API reaches the outgoing request and nothing else."""
 
 from __future__ import annotations
