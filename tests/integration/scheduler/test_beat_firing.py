@@ -37,26 +37,19 @@ def beat_config() -> dict[str, Any]:
     return {"name": "test-beat", "cycle_s": 0.2}
 
 
-def clear_of_minute_boundary(margin_s: float = 12) -> None:
-    """Wait until the database clock is at least `margin_s` before the next minute.
+def this_minute_hourly() -> str:
+    """An hourly cron at the current minute (UTC, the schedules' zone here).
 
-    A minutely schedule made due a minute ago fires that occurrence; were the next
-    one within the beat's lookahead (a test starting at :55), the beat would plan
-    it too and "exactly one execution" would depend on the wall clock.
+    `due_from(s, now - 61 s)` then finds exactly one occurrence, the one at the start
+    of this minute, and the next is an hour away: "exactly one execution" holds
+    whatever second the test starts at. (A `* * * * *` schedule would need the test to
+    wait clear of the next minute boundary, which a beat with a lookahead would plan.)
     """
-    now = db_now()
-    second = now.second + now.microsecond / 1e6
-    if second > 60 - margin_s:
-        # To :05, not just past :00: an occurrence of :00 a fraction of a second late is
-        # still on time for the beat, and would fire beside the "due a minute ago" one.
-        time.sleep(65 - second)
+    return f"{db_now().minute} * * * *"
 
 
 def make(principal: Principal, **data: Any) -> Schedule:
-    # A generous grace: "due a minute ago" must not turn into a misfire when the
-    # test happens to start just after a minute boundary.
-    if data.get("cron") == "* * * * *":
-        clear_of_minute_boundary()
+    # A generous grace: "due a minute ago" must not turn into a misfire on a slow machine.
     body = {"name": data.pop("name", "s"), "target": TARGET, "misfire_grace_s": 600} | data
     return services.schedule_create(actor=principal, data=body)
 
@@ -78,7 +71,7 @@ def due_from(schedule: Schedule, at: datetime) -> None:
 def test_due_cron_schedule_fires_one_execution_and_is_published(
     beat: Beat, admin_principal: Principal
 ) -> None:
-    s = make(admin_principal, cron="* * * * *", jitter_s=0)
+    s = make(admin_principal, cron=this_minute_hourly(), jitter_s=0)
     due_from(s, db_now() - timedelta(seconds=61))
     beat.cycle()
     ex = Execution.objects.get(schedule=s)
@@ -157,8 +150,8 @@ def test_fired_occurrences_equal_the_preview(beat: Beat, admin_principal: Princi
 def test_overlap_forbid_skips_with_reason_and_replace_cancels_the_active_run(
     beat: Beat, admin_principal: Principal
 ) -> None:
-    forbid = make(admin_principal, name="f", cron="* * * * *", concurrency="forbid")
-    replace = make(admin_principal, name="r", cron="* * * * *", concurrency="replace")
+    forbid = make(admin_principal, name="f", cron=this_minute_hourly(), concurrency="forbid")
+    replace = make(admin_principal, name="r", cron=this_minute_hourly(), concurrency="replace")
     old = {}
     for s in (forbid, replace):
         old[s.name] = execution_row(
@@ -264,7 +257,6 @@ def test_manual_trigger_ignores_an_occurrence_planned_ahead(
 
 
 def wait_for_cycles(predicate: Any, timeout: float = 15) -> None:
-    import time
 
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -314,7 +306,7 @@ def test_small_tenant_is_not_starved_when_capacity_is_short(
 def test_paused_schedule_is_not_fired_and_auto_resumes(
     beat: Beat, admin_principal: Principal
 ) -> None:
-    s = make(admin_principal, cron="* * * * *")
+    s = make(admin_principal, cron=this_minute_hourly())
     services.schedule_pause(
         actor=admin_principal,
         schedule_id=s.id,
@@ -324,7 +316,6 @@ def test_paused_schedule_is_not_fired_and_auto_resumes(
     due_from(s, db_now() - timedelta(seconds=61))
     beat.cycle()
     assert not Execution.objects.filter(schedule=s).exists()
-    import time
 
     time.sleep(1.2)
     beat._last_sweep = 0
@@ -333,13 +324,13 @@ def test_paused_schedule_is_not_fired_and_auto_resumes(
     assert not s.paused
     assert ExecutionEvent.objects.filter(schedule=s, kind="resumed", actor="beat").exists()
     beat.cycle()
-    assert Execution.objects.filter(schedule=s).count() >= 1
+    assert Execution.objects.filter(schedule=s).count() == 1
 
 
 def test_a_fenced_out_beat_writes_nothing(beat: Beat, admin_principal: Principal) -> None:
     beat.cycle()
     assert len(beat.owned) == settings.SCHEDULER_PARTITIONS
-    s = make(admin_principal, cron="* * * * *")
+    s = make(admin_principal, cron=this_minute_hourly())
     due_from(s, db_now() - timedelta(seconds=61))
     # Another beat takes every partition over (as after our lease expired): epochs move on.
     SchedulerPartition.objects.update(owner="usurper", epoch=models_F("epoch") + 1)
@@ -496,7 +487,7 @@ def test_publish_time_is_recorded_even_when_a_worker_claimed_first(
 def test_auto_resume_writes_an_audit_row_like_a_resume(
     beat: Beat, admin_principal: Principal
 ) -> None:
-    s = make(admin_principal, cron="* * * * *")
+    s = make(admin_principal, cron=this_minute_hourly())
     services.schedule_pause(
         actor=admin_principal,
         schedule_id=s.id,

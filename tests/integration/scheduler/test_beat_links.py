@@ -4,7 +4,6 @@ run that replaced it, an automatic resume names the audit row it wrote."""
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -38,15 +37,13 @@ def ids(answer: Any, kind: str) -> set[str]:
 def test_a_replace_cancellation_names_the_run_that_replaced_it(
     beat: Beat, admin_principal: Principal
 ) -> None:
-    now = db_now()
-    second = now.second + now.microsecond / 1e6
-    if not 2 < second < 48:  # one minutely occurrence due, the next outside the lookahead
-        time.sleep((62.5 - second) % 60)
+    # An hourly cron at this minute: the occurrence at its start is due, the next an
+    # hour away (outside the lookahead), whatever second the test starts at.
     s = services.schedule_create(
         actor=admin_principal,
         data={
             "name": "r",
-            "cron": "* * * * *",
+            "cron": f"{db_now().minute} * * * *",
             "target": TARGET,
             "misfire_grace_s": 600,
             "concurrency": "replace",
@@ -54,7 +51,7 @@ def test_a_replace_cancellation_names_the_run_that_replaced_it(
     )
     Schedule.objects.filter(pk=s.pk).update(created_at=db_now() - timedelta(days=1))
     minute = db_now().replace(second=0, microsecond=0)
-    old = execution_row(s, minute - timedelta(minutes=5), state="running", fencing_token=4)
+    old = execution_row(s, minute - timedelta(hours=1), state="running", fencing_token=4)
     Schedule.objects.filter(pk=s.pk).update(next_run_at=minute)
     beat.cycle()
     new = Execution.objects.exclude(pk=old.pk).get(schedule=s)

@@ -62,11 +62,19 @@ def test_beat_fires_unions_intervals_and_stops_at_end_at(
         actor=admin_principal,
         data=body | {"name": "interval", "specs": [{"every": "3m", "anchor": "2026-01-01T00:01"}]},
     )
-    end_at = (now + dt.timedelta(minutes=2)).replace(second=0, microsecond=0)
     ending = services.schedule_create(
         actor=admin_principal,
-        data=body | {"name": "ending", "cron": "* * * * *", "end_at": end_at},
+        data=body | {"name": "ending", "cron": "* * * * *", "end_at": now + dt.timedelta(hours=1)},
     )
+    # Then backdated to an end_at already passed (the current minute's start), as if the
+    # beat had been down over it: the catch-up reaches it at once, so the test sees the
+    # beat stop there without waiting for a real minute boundary. (The API refuses an
+    # end_at that leaves no occurrence, so the row is edited.)
+    end_at = now.replace(second=0, microsecond=0)
+    Schedule.objects.filter(id=ending.id).update(
+        cron=cron.compose([cron.Spec(cron="* * * * *")], start_at=None, end_at=end_at)
+    )
+    ending.refresh_from_db()
     # All behind by ten minutes (the beat was "down"): the catch-up covers them.
     behind = (now - dt.timedelta(minutes=10)).replace(second=0, microsecond=0)
     for s in (union, every, ending):
