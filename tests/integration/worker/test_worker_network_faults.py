@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -37,13 +37,6 @@ from tests.support.worker_support import (
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 QUICK_RETRY = {"max_attempts": 3, "backoff": "fixed", "initial_s": 0, "max_s": 0}
-
-
-@pytest.fixture
-def ledger() -> Iterator[Ledger]:
-    ledger = Ledger()
-    yield ledger
-    ledger.close()
 
 
 def target(ledger: Ledger) -> dict[str, Any]:
