@@ -11,7 +11,6 @@ import os
 import re
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from typing import Any
 import pytest
 
 from tests.browser.conftest import shot
+from tests.support.net import free_port
 from tests.support.procs import server_data_dir
 
 pytestmark = [pytest.mark.system, pytest.mark.browser, pytest.mark.slow]
@@ -41,12 +41,6 @@ def make_run_argv() -> list[str]:
     line = line.replace("$(BIN)/python", sys.executable)
     assert "$(" not in line, line
     return shlex.split(line)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -35,6 +35,7 @@ from tests.chaos.servers import OwnRabbit, OwnRedis, Postgres
 from tests.support.faultproxy import FaultProxy, database_target
 from tests.support.ledger import Ledger
 from tests.support.procs import ROOT, Proc, beat_cmd, wait_for, worker_cmd
+from tests.support.worker_support import db_now
 
 # Short leases so that every failover fits in a CI run.
 TTL = 3.0
@@ -81,13 +82,6 @@ NETWORK_WIDE = ("pg_latency", "pg_reset")  # faults on every process's database 
 # Beat faults in which the victim keeps (or hands back) its partitions: no failover.
 NOT_FAILOVER = ("beat_broker_blackhole",)
 RESULTS = ROOT / "chaos-results.json"
-
-
-def db_now() -> datetime:
-    with connection.cursor() as cur:
-        cur.execute("SELECT clock_timestamp()")
-        value: datetime = cur.fetchone()[0]
-    return value
 
 
 def owned_by(name: str) -> list[int]:

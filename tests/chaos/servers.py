@@ -21,7 +21,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -29,12 +28,7 @@ from pathlib import Path
 from django.db import connection, connections
 
 from config import embedded
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.support.net import free_port
 
 
 class OwnRedis:

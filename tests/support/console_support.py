@@ -53,6 +53,11 @@ def client_for(u: User, *, csrf: bool = False) -> Client:
     return client
 
 
+def text(response: Any) -> str:
+    """A test client response's body as text."""
+    return str(response.content.decode())
+
+
 def db_now() -> datetime:
     with connection.cursor() as cur:
         cur.execute("SELECT now()")

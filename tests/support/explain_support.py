@@ -1,5 +1,6 @@
 """Schedules for the explainer tests: cron in Europe/Amsterdam, created in the past
-so the occurrences asked about are not before the schedule existed."""
+so the occurrences asked about are not before the schedule existed; and the ids an
+answer's evidence names."""
 
 from __future__ import annotations
 
@@ -23,3 +24,8 @@ def amsterdam_schedule(
     Schedule.objects.filter(pk=schedule.pk).update(created_at=created)
     schedule.refresh_from_db()
     return schedule
+
+
+def ids(answer: Any, kind: str) -> set[str]:
+    """The ids of an explainer answer's evidence of one `kind` ("execution", "audit")."""
+    return {e.id for e in answer.evidence if e.kind == kind}

@@ -17,6 +17,8 @@ from urllib.parse import quote
 from django.conf import settings
 from django.db import connection
 
+from tests.support.net import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -172,8 +174,6 @@ class WebServer:
     """gunicorn serving the project on a free loopback port (threads, so requests really overlap)."""
 
     def __init__(self, start: Callable[..., Proc], name: str = "web", **env: str) -> None:
-        from bench.procs import free_port
-
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc = start(

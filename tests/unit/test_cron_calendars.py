@@ -16,13 +16,10 @@ from hypothesis import strategies as st
 
 from dispatch.timing import cron
 from dispatch.timing.calendars import DateFilter, DateSet
+from tests.support.instants import z
 
 SEED = "6a1f3c2e-7d4b-4e8a-9c05-1b2d3e4f5a6b"
 TICK = timedelta(microseconds=1)
-
-
-def z(*args: int) -> datetime:
-    return datetime(*args, tzinfo=UTC)  # type: ignore[misc]
 
 
 def excluding(name: str, *days: str, weekdays: tuple[int, ...] = ()) -> DateFilter:

@@ -10,13 +10,10 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from dispatch.timing import cron
+from tests.support.instants import z
 
 SEED = "6a1f3c2e-7d4b-4e8a-9c05-1b2d3e4f5a6b"
 TICK = timedelta(microseconds=1)
-
-
-def z(*args: int) -> datetime:
-    return datetime(*args, tzinfo=UTC)  # type: ignore[misc]
 
 
 def local_day(expr: str, tz: str, day: str) -> list[datetime]:

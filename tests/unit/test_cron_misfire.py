@@ -4,18 +4,15 @@ skipped ones exactly without listing them."""
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 import pytest
 
 from dispatch.timing import cron
+from tests.support.instants import z
 
 SEED = "9d8c7b6a-5f4e-4d3c-8b2a-1f0e9d8c7b6a"
 TICK = timedelta(microseconds=1)
-
-
-def z(*args: int) -> datetime:
-    return datetime(*args, tzinfo=UTC)  # type: ignore[misc]
 
 
 def quarter_hours(start: datetime, end: datetime) -> list[datetime]:

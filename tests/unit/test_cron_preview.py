@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from itertools import pairwise
 
 import pytest
 
 from dispatch.timing import cron
+from tests.support.instants import z
 
 SEED = "2c4e6a8b-1d3f-4b5c-9e7a-0f1e2d3c4b5a"
-
-
-def z(*args: int) -> datetime:
-    return datetime(*args, tzinfo=UTC)  # type: ignore[misc]
 
 
 def notes(expr: str, tz: str, after: datetime, count: int) -> list[tuple[str, str | None]]:

@@ -3,7 +3,6 @@ keeps every message it receives."""
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from email import message_from_bytes
@@ -13,6 +12,8 @@ from typing import Any
 import pytest
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, Envelope, Session
+
+from tests.support.net import free_port
 
 
 @dataclass
@@ -28,17 +29,10 @@ class Mailbox:
         return "250 OK"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @pytest.fixture
 def smtp_server(settings: Any) -> Iterator[Mailbox]:
     """A real SMTP server on 127.0.0.1, and Django's SMTP backend pointed at it."""
-    mailbox = Mailbox(port=_free_port())
+    mailbox = Mailbox(port=free_port())
     controller = Controller(mailbox, hostname="127.0.0.1", port=mailbox.port)
     controller.start()
     settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"

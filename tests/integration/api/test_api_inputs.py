@@ -11,7 +11,7 @@ from rest_framework.test import APIClient
 
 from dispatch.models import Schedule
 from tenants.models import AuditEvent, ServiceToken
-from tests.support.console_support import World, build_world, form_data
+from tests.support.console_support import World, form_data
 
 pytestmark = pytest.mark.django_db
 
@@ -42,11 +42,6 @@ def schedule_json(seed: dict[str, Any], **replace: str) -> str:
     for mark, snippet in marks.items():
         text = text.replace(f'"{mark}"', snippet)
     return text
-
-
-@pytest.fixture
-def world(db: Any) -> World:
-    return build_world()
 
 
 # --- query parameters -------------------------------------------------------------------

@@ -19,18 +19,12 @@ from schemathesis.config import SchemathesisConfig
 
 from tenants import services as tenant_services
 from tenants.roles import Role
+from tests.support.net import free_port
 from tests.support.procs import processes, wait_for
 
 pytestmark = [pytest.mark.system, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 TARGET = {"type": "http", "url": "https://billing.internal/hook", "method": "POST"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 SERVERS = {

@@ -18,12 +18,14 @@ MISSING = "00000000-0000-0000-0000-00000000abcd"
 
 
 @pytest.fixture
-def world(
+def owned(
     api_for: Callable[[Tenant, Role], APIClient],
     tenant: Tenant,
     other_tenant: Tenant,
     seed_example: dict[str, Any],
 ) -> dict[str, Any]:
+    """What the owner tenant holds, as ids: a schedule, an execution and a spare token
+    (named apart from the console tests' `world`, which is another thing)."""
     owner = api_for(tenant, Role.ADMIN)
     sid = owner.post("/v1/schedules", seed_example, format="json").json()["id"]
     eid = owner.post(f"/v1/schedules/{sid}:trigger").json()["execution_id"]
@@ -57,10 +59,10 @@ def routes(w: dict[str, Any]) -> list[tuple[str, str, Any, Role]]:
 
 @pytest.mark.parametrize("role", list(Role))
 def test_role_matrix(
-    role: Role, api_for: Callable[[Tenant, Role], APIClient], tenant: Tenant, world: dict[str, Any]
+    role: Role, api_for: Callable[[Tenant, Role], APIClient], tenant: Tenant, owned: dict[str, Any]
 ) -> None:
     client = api_for(tenant, role)
-    for method, url, body, least in routes(world):
+    for method, url, body, least in routes(owned):
         res = getattr(client, method)(url, body, format="json")
         if role >= least:
             assert res.status_code in (200, 201, 202, 204), (role, method, url, res.content)
@@ -68,7 +70,7 @@ def test_role_matrix(
             assert res.status_code == 403, (role, method, url, res.status_code)
             assert res.json()["error"]["code"] == "forbidden"
     denied = AuditEvent.objects.filter(outcome="denied").count()
-    expected = sum(1 for *_, least in routes(world) if role < least)
+    expected = sum(1 for *_, least in routes(owned) if role < least)
     assert denied == expected
 
 
@@ -88,25 +90,25 @@ def _object_routes(w: dict[str, Any], ids: dict[str, str]) -> list[tuple[str, st
 
 
 def test_outsider_gets_404_identical_to_missing_and_changes_nothing(
-    outsider_api: APIClient, world: dict[str, Any]
+    outsider_api: APIClient, owned: dict[str, Any]
 ) -> None:
-    before = Schedule.objects.get(pk=world["sid"])
+    before = Schedule.objects.get(pk=owned["sid"])
     missing = {"sid": MISSING, "eid": MISSING, "token_id": "999999"}
     for (method, url, body), (_, missing_url, _) in zip(
-        _object_routes(world, world), _object_routes(world, missing), strict=True
+        _object_routes(owned, owned), _object_routes(owned, missing), strict=True
     ):
         theirs = getattr(outsider_api, method)(url, body, format="json")
         nothing = getattr(outsider_api, method)(missing_url, body, format="json")
         assert theirs.status_code == 404, (method, url)
         assert theirs.json() == nothing.json(), (method, url)
-    after = Schedule.objects.get(pk=world["sid"])
+    after = Schedule.objects.get(pk=owned["sid"])
     assert (after.version, after.paused, after.deleted_at, after.jitter_s) == (
         before.version,
         before.paused,
         before.deleted_at,
         before.jitter_s,
     )
-    listed = outsider_api.get(f"/v1/executions?schedule_id={world['sid']}").json()["results"]
+    listed = outsider_api.get(f"/v1/executions?schedule_id={owned['sid']}").json()["results"]
     assert listed == []
     assert outsider_api.get("/v1/schedules").json()["results"] == []
 

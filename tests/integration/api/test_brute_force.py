@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,7 +17,7 @@ from tenants import services as tenant_services
 from tenants.models import AuditEvent, Tenant
 from tenants.roles import Role
 from tests.support.console_support import user
-from tests.support.procs import Proc, WebServer, processes
+from tests.support.procs import Proc, WebServer
 
 PW = "brute-force-pw-1"
 THROTTLED = "Too many failed log-in attempts"
@@ -79,12 +78,6 @@ def test_admin_login_shares_the_limits(settings: Any) -> None:
 
 
 # --- real gunicorn --------------------------------------------------------------------------
-
-
-@pytest.fixture
-def start(tmp_path: Path) -> Iterator[Callable[..., Proc]]:
-    with processes(tmp_path) as start:
-        yield start
 
 
 @pytest.mark.slow

@@ -13,12 +13,9 @@ from rest_framework.test import APIClient
 
 from dispatch.models import Schedule
 from dispatch.timing import cron
+from tests.support.instants import zulu
 
 pytestmark = pytest.mark.django_db
-
-
-def z(value: dt.datetime) -> str:
-    return value.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
 
 
 def create(api: APIClient, body: dict[str, Any], code: int = 201) -> dict[str, Any]:
@@ -68,24 +65,24 @@ def test_bounds_clamp_next_run_and_explain_names_them(
     now = dt.datetime.now(dt.UTC).replace(second=0, microsecond=0)
     start, end = now + dt.timedelta(days=3), now + dt.timedelta(days=5)
     body = create(
-        api, seed_example | {"cron": "*/30 * * * *", "start_at": z(start), "end_at": z(end)}
+        api, seed_example | {"cron": "*/30 * * * *", "start_at": zulu(start), "end_at": zulu(end)}
     )
-    assert body["start_at"] == z(start) and body["end_at"] == z(end)
+    assert body["start_at"] == zulu(start) and body["end_at"] == zulu(end)
     assert body["specs"] == [{"cron": "*/30 * * * *"}]
     stored = Schedule.objects.get(pk=body["id"])
     assert stored.next_run_at is not None and start <= stored.next_run_at < start + dt.timedelta(
         minutes=30
     )
     before = (start - dt.timedelta(days=1)).replace(minute=0)
-    res = api.get(f"/v1/schedules/{body['id']}/explain?at={z(before)}")
+    res = api.get(f"/v1/schedules/{body['id']}/explain?at={zulu(before)}")
     assert res.status_code == 200, res.content
-    assert f"before start_at {z(start)}" in res.json()["sentence"], res.json()
+    assert f"before start_at {zulu(start)}" in res.json()["sentence"], res.json()
     after = (end + dt.timedelta(hours=1)).replace(minute=0)
-    res = api.get(f"/v1/schedules/{body['id']}/explain?at={z(after)}")
-    assert f"at or after end_at {z(end)}" in res.json()["sentence"], res.json()
+    res = api.get(f"/v1/schedules/{body['id']}/explain?at={zulu(after)}")
+    assert f"at or after end_at {zulu(end)}" in res.json()["sentence"], res.json()
     # Clearing start_at moves next_run_at to the next half hour.
     body = patch(api, body["id"], {"start_at": None, "version": 1})
-    assert body["start_at"] is None and body["end_at"] == z(end)
+    assert body["start_at"] is None and body["end_at"] == zulu(end)
     stored.refresh_from_db()
     assert stored.next_run_at is not None and stored.next_run_at <= now + dt.timedelta(minutes=30)
 
@@ -145,6 +142,6 @@ def test_patch_bad_spec_leaves_the_schedule_alone(
 
 def test_one_off_refuses_bounds(api: APIClient, seed_example: dict[str, Any]) -> None:
     seed_example.pop("cron")
-    run_at = z(dt.datetime.now(dt.UTC) + dt.timedelta(days=1))
+    run_at = zulu(dt.datetime.now(dt.UTC) + dt.timedelta(days=1))
     err = create(api, seed_example | {"run_at": run_at, "end_at": "2030-01-01T00:00:00Z"}, 400)
     assert "end_at" in err["detail"]

@@ -1,4 +1,5 @@
-"""The client tests' shared fixture: one live gunicorn server per test module."""
+"""The client tests' shared fixtures: one live gunicorn server per test module, the
+"billing" tenant (`owner`) and a Python client holding its admin token (`client`)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ from typing import Any
 
 import pytest
 
-from tests.support.client_support import live_server
+from tests.support.client_support import Tenant, live_server, make_tenant
 from tests.support.procs import WebServer
+
+from scheduler_client import Client  # isort: skip  (put on sys.path by client_support)
 
 
 @pytest.fixture(scope="module")
@@ -18,3 +21,17 @@ def server(
     """A module-scoped live server (test_client_retries overrides it with a low throttle)."""
     with django_db_blocker.unblock(), live_server(tmp_path_factory.mktemp("web")) as web:
         yield web
+
+
+@pytest.fixture
+def owner(db: Any) -> Tenant:
+    """The "billing" tenant with an admin token (the CLI modules and test_client_retries
+    override it: they also point the CLI at the server, or heal the database proxy)."""
+    return make_tenant("billing")
+
+
+@pytest.fixture
+def client(server: WebServer, owner: Tenant) -> Iterator[Client]:
+    """The Python client as the owner's admin, closed when the test ends."""
+    with Client(server.url, owner.token) as c:
+        yield c

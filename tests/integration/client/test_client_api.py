@@ -6,10 +6,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import stat
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -36,17 +34,6 @@ from scheduler_client import config  # isort: skip
 from scheduler_client.models import Evidence, Execution, Explanation, Job, Schedule  # isort: skip
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture
-def owner(db: Any) -> Tenant:
-    return make_tenant("billing")
-
-
-@pytest.fixture
-def client(server: WebServer, owner: Tenant) -> Iterator[Client]:
-    with Client(server.url, owner.token) as c:
-        yield c
 
 
 def _soon(days: int = 1) -> str:

@@ -60,17 +60,6 @@ def server(
         yield web
 
 
-@pytest.fixture
-def owner(db: Any) -> Tenant:
-    return make_tenant("billing")
-
-
-@pytest.fixture
-def client(server: WebServer, owner: Tenant) -> Iterator[Client]:
-    with Client(server.url, owner.token) as c:
-        yield c
-
-
 def _instant(delta: timedelta) -> str:
     return (datetime.now(UTC) + delta).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 

@@ -12,7 +12,6 @@ import httpx
 import pytest
 from django.db import connection
 
-from bench.procs import free_port
 from tenants.roles import Role
 from tests.support.client_support import (
     Recorder,
@@ -23,6 +22,7 @@ from tests.support.client_support import (
     make_tenant,
 )
 from tests.support.faultproxy import FaultProxy, database_target, proxied
+from tests.support.net import free_port
 from tests.support.procs import WebServer
 
 from scheduler_client import Client, Throttled, TransportError, Unavailable  # isort: skip

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.client_support import TARGET, Tenant, definition, live_server, make_tenant
+from tests.support.client_support import TARGET, definition, live_server, make_tenant
 from tests.support.procs import WebServer
 
 from scheduler_client import Client, Conflict, NotFound, ValidationError  # isort: skip
@@ -34,17 +34,6 @@ def server(
         live_server(tmp_path_factory.mktemp("web"), BULK_SYNC_MAX=str(SYNC_MAX)) as web,
     ):
         yield web
-
-
-@pytest.fixture
-def owner(db: Any) -> Tenant:
-    return make_tenant("billing")
-
-
-@pytest.fixture
-def client(server: WebServer, owner: Tenant) -> Iterator[Client]:
-    with Client(server.url, owner.token) as c:
-        yield c
 
 
 @pytest.fixture

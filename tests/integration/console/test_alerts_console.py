@@ -13,7 +13,7 @@ import pytest
 from dispatch import services
 from dispatch.models import AlertChannel, AlertPolicy, MaintenanceWindow, Schedule
 from tenants.models import AuditEvent
-from tests.support.console_support import World, build_world, db_now
+from tests.support.console_support import World, db_now
 from tests.support.ledger import Ledger
 
 pytestmark = pytest.mark.django_db
@@ -32,11 +32,6 @@ POLICY = {
     "max_duration_s": "600",
     "recovery": "on",
 }
-
-
-@pytest.fixture
-def world(db: Any) -> World:
-    return build_world()
 
 
 def _channel(world: World, name: str = "ops", *, other: bool = False) -> AlertChannel:

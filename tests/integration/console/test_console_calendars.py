@@ -4,25 +4,25 @@ exclude/only calendars, shown again on edit, an unknown name an inline error."""
 from __future__ import annotations
 
 import re
-from typing import Any
 
 import pytest
 
 from dispatch.models import Calendar, Schedule
 from dispatch.services import calendars as calendar_writes
-from tests.support.console_support import World, build_world, form_data
+from tests.support.console_support import World, form_data
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def world(db: Any) -> World:
-    w = build_world()
+def world(world: World) -> World:
+    """The shared world (tests/integration/conftest.py) with two calendars."""
     for name, preset in (("weekends", "weekends"), ("workdays", "business_days")):
         calendar_writes.calendar_create(
-            actor=w.admin_p, data={"name": name, "sources": [{"type": "preset", "preset": preset}]}
+            actor=world.admin_p,
+            data={"name": name, "sources": [{"type": "preset", "preset": preset}]},
         )
-    return w
+    return world
 
 
 def test_form_saves_calendars_by_name_and_shows_them_on_edit(world: World) -> None:

@@ -6,22 +6,16 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
-from typing import Any
 
 import pytest
 
 from dispatch.models import ExecutionEvent, Schedule
-from tests.support.console_support import World, build_world, db_now, form_data
+from tests.support.console_support import World, db_now, form_data
 from tests.support.rows import execution_row
 
 pytestmark = pytest.mark.django_db
 
 TARGET = '{"type": "http", "url": "https://billing.internal/hook", "body": {"customer_id": 42}}'
-
-
-@pytest.fixture
-def world(db: Any) -> World:
-    return build_world()
 
 
 def test_form_saves_the_key_and_shows_it_on_edit(world: World) -> None:

@@ -6,17 +6,11 @@ from __future__ import annotations
 import html
 from typing import Any
 
-import pytest
 from rest_framework.test import APIClient
 
 from dispatch import services
 from dispatch.selectors import cron_text
-from tests.support.console_support import TARGET, World, build_world
-
-
-@pytest.fixture
-def world(db: Any) -> World:
-    return build_world()
+from tests.support.console_support import TARGET, World
 
 
 def test_detail_page_and_api_preview_show_the_same_description_and_resolution(

@@ -12,14 +12,9 @@ import pytest
 
 from dispatch import services
 from dispatch.models import Schedule
-from tests.support.console_support import TARGET, World, build_world, form_data
+from tests.support.console_support import TARGET, World, form_data
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def world(db: Any) -> World:
-    return build_world()
 
 
 def test_a_one_off_ignores_a_cron_typed_before_switching_kind(world: World) -> None:

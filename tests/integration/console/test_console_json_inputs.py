@@ -14,7 +14,7 @@ from django.test import Client
 
 from dispatch.models import Calendar, Execution, ExecutionState, Schedule
 from tenants.models import AuditEvent
-from tests.support.console_support import World, build_world, form_data
+from tests.support.console_support import World, form_data
 
 pytestmark = pytest.mark.django_db
 
@@ -32,11 +32,6 @@ VECTORS = [
     ("surrogate-key", '{"a\\udc00": 1}', f".a\\udc00: {SURROGATE}"),
 ]
 VECTOR_PARAMS = [pytest.param(text, said, id=name) for name, text, said in VECTORS]
-
-
-@pytest.fixture
-def world(db: Any) -> World:
-    return build_world()
 
 
 def post_with_csrf(client: Client, url: str, data: dict[str, Any]) -> Any:

@@ -3,20 +3,13 @@ page (with why), and the list's status filter tells completed from active."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from dispatch import services
 from dispatch.models import Schedule
-from tests.support.console_support import TARGET, World, build_world, form_data
+from tests.support.console_support import TARGET, World, form_data
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def world(db: Any) -> World:
-    return build_world()
 
 
 def test_completed_schedule_has_a_badge_a_reason_and_a_filter(world: World) -> None:

@@ -16,18 +16,9 @@ from dispatch import services
 from dispatch.models import BeatNode, Execution, ExecutionEvent, Schedule, SchedulerPartition
 from tenants.models import AuditEvent, Membership, ServiceToken
 from tenants.services import MEMBER_ADD_REFUSED
-from tests.support.console_support import World, build_world, form_data, user
+from tests.support.console_support import World, form_data, text, user
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def world(db: Any) -> World:
-    return build_world()
-
-
-def text(response: Any) -> str:
-    return str(response.content.decode())
 
 
 # --- schedules: create, edit, inline errors ------------------------------------------------

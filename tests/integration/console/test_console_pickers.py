@@ -6,24 +6,23 @@ and bounded."""
 from __future__ import annotations
 
 from html.parser import HTMLParser
-from typing import Any
 
 import pytest
 
 from dispatch import services
 from dispatch.models import Schedule
-from tests.support.console_support import TARGET, World, build_world, bulk_schedules
+from tests.support.console_support import TARGET, World, bulk_schedules
 
 pytestmark = pytest.mark.django_db
 MANY = 520  # past the old 500-name cap
 
 
 @pytest.fixture
-def world(db: Any) -> World:
-    w = build_world()
-    # Plenty of schedules whose names sort before the ones the tests use.
-    bulk_schedules(w.tenant, MANY, prefix="aaa")
-    return w
+def world(world: World) -> World:
+    """The shared world (tests/integration/conftest.py), and plenty of schedules
+    whose names sort before the ones the tests use."""
+    bulk_schedules(world.tenant, MANY, prefix="aaa")
+    return world
 
 
 class FormReader(HTMLParser):

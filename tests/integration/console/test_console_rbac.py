@@ -13,16 +13,11 @@ from dispatch.models import Execution, Schedule
 from tenants import services as tenant_services
 from tenants.models import AuditEvent, Membership, ServiceToken
 from tenants.roles import Role
-from tests.support.console_support import World, build_world, form_data, user
+from tests.support.console_support import World, form_data, user
 
 pytestmark = pytest.mark.django_db
 
 Route = tuple[str, str, dict[str, Any] | None, Role]
-
-
-@pytest.fixture
-def world(db: Any) -> World:
-    return build_world()
 
 
 def routes(w: World) -> list[Route]:

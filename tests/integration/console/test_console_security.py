@@ -10,16 +10,11 @@ import pytest
 
 from dispatch.models import Execution, ExecutionEvent, Schedule
 from tenants.models import ServiceToken
-from tests.support.console_support import World, build_world, form_data
+from tests.support.console_support import World, form_data
 
 pytestmark = pytest.mark.django_db
 
 HOSTILE = '<img src=x onerror=alert(1)><div hx-get="/evil" hx-trigger="load">x</div><script>alert(2)</script>'
-
-
-@pytest.fixture
-def world(db: Any) -> World:
-    return build_world()
 
 
 def _csrf(client: Any, url: str) -> str:

@@ -5,21 +5,15 @@ live preview shows the union."""
 from __future__ import annotations
 
 import re
-from typing import Any
 
 import pytest
 
 from dispatch.models import Schedule
 from dispatch.timing import cron
-from tests.support.console_support import World, build_world, form_data
+from tests.support.console_support import World, form_data
 
 pytestmark = pytest.mark.django_db
 SPECS = "0 9 * * 1-5\nevery 90m from 2026-01-01T00:15"
-
-
-@pytest.fixture
-def world(db: Any) -> World:
-    return build_world()
 
 
 def test_form_saves_specs_and_bounds_and_shows_them_back(world: World) -> None:

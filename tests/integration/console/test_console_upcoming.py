@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any
 
 import pytest
 from rest_framework.test import APIClient
@@ -15,15 +14,10 @@ from rest_framework.test import APIClient
 from dispatch import services
 from tenants.models import Tenant
 from tenants.roles import Role
-from tests.support.console_support import TARGET, World, build_world, bulk_schedules, db_now
+from tests.support.console_support import TARGET, World, bulk_schedules, db_now
 
 pytestmark = pytest.mark.django_db
 HOURLY = 426
-
-
-@pytest.fixture
-def world(db: Any) -> World:
-    return build_world()
 
 
 def hourly_schedules(world: World, n: int) -> None:

@@ -17,15 +17,10 @@ import pytest
 from dispatch import services
 from dispatch.models import Backfill, Execution
 from dispatch.states import ControlState
-from tests.support.console_support import TARGET, World, build_world, db_now
+from tests.support.console_support import TARGET, World, db_now
 
 pytestmark = pytest.mark.django_db
 AMS = ZoneInfo("Europe/Amsterdam")
-
-
-@pytest.fixture
-def world(db: Any) -> World:
-    return build_world()
 
 
 def _local(days_ago: int, time: str = "00:30") -> str:

@@ -16,16 +16,16 @@ import pytest
 from dispatch import services
 from dispatch.models import Operation, Schedule
 from dispatch.states import ControlState
-from tests.support.console_support import World, build_world, bulk_schedules, db_now
+from tests.support.console_support import World, bulk_schedules, db_now
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def world(db: Any) -> World:
-    w = build_world()
-    bulk_schedules(w.tenant, 3, prefix="etl")
-    return w
+def world(world: World) -> World:
+    """The shared world (tests/integration/conftest.py) with three "etl" schedules."""
+    bulk_schedules(world.tenant, 3, prefix="etl")
+    return world
 
 
 def _etl() -> list[Schedule]:

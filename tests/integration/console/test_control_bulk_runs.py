@@ -8,32 +8,31 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
-from typing import Any
 
 import pytest
 
 from dispatch import services
 from dispatch.models import Execution, ExecutionState, Operation
-from tests.support.console_support import World, build_world, db_now
+from tests.support.console_support import World, db_now
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def world(db: Any) -> World:
-    w = build_world()
-    # Two dead runs of "nightly" besides the scheduled one the world triggered.
+def world(world: World) -> World:
+    """The shared world (tests/integration/conftest.py) with two dead runs of "nightly"
+    besides the scheduled one the world triggered."""
     for days in (1, 2):
         at = db_now() - timedelta(days=days)
         Execution.objects.create(
-            schedule=w.schedule,
-            tenant=w.tenant,
+            schedule=world.schedule,
+            tenant=world.tenant,
             scheduled_for=at,
             due_at=at,
             state=ExecutionState.DEAD,
             error="HTTP 503",
         )
-    return w
+    return world
 
 
 def _dead(world: World) -> list[Execution]:

@@ -6,20 +6,14 @@ tenant's execution is a 404, and the services' 409 / 400 are shown on the page."
 from __future__ import annotations
 
 import re
-from typing import Any
 
 import pytest
 
 from dispatch.models import Execution, ExecutionState
 from tenants.models import AuditEvent
-from tests.support.console_support import World, build_world
+from tests.support.console_support import World
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def world(db: Any) -> World:
-    return build_world()
 
 
 def _finish(execution: Execution, state: ExecutionState = ExecutionState.DEAD) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
-from typing import Any
 
 import pytest
 from django.db import connection
@@ -17,15 +16,10 @@ from dispatch import services
 from dispatch.api.serializers import iso_z
 from dispatch.models import Alert, AlertPolicy, Schedule
 from dispatch.states import AUTO_PAUSE_ACTOR
-from tests.support.console_support import World, build_world, bulk_schedules
+from tests.support.console_support import World, bulk_schedules
 from tests.support.rows import execution_row
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def world(db: Any) -> World:
-    return build_world()
 
 
 def _cell(html: str, cell_id: str) -> str:

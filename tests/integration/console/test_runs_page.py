@@ -18,21 +18,12 @@ from django.db import connection
 from dispatch import services
 from dispatch.models import Execution, Schedule
 from dispatch.selectors import ERROR_SCAN_ROWS
-from tests.support.console_support import TARGET, World, build_world
+from tests.support.console_support import TARGET, World, text
 
 pytestmark = pytest.mark.django_db
 
 ROW_ID = re.compile(r'data-execution-id="([0-9a-f-]{36})"')
 BASE = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
-
-
-@pytest.fixture
-def world(db: Any) -> World:
-    return build_world()
-
-
-def text(response: Any) -> str:
-    return str(response.content.decode())
 
 
 def shown(response: Any) -> list[str]:

@@ -22,6 +22,7 @@ from dispatch.scheduler.control import pump_once
 from dispatch.states import ACTIVE_STATES, ControlState
 from tenants.models import AuditEvent, Tenant
 from tenants.roles import Role
+from tests.support.instants import zulu
 from tests.support.rows import execution_row
 
 pytestmark = pytest.mark.django_db
@@ -67,13 +68,9 @@ def instant(text: str) -> datetime:
     return datetime.fromisoformat(text).astimezone(UTC)
 
 
-def z(value: datetime) -> str:
-    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
-
-
 def preview(api: APIClient, sid: str, start: str, end: str) -> list[str]:
     """GET /v1/schedules/{id}/preview from just before `start`, cut at `end`."""
-    after = z(instant(start) - timedelta(seconds=1))
+    after = zulu(instant(start) - timedelta(seconds=1))
     res = api.get(f"/v1/schedules/{sid}/preview?from={after}&count=1000")
     assert res.status_code == 200, res.content
     limit = instant(end)
@@ -231,7 +228,7 @@ def test_dst_week_dry_run_equals_the_preview_and_what_the_pump_creates(
     bid = real.json()["id"]
     pump_to_end(bid)
     rows = Execution.objects.filter(schedule_id=sid).order_by("scheduled_for")
-    assert [z(e.scheduled_for) for e in rows] == planned
+    assert [zulu(e.scheduled_for) for e in rows] == planned
     assert {(e.trigger, str(e.backfill_id), e.attempt) for e in rows} == {("backfill", bid, 1)}
     got = api.get(f"/v1/backfills/{bid}").json()
     assert got["state"] == "done" and got["finished_at"] is not None
@@ -272,7 +269,7 @@ def test_each_occurrence_gets_its_action_from_its_record_and_reprocess(
         assert sum(plan["counts"].values()) == 7
     newest = backfill(api, sid, **body, order="newest").json()["occurrences"]
     assert [o["scheduled_for"] for o in newest] == [
-        z(day + timedelta(days=i)) for i in range(6, -1, -1)
+        zulu(day + timedelta(days=i)) for i in range(6, -1, -1)
     ]
 
 
@@ -321,7 +318,9 @@ def test_the_pump_releases_up_to_max_concurrent_and_writes_the_records(
         now = cur.fetchone()[0]
     assert all(e.due_at <= now and e.scheduled_for < e.due_at for e in rows)
     # Oldest first.
-    assert sorted(z(e.scheduled_for) for e in rows) == [f"2026-11-03T0{h}:00:00Z" for h in range(3)]
+    assert sorted(zulu(e.scheduled_for) for e in rows) == [
+        f"2026-11-03T0{h}:00:00Z" for h in range(3)
+    ]
     Execution.objects.filter(pk=rows[0].pk).update(state="dead")
     assert pump.pump_once() == 1
     progress = api.get(f"/v1/backfills/{bid}").json()["progress"]
@@ -469,7 +468,7 @@ def test_the_list_costs_the_same_queries_for_2_backfills_as_for_12(api: APIClien
     def add(count: int) -> None:
         for _ in range(count):
             day = datetime(2026, 11, 1, tzinfo=UTC) + timedelta(days=len(made))
-            res = backfill(api, sid, **{"from": z(day), "to": z(day + timedelta(hours=1))})
+            res = backfill(api, sid, **{"from": zulu(day), "to": zulu(day + timedelta(hours=1))})
             made.append(res.json()["id"])
             pump_to_end(made[-1])  # each with an execution to count
             assert Execution.objects.filter(backfill_id=made[-1]).update(state="dead") == 1

@@ -9,7 +9,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from dispatch import services
 from dispatch.models import Backfill, Execution, Schedule
 from dispatch.states import ACTIVE_STATES, ControlState
 from tenants.roles import Principal
+from tests.support.instants import zulu
 from tests.support.ledger import Ledger
 from tests.support.procs import beat_cmd, processes, wait_for, worker_cmd
 from tests.support.rows import execution_row
@@ -115,10 +116,6 @@ def ended(backfill_id: Any, check: Callable[[], None]) -> Callable[[], bool]:
     return predicate
 
 
-def z(value: datetime) -> str:
-    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
-
-
 @pytest.mark.parametrize(
     "cron,week,expected",
     [
@@ -148,13 +145,13 @@ def test_a_dst_range_runs_to_done_within_its_concurrency_cap(
         "range_to": end,
     }
     dry = services.backfill_create(**args, max_concurrent=3, dry_run=True)
-    planned = [z(item.scheduled_for) for item in dry.plan.items]
+    planned = [zulu(item.scheduled_for) for item in dry.plan.items]
     assert len(planned) == expected and dry.backfill is None
     # The dry run lists what the schedule's preview lists over the range.
     shown = api.get(
-        f"/v1/schedules/{schedule.id}/preview?from={z(start - timedelta(seconds=1))}&count=200"
+        f"/v1/schedules/{schedule.id}/preview?from={zulu(start - timedelta(seconds=1))}&count=200"
     ).json()["occurrences"]
-    assert planned == [o["scheduled_for"] for o in shown if o["scheduled_for"] < z(end)]
+    assert planned == [o["scheduled_for"] for o in shown if o["scheduled_for"] < zulu(end)]
     created = services.backfill_create(**args, max_concurrent=3).backfill
     assert created is not None
 
@@ -163,7 +160,7 @@ def test_a_dst_range_runs_to_done_within_its_concurrency_cap(
     backfill = Backfill.objects.get(pk=created.id)
     assert backfill.state == ControlState.DONE, backfill.state
     rows = list(Execution.objects.filter(schedule=schedule).order_by("scheduled_for"))
-    assert [z(e.scheduled_for) for e in rows] == planned  # what the run created == the dry run
+    assert [zulu(e.scheduled_for) for e in rows] == planned  # what the run created == the dry run
     assert {(e.trigger, e.backfill_id, e.state) for e in rows} == {
         ("backfill", backfill.id, "succeeded")
     }
@@ -256,7 +253,7 @@ def test_reprocess_failed_reruns_only_the_dead_runs(
     calls = sorted(
         (r["headers"]["X-Scheduled-For"], r["headers"]["X-Attempt"]) for r in ledger.requests
     )
-    assert calls == sorted((z(at), "2") for at in dead), ledger.dump()
+    assert calls == sorted((zulu(at), "2") for at in dead), ledger.dump()
     for at, row in rows.items():
         row.refresh_from_db()
         assert row.state == "succeeded", (at, row.state)

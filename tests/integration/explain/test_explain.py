@@ -17,7 +17,7 @@ from tenants.models import AuditEvent, Tenant
 from tenants.roles import Principal, Role
 from tests.conftest import make_principal
 from tests.support.console_support import TARGET
-from tests.support.explain_support import CREATED, amsterdam_schedule
+from tests.support.explain_support import CREATED, amsterdam_schedule, ids
 from tests.support.rows import execution_row
 
 pytestmark = pytest.mark.django_db
@@ -90,10 +90,6 @@ def record_resume(
         object_id=str(schedule.id),
     )
     return ev, audit
-
-
-def ids(answer: Any, kind: str) -> set[str]:
-    return {e.id for e in answer.evidence if e.kind == kind}
 
 
 def test_it_ran_names_the_execution_its_outcome_and_the_attempt_event(tenant: Tenant) -> None:

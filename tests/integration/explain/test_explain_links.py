@@ -17,6 +17,7 @@ from dispatch.states import EventData, EventKind
 from tenants.models import AuditEvent, Tenant
 from tenants.roles import Principal, Role
 from tests.support.console_support import TARGET
+from tests.support.explain_support import ids
 
 pytestmark = pytest.mark.django_db
 
@@ -56,10 +57,6 @@ def execution(schedule: Schedule, at: datetime, **fields: Any) -> Execution:
         scheduled_for=at,
         **values,
     )
-
-
-def ids(answer: Any, kind: str) -> set[str]:
-    return {e.id for e in answer.evidence if e.kind == kind}
 
 
 # --------------------------------------------------------------------------- audit_id

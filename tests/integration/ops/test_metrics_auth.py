@@ -5,21 +5,15 @@ METRICS_PUBLIC=1."""
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tenants import services as tenant_services
-from tests.support.procs import Proc, WebServer, processes
+from tests.support.procs import Proc, WebServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture
-def start(tmp_path: Path) -> Iterator[Callable[..., Proc]]:
-    with processes(tmp_path) as start:
-        yield start
 
 
 def production_env(**extra: str) -> dict[str, str]:

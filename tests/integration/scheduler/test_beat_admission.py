@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 
 from dispatch import explain, services
 from dispatch.models import Execution, ExecutionEvent, Schedule, SchedulerPartition
@@ -23,17 +23,10 @@ from tenants.roles import Principal
 from tests.conftest import make_principal
 from tests.support.ledger import Ledger
 from tests.support.procs import Proc, beat_cmd, processes, wait_for
-from tests.support.worker_support import purge, worker_processes
+from tests.support.worker_support import db_now, purge, worker_processes
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 QUEUES = "high.short,default.short,low.short"
-
-
-def db_now() -> datetime:
-    with connection.cursor() as cur:
-        cur.execute("SELECT clock_timestamp()")
-        value: datetime = cur.fetchone()[0]
-    return value
 
 
 class Gauge:

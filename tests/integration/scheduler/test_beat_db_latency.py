@@ -10,9 +10,8 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from django.conf import settings
@@ -22,9 +21,9 @@ from dispatch import services
 from dispatch.models import Execution, SchedulerPartition
 from tenants.models import Tenant
 from tenants.roles import Principal
-from tests.support.faultproxy import FaultProxy, database_target
-from tests.support.procs import Proc, beat_cmd, processes, wait_for
-from tests.support.worker_support import db_now, purge
+from tests.support.faultproxy import FaultProxy
+from tests.support.procs import Proc, beat_cmd, wait_for
+from tests.support.worker_support import db_now
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 TARGET = {"type": "http", "url": "https://billing.internal/hook"}
@@ -32,20 +31,6 @@ WINDOW_S = 20.0  # two lease TTLs (10 s): a lapse would show
 JOBS = 25
 # Per chunk, each way (a round trip pays twice); the brief's figures by default.
 PHASES_MS = [float(x) for x in os.environ.get("LATENCY_PHASES_MS", "300,500").split(",")]
-
-
-@pytest.fixture
-def proxy() -> Iterator[FaultProxy]:
-    with FaultProxy(database_target(connection.settings_dict)) as proxy:
-        yield proxy
-
-
-@pytest.fixture
-def start(tmp_path: Path) -> Iterator[Callable[..., Proc]]:
-    purge(settings.CELERY_BROKER_URL)
-    with processes(tmp_path) as start:
-        yield start
-    purge(settings.CELERY_BROKER_URL)
 
 
 def epochs() -> dict[int, tuple[str, int]]:
@@ -84,9 +69,9 @@ def p99(values: list[float]) -> float:
 
 
 def test_beats_keep_their_leases_and_fire_at_300_and_500_ms_per_round_trip(
-    start: Callable[..., Proc], proxy: FaultProxy, admin_principal: Principal, tenant: Tenant
+    start: Callable[..., Proc], db_proxy: FaultProxy, admin_principal: Principal, tenant: Tenant
 ) -> None:
-    url = proxy.database_url(connection.settings_dict)
+    url = db_proxy.database_url(connection.settings_dict)
     beats = [
         start(name, beat_cmd("--name", name, "--lease-ttl", "10", "--cycle", "1"), DATABASE_URL=url)
         for name in ("lat-a", "lat-b")
@@ -99,7 +84,7 @@ def test_beats_keep_their_leases_and_fire_at_300_and_500_ms_per_round_trip(
 
     wait_for(balanced, timeout=60, what="the two beats sharing the partitions")
     for extra_ms in PHASES_MS:
-        proxy.delay(extra_ms)  # per chunk, each way
+        db_proxy.delay(extra_ms)  # per chunk, each way
         time.sleep(2)  # requests in flight when the delay changed have landed
         before = epochs()
         ids = jobs_over_the_window(admin_principal, tenant, f"l{extra_ms}-")
@@ -120,4 +105,4 @@ def test_beats_keep_their_leases_and_fire_at_300_and_500_ms_per_round_trip(
             f"p99 {p99(late):.2f} s, max {late[-1]:.2f} s over {len(late)} jobs"
         )
         assert all(b.alive() for b in beats)
-    proxy.pass_()
+    db_proxy.pass_()

@@ -16,6 +16,7 @@ from dispatch.scheduler.loop import Beat
 from dispatch.states import EventData, EventKind
 from tenants.models import AuditEvent
 from tenants.roles import Principal
+from tests.support.explain_support import ids
 from tests.support.rows import execution_row
 from tests.support.worker_support import db_now
 
@@ -28,10 +29,6 @@ NOW = datetime(2026, 1, 6, 12, 0, tzinfo=UTC)
 @pytest.fixture(scope="module")
 def beat_config() -> dict[str, Any]:
     return {"name": "links-beat", "cycle_s": 0.2}
-
-
-def ids(answer: Any, kind: str) -> set[str]:
-    return {e.id for e in answer.evidence if e.kind == kind}
 
 
 def test_a_replace_cancellation_names_the_run_that_replaced_it(

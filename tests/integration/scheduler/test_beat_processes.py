@@ -8,7 +8,6 @@ import signal
 import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from django.conf import settings
@@ -19,7 +18,7 @@ from dispatch import services
 from dispatch.models import BeatNode, Execution, SchedulerPartition
 from tenants.models import Tenant
 from tenants.roles import Principal
-from tests.support.procs import Proc, beat_cmd, processes, wait_for
+from tests.support.procs import Proc, beat_cmd, wait_for
 from tests.support.worker_support import db_now
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -60,12 +59,6 @@ def drain(broker: str) -> list[tuple[str, int]]:
                 out.append((str(args[0]), int(args[1])))
             q.close()
     return out
-
-
-@pytest.fixture
-def start(tmp_path: Path) -> Iterator[Callable[..., Proc]]:
-    with processes(tmp_path) as start:
-        yield start
 
 
 @pytest.fixture(params=["redis", "rabbitmq"])

@@ -8,32 +8,16 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
-from django.conf import settings
 from django.db import connection
 
 from dispatch.models import SchedulerPartition
-from tests.support.faultproxy import FaultProxy, database_target
-from tests.support.procs import Proc, beat_cmd, processes, wait_for
-from tests.support.worker_support import purge
+from tests.support.faultproxy import FaultProxy
+from tests.support.procs import Proc, beat_cmd, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture
-def proxy() -> Iterator[FaultProxy]:
-    with FaultProxy(database_target(connection.settings_dict)) as proxy:
-        yield proxy
-
-
-@pytest.fixture
-def start(tmp_path: Path) -> Iterator[Callable[..., Proc]]:
-    purge(settings.CELERY_BROKER_URL)
-    with processes(tmp_path) as start:
-        yield start
 
 
 def owns_partitions(name: str) -> bool:
@@ -55,18 +39,18 @@ def start_cut_off_beat(
 
 
 def test_a_beat_stuck_on_a_black_holed_database_exits_for_its_supervisor(
-    start: Callable[..., Proc], proxy: FaultProxy
+    start: Callable[..., Proc], db_proxy: FaultProxy
 ) -> None:
-    beat = start_cut_off_beat(start, proxy, "wd-stall", stall_s="4")
+    beat = start_cut_off_beat(start, db_proxy, "wd-stall", stall_s="4")
     wait_for(lambda: not beat.alive(), timeout=40, what="the stuck beat exiting")
     assert beat.proc.returncode == 70, beat.output()[-3000:]
     assert "no cycle for" in beat.output()
 
 
 def test_sigterm_ends_a_beat_stuck_on_a_black_holed_database(
-    start: Callable[..., Proc], proxy: FaultProxy
+    start: Callable[..., Proc], db_proxy: FaultProxy
 ) -> None:
-    beat = start_cut_off_beat(start, proxy, "wd-term", stall_s="0")  # the watchdog off
+    beat = start_cut_off_beat(start, db_proxy, "wd-term", stall_s="0")  # the watchdog off
     time.sleep(2)  # the main thread is now stuck inside a database call
     assert beat.alive(), beat.output()[-3000:]
     beat.signal(signal.SIGTERM)

@@ -11,8 +11,7 @@ occurrence is checked through next_run_at and the explainer, not by waiting for 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -25,18 +24,12 @@ from dispatch.states import ExecutionState
 from tenants.models import Tenant
 from tenants.roles import Principal
 from tests.conftest import make_principal
-from tests.support.procs import Proc, beat_cmd, processes, wait_for
+from tests.support.procs import Proc, beat_cmd, wait_for
 from tests.support.worker_support import db_now
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 TARGET = {"type": "http", "url": "https://billing.internal/hook"}
 ZONE = "America/New_York"
-
-
-@pytest.fixture
-def start(tmp_path: Path) -> Iterator[Callable[..., Proc]]:
-    with processes(tmp_path) as start:
-        yield start
 
 
 def test_beat_does_not_fire_excluded_dates_and_moves_past_them(

@@ -7,9 +7,8 @@ published and nothing is lost: resuming fires every withdrawn occurrence once.""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from django.conf import settings
@@ -19,18 +18,12 @@ from dispatch.models import Execution, Schedule, SchedulerPartition
 from tenants.models import Tenant
 from tenants.roles import Principal
 from tests.integration.scheduler.test_beat_processes import drain, purge
-from tests.support.procs import Proc, beat_cmd, processes, wait_for
+from tests.support.procs import Proc, beat_cmd, wait_for
 from tests.support.worker_support import db_now
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 TARGET = {"type": "http", "url": "https://billing.internal/hook"}
 COUNT = 100
-
-
-@pytest.fixture
-def start(tmp_path: Path) -> Iterator[Callable[..., Proc]]:
-    with processes(tmp_path) as start:
-        yield start
 
 
 def test_pauses_racing_the_admission_publish_nothing_withdrawn_and_lose_nothing(

@@ -9,8 +9,7 @@ interval's anchor is a fixed past minute, so any minute lies on its grid."""
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 from django.conf import settings
@@ -19,18 +18,12 @@ from dispatch import services
 from dispatch.models import Execution, Schedule
 from dispatch.timing import cron
 from tenants.roles import Principal
-from tests.support.procs import Proc, beat_cmd, processes, wait_for
+from tests.support.procs import Proc, beat_cmd, wait_for
 from tests.support.worker_support import db_now
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 TARGET = {"type": "http", "url": "https://billing.internal/hook"}
 ZONE = "Europe/Amsterdam"
-
-
-@pytest.fixture
-def start(tmp_path: Path) -> Iterator[Callable[..., Proc]]:
-    with processes(tmp_path) as start:
-        yield start
 
 
 def fired(schedule: Schedule) -> list[dt.datetime]:

@@ -12,18 +12,16 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.conf import settings
 from django.db import connection
 
 from dispatch.models import Execution, ExecutionEvent
 from dispatch.scheduler import sweeper
 from tenants.roles import Principal
-from tests.support.faultproxy import FaultProxy, database_target
+from tests.support.faultproxy import FaultProxy
 from tests.support.ledger import Ledger
 from tests.support.procs import Proc, wait_for
 from tests.support.worker_support import (
@@ -34,34 +32,11 @@ from tests.support.worker_support import (
     make_schedule,
     pool_children,
     publish,
-    purge,
     state_of,
-    worker_processes,
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 QUICK_RETRY = {"max_attempts": 3, "backoff": "fixed", "initial_s": 0, "max_s": 0}
-
-
-@pytest.fixture
-def ledger() -> Iterator[Ledger]:
-    ledger = Ledger()
-    yield ledger
-    ledger.close()
-
-
-@pytest.fixture
-def proxy() -> Iterator[FaultProxy]:
-    with FaultProxy(database_target(connection.settings_dict)) as proxy:
-        yield proxy
-
-
-@pytest.fixture
-def start(tmp_path: Path) -> Iterator[Callable[..., Proc]]:
-    purge(settings.CELERY_BROKER_URL)
-    with worker_processes(tmp_path) as start:
-        yield start
-    purge(settings.CELERY_BROKER_URL)
 
 
 def target(ledger: Ledger) -> dict[str, Any]:
@@ -86,16 +61,19 @@ def blocking(ledger: Ledger) -> tuple[threading.Event, threading.Event]:
 
 
 def test_completion_lost_to_a_connection_reset_is_retried_and_the_job_runs_once(
-    start: Callable[..., Proc], ledger: Ledger, proxy: FaultProxy, admin_principal: Principal
+    start_worker: Callable[..., Proc],
+    ledger: Ledger,
+    db_proxy: FaultProxy,
+    admin_principal: Principal,
 ) -> None:
     called, release = blocking(ledger)
-    w1 = start(
+    w1 = start_worker(
         "w1",
         queues="default.short",
         concurrency=1,
         WORKER_ID="w1",
         TARGET_TEST_ALLOW=ledger.allow_entry,
-        DATABASE_URL=proxy.database_url(connection.settings_dict),
+        DATABASE_URL=db_proxy.database_url(connection.settings_dict),
         EXECUTION_LEASE_S="10",
         FINISH_RETRY_S="30",
     )
@@ -105,7 +83,7 @@ def test_completion_lost_to_a_connection_reset_is_retried_and_the_job_runs_once(
 
     # Mid-call, every database connection of the worker is reset and new ones are
     # refused for a while: the result arrives while the database is away.
-    proxy.refuse()
+    db_proxy.refuse()
     release.set()
     wait_for(
         lambda: "retrying on a fresh connection" in w1.output(),
@@ -113,7 +91,7 @@ def test_completion_lost_to_a_connection_reset_is_retried_and_the_job_runs_once(
         what="the worker to retry its completion",
     )
     time.sleep(1.0)  # a few more failed tries
-    proxy.pass_()
+    db_proxy.pass_()
     # A sweeper runs meanwhile, as the beats' would: it must find nothing to rescue.
     Pump(queue="default.short").until(final(execution), timeout=30, what="the completion")
 
@@ -128,18 +106,21 @@ def test_completion_lost_to_a_connection_reset_is_retried_and_the_job_runs_once(
 
 
 def test_completion_gives_up_after_finish_retry_s_and_the_lease_rescues_it(
-    start: Callable[..., Proc], ledger: Ledger, proxy: FaultProxy, admin_principal: Principal
+    start_worker: Callable[..., Proc],
+    ledger: Ledger,
+    db_proxy: FaultProxy,
+    admin_principal: Principal,
 ) -> None:
     """Bounded: with the database away past FINISH_RETRY_S the worker stops trying
     (and stays up); the lease then lapses and the job runs again."""
     called, release = blocking(ledger)
-    w1 = start(
+    w1 = start_worker(
         "w1",
         queues="default.short",
         concurrency=1,
         WORKER_ID="w1",
         TARGET_TEST_ALLOW=ledger.allow_entry,
-        DATABASE_URL=proxy.database_url(connection.settings_dict),
+        DATABASE_URL=db_proxy.database_url(connection.settings_dict),
         EXECUTION_LEASE_S="3",
         FINISH_RETRY_S="1.5",
     )
@@ -147,10 +128,10 @@ def test_completion_gives_up_after_finish_retry_s_and_the_lease_rescues_it(
     execution = make_execution(make_schedule(admin_principal, target(ledger), retry=QUICK_RETRY))
     publish(execution.id, 1, queue="default.short")
     assert called.wait(20), w1.output()
-    proxy.refuse()
+    db_proxy.refuse()
     release.set()
     wait_for(lambda: "giving up" in w1.output(), timeout=15, what="the worker to give up")
-    proxy.pass_()
+    db_proxy.pass_()
     Pump(queue="default.short").until(final(execution), timeout=30, what="the rerun")
 
     execution.refresh_from_db()
@@ -161,22 +142,25 @@ def test_completion_gives_up_after_finish_retry_s_and_the_lease_rescues_it(
 
 
 def test_a_claim_answered_after_its_lease_was_revoked_makes_no_call(
-    start: Callable[..., Proc], ledger: Ledger, proxy: FaultProxy, admin_principal: Principal
+    start_worker: Callable[..., Proc],
+    ledger: Ledger,
+    db_proxy: FaultProxy,
+    admin_principal: Principal,
 ) -> None:
-    w1 = start(
+    w1 = start_worker(
         "w1",
         queues="default.short",
         concurrency=1,
         WORKER_ID="w1",
         TARGET_TEST_ALLOW=ledger.allow_entry,
-        DATABASE_URL=proxy.database_url(connection.settings_dict),
+        DATABASE_URL=db_proxy.database_url(connection.settings_dict),
         EXECUTION_LEASE_S="2",
     )
     execution = make_execution(make_schedule(admin_principal, target(ledger), retry=QUICK_RETRY))
     # The claim reaches PostgreSQL and commits; its reply is held back.
-    proxy.arm(b"WITH claimed AS", then="blackhole")
+    db_proxy.arm(b"WITH claimed AS", then="blackhole")
     publish(execution.id, 1, queue="default.short")
-    assert proxy.armed.wait(20), w1.output()
+    assert db_proxy.armed.wait(20), w1.output()
     wait_for(lambda: state_of(execution) == "running", timeout=10, what="the claim to commit")
     # The lease lapses (database clock) and the sweeper hands the run on: token 2.
     wait_for(
@@ -190,7 +174,7 @@ def test_a_claim_answered_after_its_lease_was_revoked_makes_no_call(
         2,
         2,
     )
-    proxy.pass_()  # the late reply arrives: the stale worker goes on with token 1
+    db_proxy.pass_()  # the late reply arrives: the stale worker goes on with token 1
 
     wait_for(
         lambda: ExecutionEvent.objects.filter(
@@ -216,7 +200,7 @@ def test_a_claim_answered_after_its_lease_was_revoked_makes_no_call(
 
 
 def test_a_worker_busy_with_a_long_job_holds_no_second_message(
-    start: Callable[..., Proc], ledger: Ledger, admin_principal: Principal
+    start_worker: Callable[..., Proc], ledger: Ledger, admin_principal: Principal
 ) -> None:
     """On long queues prefetch is bounded to the message each process runs, even
     with CELERY_PREFETCH_MULTIPLIER raised for the short ones: a cut-off or busy
@@ -228,7 +212,7 @@ def test_a_worker_busy_with_a_long_job_holds_no_second_message(
         "EXECUTION_LEASE_S": "10",
         "CELERY_PREFETCH_MULTIPLIER": "4",
     }
-    busy = start("busy", queues=long_queues, concurrency=1, WORKER_ID="busy", **env)
+    busy = start_worker("busy", queues=long_queues, concurrency=1, WORKER_ID="busy", **env)
     schedule = make_schedule(admin_principal, target(ledger), retry=QUICK_RETRY, timeout_s=30)
     first = make_execution(schedule)
     publish(first.id, 1, queue="default.long")
@@ -236,7 +220,7 @@ def test_a_worker_busy_with_a_long_job_holds_no_second_message(
     second = make_execution(schedule)
     publish(second.id, 1, queue="default.long")
     time.sleep(1.0)  # time enough for the busy worker to reserve it, were it allowed to
-    start("idle", queues=long_queues, concurrency=1, WORKER_ID="idle", **env)
+    start_worker("idle", queues=long_queues, concurrency=1, WORKER_ID="idle", **env)
     wait_for(lambda: len(ledger.requests) == 2, timeout=15, what="the idle worker to run it")
     assert state_of(first) == "running"  # the first job is still blocked on the busy worker
     release.set()
@@ -249,9 +233,9 @@ def test_a_worker_busy_with_a_long_job_holds_no_second_message(
 
 
 def test_a_target_host_that_does_not_resolve_is_retried_never_a_crash(
-    start: Callable[..., Proc], ledger: Ledger, admin_principal: Principal
+    start_worker: Callable[..., Proc], ledger: Ledger, admin_principal: Principal
 ) -> None:
-    w1 = start(
+    w1 = start_worker(
         "w1",
         queues="default.short",
         concurrency=1,

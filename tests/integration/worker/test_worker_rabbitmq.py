@@ -41,7 +41,9 @@ def broker() -> Iterator[str]:
 
 
 @pytest.fixture
-def start(start_worker: Callable[..., Proc], broker: str, ledger: Ledger) -> Callable[..., Proc]:
+def start_on_rabbitmq(
+    start_worker: Callable[..., Proc], broker: str, ledger: Ledger
+) -> Callable[..., Proc]:
     """Workers on RabbitMQ, allowed to call the test's ledger."""
 
     def start(name: str, **env: str) -> Proc:
@@ -57,14 +59,14 @@ def start(start_worker: Callable[..., Proc], broker: str, ledger: Ledger) -> Cal
 
 
 def test_success_and_duplicate_while_running_over_rabbitmq(
-    start: Callable[..., Proc], broker: str, ledger: Ledger, admin_principal: Principal
+    start_on_rabbitmq: Callable[..., Proc], broker: str, ledger: Ledger, admin_principal: Principal
 ) -> None:
     def slow(req: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
         time.sleep(1.0)
         return 200, {}, b"ok"
 
     ledger.respond = slow
-    start("w1")
+    start_on_rabbitmq("w1")
     execution = make_execution(
         make_schedule(admin_principal, {"type": "http", "url": f"{ledger.url}/h"})
     )
@@ -81,10 +83,10 @@ def test_success_and_duplicate_while_running_over_rabbitmq(
 
 
 def test_killed_worker_message_redelivered_by_rabbitmq_claims_nothing(
-    start: Callable[..., Proc], broker: str, ledger: Ledger, admin_principal: Principal
+    start_on_rabbitmq: Callable[..., Proc], broker: str, ledger: Ledger, admin_principal: Principal
 ) -> None:
     called = hold_first_call(ledger, 6)
-    w1 = start("w1")
+    w1 = start_on_rabbitmq("w1")
     execution = make_execution(
         make_schedule(
             admin_principal, {"type": "http", "url": f"{ledger.url}/h"}, retry=QUICK_RETRY
@@ -92,7 +94,7 @@ def test_killed_worker_message_redelivered_by_rabbitmq_claims_nothing(
     )
     publish(execution.id, 1, broker=broker)
     assert called.wait(20)
-    start("w2")
+    start_on_rabbitmq("w2")
     w1.kill()  # its unacked message goes back to the queue, and to w2, at once
 
     wait_for(lambda: "delivery_ignored" in kinds(execution), timeout=15, what="the redelivery")
