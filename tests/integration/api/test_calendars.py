@@ -219,8 +219,16 @@ def test_in_use_delete_is_409_naming_schedules_and_edit_replans(
         format="json",
     )
     assert res.status_code == 200, res.content
+    # Weekends are no longer excluded, only `day`: the next run is the first local
+    # midnight after now that is not `day` (a Saturday may now come before it).
+    local_today = dt.datetime.now(zone).date()
+    expected = next(
+        dt.datetime.combine(local_today + dt.timedelta(days=n), dt.time(0), tzinfo=zone)
+        for n in (1, 2)
+        if local_today + dt.timedelta(days=n) != day
+    )
     after = Schedule.objects.get(pk=sched["id"]).next_run_at
-    assert after is not None and after.astimezone(zone).date() > day
+    assert after == expected
 
 
 def test_backfill_plan_leaves_out_excluded_dates_on_a_dst_day(
