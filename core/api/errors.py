@@ -15,27 +15,27 @@ from rest_framework.response import Response
 from core.errors import AppError
 
 
-def _flatten(detail: Any) -> Any:
+def flatten_errors(detail: Any) -> Any:
     if isinstance(detail, dict):
-        return {str(k): _flatten(v) for k, v in detail.items()}
+        return {str(k): flatten_errors(v) for k, v in detail.items()}
     if isinstance(detail, list):
         flat: list[Any] = []
         for item in detail:
-            value = _flatten(item)
+            value = flatten_errors(item)
             flat.append(value)
         return flat
     return str(detail)
 
 
-def _first_message(detail: Any, path: str = "") -> str:
+def first_message(detail: Any, path: str = "") -> str:
     if isinstance(detail, dict) and detail:
         key, value = next(iter(detail.items()))
         sub = f"{path}.{key}" if path and key != "non_field_errors" else (path or str(key))
         if key == "non_field_errors":
             sub = path
-        return _first_message(value, sub)
+        return first_message(value, sub)
     if isinstance(detail, list) and detail:
-        return _first_message(detail[0], path)
+        return first_message(detail[0], path)
     return f"{path}: {detail}" if path else str(detail)
 
 
@@ -79,11 +79,11 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     if isinstance(exc, exceptions.Throttled) and wait is not None:
         headers["Retry-After"] = str(max(1, int(wait + 0.999)))
     if isinstance(exc, exceptions.ValidationError):
-        detail = _flatten(exc.detail)
+        detail = flatten_errors(exc.detail)
         if isinstance(detail, list):
             detail = {"non_field_errors": detail}
         return error_response(
-            status.HTTP_400_BAD_REQUEST, "invalid", _first_message(detail), detail, headers
+            status.HTTP_400_BAD_REQUEST, "invalid", first_message(detail), detail, headers
         )
     codes = {
         exceptions.NotAuthenticated: "not_authenticated",
