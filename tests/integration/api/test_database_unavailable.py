@@ -10,25 +10,23 @@ connection that was not dropped would show."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
-import psycopg
 import pytest
 from django.conf import settings
 from django.db import connection
-from psycopg import sql
 
 from dispatch.models import Schedule
 from tenants import services as tenant_services
 from tenants.roles import Role
 from tests.support.console_support import TARGET, client_for, user
+from tests.support.database_faults import read_only
 from tests.support.faultproxy import FaultProxy, database_target, proxied
-from tests.support.procs import WebServer, db_conninfo, processes
+from tests.support.procs import WebServer, processes
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -121,29 +119,6 @@ def _assert_plain_503_page(status: int, headers: dict[str, str], body: str) -> N
 def _readyz(server: WebServer) -> tuple[int, dict[str, Any]]:
     status, _, raw = server.request("GET", "/readyz")
     return status, json.loads(raw)
-
-
-@contextlib.contextmanager
-def read_only(proxy: FaultProxy) -> Iterator[None]:
-    """The test database refuses writes, as a standby or a demoted primary does: every
-    new session starts read-only, and the web's current connections are cut so that
-    its next ones are such sessions. Restored on exit; the web's connections are not
-    cut again then, so one kept after the fault would still be read-only."""
-
-    def alter(action: str) -> None:
-        # A session of its own that is never read-only, whatever the database's default.
-        with psycopg.connect(
-            db_conninfo(), autocommit=True, options="-c default_transaction_read_only=off"
-        ) as admin:
-            name = sql.Identifier(connection.settings_dict["NAME"])
-            admin.execute(sql.SQL(action).format(name))
-
-    alter("ALTER DATABASE {} SET default_transaction_read_only = on")
-    try:
-        proxy.reset()
-        yield
-    finally:
-        alter("ALTER DATABASE {} RESET default_transaction_read_only")
 
 
 def test_cut_off_from_the_database_the_api_the_console_and_readyz_answer_503(
