@@ -297,7 +297,8 @@ class Client:
         return Schedule.from_json(self.request("GET", f"/v1/schedules/{_quote(schedule_id)}"))
 
     def create_schedule(self, definition: Mapping[str, Any]) -> Schedule:
-        """POST /v1/schedules (not retried on a lost connection: it could create twice)."""
+        """POST /v1/schedules (not retried after a 503 or a lost connection: it could
+        create twice)."""
         return Schedule.from_json(self.request("POST", "/v1/schedules", json=dict(definition)))
 
     def update_schedule(
@@ -337,7 +338,7 @@ class Client:
         )
 
     def trigger_schedule(self, schedule_id: str) -> Execution:
-        """Run now (not retried on a lost connection: it could run twice)."""
+        """Run now (not retried after a 503 or a lost connection: it could run twice)."""
         return Execution.from_json(
             self.request("POST", f"/v1/schedules/{_quote(schedule_id)}:trigger")
         )
@@ -460,7 +461,8 @@ class Client:
         self, execution_id: str, *, target: Mapping[str, Any] | None = None
     ) -> Execution:
         """Re-run a final execution as its next attempt (202); `target` replaces the
-        schedule's for this run only. Not retried on a lost connection: it could run twice."""
+        schedule's for this run only. Not retried after a 503 or a lost connection: it
+        could run twice."""
         return Execution.from_json(
             self.request(
                 "POST",
@@ -532,7 +534,7 @@ class Client:
         skip_paused: bool | None = None,
     ) -> Backfill:
         """Run the schedule's occurrences in [start, end) now (ISO 8601 instants, end not
-        in the future). Not retried on a lost connection: it could start twice."""
+        in the future). Not retried after a 503 or a lost connection: it could start twice."""
         body = self._backfill_body(
             start,
             end,
@@ -595,7 +597,7 @@ class Client:
         """pause / resume / trigger / delete schedules by ids or by `filters` (the list
         filters: search, kind, paused). A small set is worked in the request (state
         "done", every item's result); a larger one comes back "running": follow it with
-        get_operation. Not retried on a lost connection (trigger could run twice)."""
+        get_operation. Not retried after a 503 or a lost connection (trigger could run twice)."""
         body = self._bulk_body(action, ids, filters, reason=reason, until=until)
         return Operation.from_json(self.request("POST", "/v1/schedules:bulk", json=body))
 
@@ -730,7 +732,7 @@ class Client:
 
     def test_alert_channel(self, channel_id: str) -> dict[str, Any]:
         """Send a test message now: {"ok": bool, "detail": "HTTP 200" or why not}. A
-        refused destination is the answer, not an error. Not retried on a lost
+        refused destination is the answer, not an error. Not retried after a 503 or a lost
         connection (it would send twice)."""
         result: dict[str, Any] = self.request(
             "POST", f"/v1/alert-channels/{_quote(channel_id)}:test"

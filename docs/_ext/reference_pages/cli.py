@@ -134,10 +134,12 @@ def render() -> str:
         "Accepted before or after the command (`schedctl --json ls` and `schedctl ls --json` "
         "are the same).\n",
         table(("option", "what it does"), _argument_rows(parser, skip_common=False)),
-        "## Where the server and token come from\n",
-        "The option first, then the environment, then the config file "
-        "(`$XDG_CONFIG_HOME/schedctl/config.toml`, else `~/.config/schedctl/config.toml`, "
-        "mode 0600, written by `schedctl login`).\n",
+        "## Where the server, the token and the retry limits come from\n",
+        "The option first, then the environment, then — for the server and the token — the "
+        "config file (`$XDG_CONFIG_HOME/schedctl/config.toml`, else "
+        "`~/.config/schedctl/config.toml`, mode 0600, written by `schedctl login`); retry "
+        f"limits set nowhere are {config.DEFAULT_RETRIES} retries within "
+        f"{config.DEFAULT_RETRY_TIMEOUT_S:g} s.\n",
         table(
             ("variable", "what it does"),
             [[code(value), inline(ENV_MEANINGS[name])] for name, value in sorted(envs.items())],

@@ -18,6 +18,7 @@ import sys
 from collections.abc import Sequence
 from typing import IO
 
+from scheduler_client import config
 from scheduler_client.cli.context import (
     EXIT_API,
     EXIT_CHANGES,
@@ -47,7 +48,8 @@ def _common_options(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
                 "type": int,
                 "metavar": "N",
                 "help": "send a request at most N more times after a 429, a 503 or a lost "
-                "connection (else SCHEDCTL_RETRIES, else 6; 0: never)",
+                f"connection (else {config.RETRIES_ENV}, else {config.DEFAULT_RETRIES}; "
+                "0: never)",
             },
         ),
         (
@@ -56,7 +58,7 @@ def _common_options(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
                 "type": float,
                 "metavar": "SECONDS",
                 "help": "start no retry later than this after the first attempt "
-                "(else SCHEDCTL_RETRY_TIMEOUT, else 30)",
+                f"(else {config.RETRY_TIMEOUT_ENV}, else {config.DEFAULT_RETRY_TIMEOUT_S:g})",
             },
         ),
     )
