@@ -85,6 +85,13 @@ class Statements:
         return name in self.text
 
     def _run(self, name: str, params: Params, *, binary: bool) -> CursorWrapper:
+        # Django's own cursors health-check a reused connection once per request or task
+        # (CONN_HEALTH_CHECKS, re-armed by close_old_connections); the raw cursor below
+        # skips that, so do it here. Without it a connection the server ended (a restart,
+        # a fail-over's demoted primary) failed the first statement of the next task: a
+        # worker's claim, its message then acknowledged and the run left to the beat's
+        # re-publish (QUEUED_REPUBLISH_S) instead of claimed on a fresh connection.
+        connection.close_if_health_check_failed()
         connection.ensure_connection()
         raw: psycopg.Cursor[Any] = psycopg.Cursor(connection.connection, row_factory=namedtuple_row)
         raw.format = Format.BINARY if binary else Format.TEXT
