@@ -256,6 +256,9 @@ class HACluster:
                 "data_dir": str(node.data_dir),
                 "bin_dir": str(PG_BIN),
                 "pgpass": str(node.dir / "pgpass"),
+                # A standby cloned (or rebuilt after a failed rewind) without waiting
+                # for a spread checkpoint of the primary.
+                "basebackup": [{"checkpoint": "fast"}],
                 "authentication": {
                     "superuser": {"username": "postgres", "password": "postgres"},
                     "replication": {"username": "replicator", "password": "replicator"},
