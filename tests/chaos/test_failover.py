@@ -49,10 +49,10 @@ from tests.support.worker_support import QUEUES, purge
 pytestmark = [pytest.mark.system, pytest.mark.chaos, pytest.mark.slow]
 
 DB = "sched"
-JOBS = 60
-SPREAD_S = 24.0  # one job due every 0.4 s
+JOBS = 48
+SPREAD_S = 18.0  # one job due every 0.375 s
 LEAD_S = 4.0  # the first falls due this long after the seed
-FAULT_AFTER = 10  # deliveries seen before the fault
+FAULT_AFTER = 8  # deliveries seen before the fault
 LEDGER_DELAY_S = 0.3  # keeps calls in flight when the primary goes
 # Sanity bounds, not targets: Patroni promotes after its ttl (10 s) at the latest.
 PROMOTION_BOUND_S = 60.0
