@@ -80,6 +80,16 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _runs_data_dir(pid: int, data_dir: Path) -> bool:
+    """Whether `pid` is a postmaster of `data_dir` (its command line names it): a pid
+    read from postmaster.pid, or remembered, may since belong to anyone else."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return _alive(pid) and str(data_dir).encode() in argv
+
+
 def _children(pid: int) -> list[int]:
     found = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
@@ -118,10 +128,14 @@ class Node:
             pid = int((self.data_dir / "postmaster.pid").read_text().split()[0])
         except (OSError, ValueError, IndexError):
             return None
-        if _alive(pid):
+        if _runs_data_dir(pid, self.data_dir):
             self.postmasters.add(pid)
             return pid
         return None
+
+    def live_postmasters(self) -> list[int]:
+        """The postmasters it ran that still run (a pid reused by another process is not one)."""
+        return [pid for pid in self.postmasters if _runs_data_dir(pid, self.data_dir)]
 
 
 class HACluster:
@@ -187,7 +201,7 @@ class HACluster:
                 f"--initial-advertise-peer-urls={peer}",
                 f"--initial-cluster=etcd1={peer}",
                 "--initial-cluster-state=new",
-                # No metrics listener, no v2 store: Patroni speaks v3 (etcd3).
+                # No v2 store: Patroni speaks v3 (etcd3).
                 "--enable-v2=false",
             ],
             stdout=self._etcd_log,
@@ -300,7 +314,7 @@ class HACluster:
                 except subprocess.TimeoutExpired:
                     node.proc.kill()
                     node.proc.wait(10)
-            for pid in list(node.postmasters):
+            for pid in node.live_postmasters():
                 self._kill_tree(pid)
             if node.log is not None:
                 node.log.close()
@@ -323,10 +337,13 @@ class HACluster:
 
     def running(self) -> list[int]:
         """Pids of anything it started that is still alive (empty after `stop`)."""
-        pids = [n.proc.pid for n in self.nodes.values() if n.proc is not None]
-        pids += [pid for n in self.nodes.values() for pid in n.postmasters]
-        pids += [self.etcd.pid] if self.etcd is not None else []
-        return [pid for pid in pids if _alive(pid)]
+        # Its own children (Patroni, etcd) by their Popen; the postmasters Patroni
+        # detached, by their data directory.
+        pids = [n.proc.pid for n in self.nodes.values() if n.proc and n.proc.poll() is None]
+        pids += [pid for n in self.nodes.values() for pid in n.live_postmasters()]
+        if self.etcd is not None and self.etcd.poll() is None:
+            pids.append(self.etcd.pid)
+        return pids
 
     # --- faults --------------------------------------------------------------------------
 
