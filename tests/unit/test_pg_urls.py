@@ -44,6 +44,12 @@ def test_the_urls_own_options_win_over_the_defaults() -> None:
     }
 
 
+def test_libpq_tcp_settings_in_the_query_reach_the_connection() -> None:
+    # docs/how-to/ha-postgresql.md: bounding the wait on a machine that sends no reset.
+    options = pg_urls.parse(CLUSTER + "?keepalives_idle=10&tcp_user_timeout=15000")["OPTIONS"]
+    assert options["keepalives_idle"] == 10 and options["tcp_user_timeout"] == 15000
+
+
 def test_django_settings_pass_through() -> None:
     config = pg_urls.parse(CLUSTER, conn_max_age=60, conn_health_checks=True)
     assert config["CONN_MAX_AGE"] == 60 and config["CONN_HEALTH_CHECKS"] is True
