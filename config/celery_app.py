@@ -33,7 +33,9 @@ app.autodiscover_tasks(["dispatch"])
 # task unless told to reuse them: a fresh backend per execution (~4.5 ms to
 # connect, cold caches) was most of a worker's time. Reuse is bounded instead by
 # Django's own rules, applied around each task: CONN_MAX_AGE, and a health check
-# so a connection broken by a database restart is replaced, not reused.
+# so a connection broken by a database restart is replaced, not reused — Django's
+# for the ORM's cursors, and core.db's socket check for the named statements
+# (a worker's claim), so that after a fail-over the claim goes to the new primary.
 app.conf["CELERY_DB_REUSE_MAX"] = 1_000_000
 
 
@@ -42,7 +44,10 @@ app.conf["CELERY_DB_REUSE_MAX"] = 1_000_000
 def _recycle_db_connections(**_: object) -> None:
     from django.db import close_old_connections
 
+    from core.db import replace_if_ended_by_server
+
     close_old_connections()
+    replace_if_ended_by_server()
 
 
 @worker_process_init.connect

@@ -9,12 +9,11 @@ from __future__ import annotations
 import secrets
 from pathlib import Path
 
-import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from config import embedded
 from config.env import get, get_bool, get_int, get_list
-from core import redis_urls
+from core import pg_urls, redis_urls
 from dispatch.queues import DEFAULT_QUEUE
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -98,14 +97,19 @@ TEMPLATES = [
 ]
 
 DATABASE_URL = get("DATABASE_URL") or embedded.database_url()
-if not DATABASE_URL.startswith(("postgres://", "postgresql://")):
+if not DATABASE_URL.startswith(pg_urls.SCHEMES):
     # PostgreSQL is the source of truth (SKIP LOCKED, LISTEN/NOTIFY); there is no other backend.
     raise ImproperlyConfigured("DATABASE_URL must be a postgresql://user@host:port/dbname URL")
-DATABASES = {
-    "default": dj_database_url.parse(
+try:
+    # One host, or a replicated cluster's hosts in libpq's multi-host form
+    # (postgresql://u@h1:p1,h2:p2/db): every new connection finds the primary
+    # (core/pg_urls.py, docs/how-to/ha-postgresql.md).
+    _database = pg_urls.parse(
         DATABASE_URL, conn_max_age=get_int("DB_CONN_MAX_AGE", 60), conn_health_checks=True
     )
-}
+except pg_urls.BadDatabaseUrl as exc:
+    raise ImproperlyConfigured(f"DATABASE_URL cannot be read: {exc}") from None
+DATABASES = {"default": _database}
 DATABASES["default"].setdefault("OPTIONS", {})
 # A client that stalls inside a transaction must not hold row locks forever: a paused
 # claimer otherwise makes every other beat skip its rows (failure contract,

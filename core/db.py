@@ -30,6 +30,7 @@ database is away").
 from __future__ import annotations
 
 import re
+import select
 from collections.abc import Mapping
 from datetime import datetime
 from enum import StrEnum
@@ -136,6 +137,40 @@ class Statements:
 
 
 core_sql = Statements(Path(__file__).parent / "sql")
+
+
+def replace_if_ended_by_server() -> None:
+    """Close Django's connection if the server has ended it, so the next statement
+    opens a new one (through a multi-host DATABASE_URL: on the current primary).
+    Called before each worker task (config/celery_app.py).
+
+    Django's own cursors health-check a reused connection with a `SELECT 1` once per
+    request or task (CONN_HEALTH_CHECKS); the runner's raw cursor skips that. Without
+    a check, a connection the server ended — a restart, a switchover's demoted
+    primary, a crashed backend — failed the next task's first statement: a worker's
+    claim, its message then acknowledged and the run left to the beat's re-publish
+    (QUEUED_REPUBLISH_S) instead of claimed at once. A round trip per task would break
+    the worker's two-per-run budget, so the check is the socket's: an idle connection
+    has nothing to read unless the server sent something (its termination notice,
+    or the reset of a killed server); only then is it tried with a round trip. A
+    machine that vanished without a reset is not seen here: that statement fails.
+
+    Not for the beat: it must see every lost connection (its load watermark is the
+    server's), and does — its statements fail, and it reconnects itself.
+    """
+    conn = connection.connection
+    if (
+        conn is None
+        or connection.in_atomic_block
+        or not connection.settings_dict["CONN_HEALTH_CHECKS"]
+    ):
+        return
+    try:
+        readable = bool(select.select([conn.fileno()], [], [], 0)[0])
+    except (OSError, ValueError, psycopg.Error):
+        readable = True  # already closed on our side
+    if readable and not connection.is_usable():
+        connection.close()
 
 
 def db_now() -> datetime:

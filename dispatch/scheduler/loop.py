@@ -506,6 +506,13 @@ class Beat:
 
     def _reset_connection(self) -> None:
         connection.close()
+        # The next connection may reach another server (a fail-over's new primary),
+        # whose transaction ids need not follow the old one's: one that lost the old
+        # primary's last transactions hands their ids out again, and rows written
+        # under them look older than the load watermark — never loaded, never fired.
+        # So the next load reads the whole stage-ahead window (known rows are skipped).
+        self._horizon = None
+        self._fired_since_load = True
         time.sleep(min(2.0, self.cfg.cycle_s))
         try:
             self._configure_session()

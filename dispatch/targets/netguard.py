@@ -30,6 +30,8 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 
+from core import pg_urls
+
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -156,14 +158,16 @@ def infrastructure() -> tuple[frozenset[str], tuple[IPNetwork, ...]]:
     """
     hosts: set[str] = set()
     nets: list[IPNetwork] = []
+    # Every host of a multi-host DATABASE_URL: a standby is the platform's database
+    # too, and is the primary after a fail-over.
+    named = [host for host, _ in pg_urls.hosts(settings.DATABASE_URL)]
     urls = [
-        settings.DATABASE_URL,
         settings.CELERY_BROKER_URL,
         getattr(settings, "REDIS_URL", ""),
         getattr(settings, "VAULT_ADDR", ""),
     ]
-    for url in urls:
-        host = (urlsplit(url).hostname or "") if url else ""
+    named += [(urlsplit(url).hostname or "") if url else "" for url in urls]
+    for host in named:
         if host and not host.startswith("/"):
             hosts.add(host.lower())
     hosts.update(

@@ -12,26 +12,20 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 from django.conf import settings
 from django.db import connection
 
+from core import pg_urls
 from tests.support.net import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_database_url() -> str:
-    """DATABASE_URL of the database pytest-django created (test_<name>)."""
-    s = connection.settings_dict
-    host = s["HOST"] or ""
-    host = quote(host, safe="") if host.startswith("/") else host
-    port = f":{s['PORT']}" if s["PORT"] else ""
-    auth = s["USER"] or ""
-    if s["PASSWORD"]:
-        auth += f":{s['PASSWORD']}"
-    return f"postgresql://{auth}@{host}{port}/{s['NAME']}"
+    """DATABASE_URL of the database pytest-django created (test_<name>), on every
+    host of a multi-host DATABASE_URL."""
+    return pg_urls.url_of(connection.settings_dict)
 
 
 def db_conninfo() -> str:

@@ -124,8 +124,21 @@ def test_every_env_var_is_read_by_the_project() -> None:
             )
 
 
-def test_app_env_points_at_the_stack_services() -> None:
+def default_of(value: str) -> str:
+    """A compose `${NAME:-default}` value as it is with NAME unset."""
+    match = re.fullmatch(r"\$\{[A-Z_]+:-(.*)\}", value)
+    return match.group(1) if match else value
+
+
+def app_environment() -> dict[str, str]:
+    """What an app service's processes get by default: app.env, then `environment:`."""
     env = env_file("env/app.env")
+    env.update({k: default_of(v) for k, v in load()["services"]["web"]["environment"].items()})
+    return env
+
+
+def test_app_env_points_at_the_stack_services() -> None:
+    env = app_environment()
     services = load()["services"]
     for key in [
         "DATABASE_URL",
@@ -136,3 +149,47 @@ def test_app_env_points_at_the_stack_services() -> None:
     ]:
         host = re.sub(r"^[a-z+]+://([^@/]*@)?", "", env[key]).split(":")[0].split("/")[0]
         assert host in services, (key, host)
+
+
+def test_the_ha_profile_runs_etcd_and_two_patroni_nodes_the_platform_reaches() -> None:
+    """`--env-file compose/ha.env` turns the profile on and names every Patroni node in
+    the platform's multi-host DATABASE_URL, as docs/how-to/ha-postgresql.md says."""
+    from core import pg_urls
+
+    services = load()["services"]
+    for name in ("etcd", "pg1", "pg2"):
+        assert services[name]["profiles"] == ["ha"], name
+    assert "profiles" not in services["postgres"]  # the single-database default stays
+    ha = env_file("ha.env")
+    assert ha["COMPOSE_PROFILES"] == "ha"
+    url = ha["STACK_DATABASE_URL"]
+    hosts = [host for host, _ in pg_urls.hosts(url)]
+    assert hosts == ["pg1", "pg2"]
+    assert pg_urls.parse(url)["OPTIONS"]["target_session_attrs"] == "read-write"
+    for app in ["web", "beat", "worker-short", "worker-long", "migrate"]:
+        svc = services[app]
+        assert svc["environment"]["DATABASE_URL"].startswith("${STACK_DATABASE_URL:-"), app
+        for node in hosts:  # waited for when the profile runs them, ignored otherwise
+            assert svc["depends_on"][node] == {"condition": "service_healthy", "required": False}
+    for node in hosts:
+        env = services[node]["environment"]
+        assert env["PATRONI_NAME"] == node
+        assert env["PATRONI_POSTGRESQL_CONNECT_ADDRESS"] == f"{node}:5432"
+        assert services[node]["build"]["dockerfile"] == "compose/patroni/Dockerfile"
+    # The platform's role and password are the ones post_bootstrap creates.
+    assert pg_urls.parse(url)["PASSWORD"] == env_file("env/patroni.env")["SCHEDULER_DB_PASSWORD"]
+    assert env_file("env/patroni.env")["PATRONI_ETCD3_HOSTS"] == "etcd:2379"
+
+
+def test_the_patroni_nodes_promote_only_a_synchronous_standby() -> None:
+    config = yaml.safe_load((COMPOSE / "patroni" / "patroni.yml").read_text())
+    dcs = config["bootstrap"]["dcs"]
+    assert dcs["synchronous_mode"] is True
+    # Patroni's own rule for its timings.
+    assert dcs["loop_wait"] + 2 * dcs["retry_timeout"] <= dcs["ttl"]
+    assert dcs["postgresql"]["use_pg_rewind"] is True
+    script = config["bootstrap"]["post_bootstrap"]
+    assert script == "/etc/patroni/post-bootstrap.sh"
+    dockerfile = (COMPOSE / "patroni" / "Dockerfile").read_text()
+    assert "compose/patroni/post-bootstrap.sh" in dockerfile
+    assert (COMPOSE / "patroni" / "post-bootstrap.sh").exists()

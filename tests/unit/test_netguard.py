@@ -143,3 +143,18 @@ def test_benchmarking_range_neighbours_stay_public() -> None:
     # 2001:2::/48 only: the next /48s are judged as before.
     netguard.check_host_at_save("2001:3::1", allow=NO_ALLOW)
     netguard.check_host_at_save("2001:2:1::1", allow=NO_ALLOW)
+
+
+def test_every_host_of_a_multi_host_database_url_is_platform_infrastructure() -> None:
+    from django.test import override_settings
+
+    cluster = "postgresql://u@10.9.0.11:5432,10.9.0.12:5433,pg3.internal/scheduler"
+    netguard.infrastructure.cache_clear()
+    try:
+        with override_settings(DATABASE_URL=cluster, TARGET_DENY_EXTRA=[]):
+            hosts, nets = netguard.infrastructure()
+    finally:
+        netguard.infrastructure.cache_clear()
+    assert {"10.9.0.11", "10.9.0.12", "pg3.internal"} <= hosts
+    for standby in ("10.9.0.11", "10.9.0.12"):
+        assert any(ipaddress.ip_address(standby) in net for net in nets), standby

@@ -1,0 +1,46 @@
+"""A persistent connection the server ended (a restart, a fail-over's demoted
+primary) is replaced before a worker's next task, as Django's health check
+(CONN_HEALTH_CHECKS) does for its own cursors: the task's first named statement (the
+claim) runs on a fresh connection instead of failing the task — and a connection
+that is still up costs no round trip to check."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+from celery.signals import task_prerun
+from django.db import connection
+
+from core.db import core_sql
+from tests.support.procs import db_conninfo, wait_for
+from tests.support.round_trips import counting
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_a_connection_ended_by_the_server_is_replaced_before_the_next_task() -> None:
+    assert connection.settings_dict["CONN_HEALTH_CHECKS"]
+    assert core_sql.scalar("ping") == 1
+    pid = connection.connection.info.backend_pid
+    with psycopg.connect(db_conninfo(), autocommit=True) as other:
+        other.execute("SELECT pg_terminate_backend(%s)", [pid])
+        wait_for(
+            lambda: (
+                not other.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", [pid]).fetchone()
+            ),
+            timeout=10,
+            what="the backend to end",
+        )
+    task_prerun.send(sender=None)  # what a worker does before each task (config/celery_app.py)
+    assert core_sql.scalar("ping") == 1
+    assert connection.connection.info.backend_pid != pid
+
+
+def test_a_live_connection_is_kept_without_a_round_trip() -> None:
+    assert core_sql.scalar("ping") == 1
+    pid = connection.connection.info.backend_pid
+    with counting() as trips:
+        task_prerun.send(sender=None)
+    assert trips.total == 0, str(trips)
+    assert core_sql.scalar("ping") == 1
+    assert connection.connection.info.backend_pid == pid
