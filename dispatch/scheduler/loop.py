@@ -274,8 +274,10 @@ class Beat:
 
     def maintain_leases(self) -> int:
         """Drop what the keeper could not renew (renewing inline when no keeper thread
-        runs and a renewal is due), then hand over or take partitions: partitions lost
-        or changed. No round trip unless the fair share changed or a renewal is due."""
+        runs and a renewal is due), then hand over or take partitions (none while
+        standing by after a publish stall): partitions lost or changed. No round trip
+        unless the fair share changed, a renewal is due, or another beat announced a
+        hand-over (REBALANCE)."""
         before = dict(self.owned)
         if self._rebalance_asked:
             # A beat handed its partitions over (or came back): the live beats now, not
