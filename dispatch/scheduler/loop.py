@@ -159,6 +159,8 @@ class Beat:
         self._publish_blocked = False
         # Another beat handed partitions over or came back (NOTIFY REBALANCE).
         self._rebalance_asked = False
+        # The partitions this beat handed over when it last stood by.
+        self._handed_over: list[int] = []
 
     @property
     def owned(self) -> dict[int, int]:
@@ -464,6 +466,7 @@ class Beat:
                 released = self.partitions.release_all()
                 notify(WAKE_CHANNEL, REBALANCE)
             self.stall.stepped_out()
+            self._handed_over = released
             span.set_attribute("scheduler.handed_over", True)
             span.set_attribute("scheduler.partitions", len(released))
         log.warning(
@@ -485,7 +488,7 @@ class Beat:
         why = self.stall.rejoin_reason(
             others_take_part=any(name != self.cfg.name for name in self.keeper.live),
             lease_s=self.cfg.lease_ttl_s,
-            partitions_untaken=lambda: store.partitions_free(count=self.cfg.partitions) > 0,
+            partitions_untaken=lambda: store.partitions_free(numbers=self._handed_over) > 0,
             broker_answers=lambda: self._publisher().ping(),
         )
         if why is None:

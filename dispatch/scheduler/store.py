@@ -273,8 +273,8 @@ def release_partitions(*, numbers: list[int], epochs: list[int], owner: str) -> 
     return {r.number for r in rows}
 
 
-def partitions_free(*, count: int) -> int:
-    free: int = sql.scalar("partitions_free", {"count": count})
+def partitions_free(*, numbers: list[int]) -> int:
+    free: int = sql.scalar("partitions_free", {"numbers": numbers})
     return free
 
 

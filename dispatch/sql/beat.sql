@@ -149,10 +149,10 @@ WHERE p.number = mine.number AND p.epoch = mine.epoch AND p.owner = %(owner)s
 RETURNING p.number
 
 -- name: partitions_free
--- Partitions nobody holds (free, or their lease ran out): a beat standing by after a
--- publish stall takes part again when what it handed over was not taken.
+-- Which of these partitions nobody holds (free, or their lease ran out): a beat standing
+-- by after a publish stall takes part again when what it handed over was not taken.
 SELECT count(*) AS free FROM dispatch_schedulerpartition
-WHERE number < %(count)s
+WHERE number = ANY(%(numbers)s::int[])
   AND (owner = '' OR lease_expires_at IS NULL OR lease_expires_at < clock_timestamp())
 
 -- name: beat_handover_lock

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
@@ -40,6 +41,7 @@ from tests.integration.scheduler.test_beat_processes import (
     owners,
     purge,
 )
+from tests.support.beat_support import running_beat
 from tests.support.faultproxy import FaultProxy
 from tests.support.ledger import Ledger
 from tests.support.procs import Proc, beat_cmd, wait_for
@@ -51,6 +53,7 @@ STALL_S = 1.0
 COOLOFF_S = 3.0
 JOBS = 24
 RETRY = {"max_attempts": 3, "backoff": "fixed", "initial_s": 1, "max_s": 1}
+TARGET = {"type": "http", "url": "https://billing.internal/hook"}
 
 
 @dataclass
@@ -243,3 +246,69 @@ def test_a_lone_beat_that_cannot_publish_keeps_its_partitions(
     wait_for(lambda: succeeded(jobs), timeout=60, what="every job to succeed after the heal")
     calls = deliveries(platform.ledger, jobs)
     assert calls and set(calls.values()) == {1}, calls
+
+
+@pytest.fixture
+def proxied_rabbitmq(settings: Any) -> Iterator[FaultProxy]:
+    """The in-process beat's RabbitMQ through a fault proxy (its AMQP publisher connects
+    to settings.CELERY_BROKER_URL; Redis publishes go through the Celery app's pool)."""
+    broker = os.environ.get("RABBITMQ_URL", "")
+    if not broker:
+        pytest.skip("RABBITMQ_URL not set")
+    url = urlsplit(broker)
+    assert url.hostname and url.port, broker
+    purge(broker)
+    with FaultProxy((url.hostname, url.port)) as proxy:
+        creds = url.netloc.rpartition("@")[0]
+        settings.CELERY_BROKER_URL = urlunsplit(
+            url._replace(netloc=f"{creds}@{proxy.address}" if creds else proxy.address)
+        )
+        yield proxy
+        proxy.pass_()  # connections accepted while black-holed finish before it closes
+    purge(broker)
+
+
+def test_a_hand_over_nobody_takes_is_taken_back_a_lease_later(
+    proxied_rabbitmq: FaultProxy, admin_principal: Principal
+) -> None:
+    """The database's side of a hand-over, in-process: the beat stands by only beside a
+    live beat taking part — here one that heartbeats but takes nothing, as a beat running
+    code from before the hand-over would — hands back what it admitted unpublished, and
+    takes its partitions back once they are still untaken a lease later, long before its
+    cool-off would have it probe the broker."""
+    ghost = BeatNode.objects.create(name="beat-ghost", heartbeat_at=db_now() + timedelta(hours=1))
+    with running_beat(
+        "beat-a", lease_ttl_s=TTL, publish_stall_s=0.5, publish_cooloff_s=600
+    ) as beat:
+        beat.maintain_leases()
+        mine = sorted(beat.owned)
+        assert len(mine) == settings.SCHEDULER_PARTITIONS // 2  # the ghost counts as live
+        granted = epochs_of(mine)
+        jobs = []
+        while not any(j.partition in mine for j in jobs):
+            jobs.append(
+                services.job_create(
+                    actor=admin_principal,
+                    data={"name": f"due-{len(jobs)}", "target": TARGET},
+                )[0]
+            )
+        proxied_rabbitmq.blackhole()
+        beat.cycle()  # fires, admits, publish times out (1 s I/O bound): stalled, hands over
+        node = BeatNode.objects.get(name="beat-a")
+        assert node.standby_since is not None and node.handovers_total == 1
+        assert beat.owned == {} and beat.stall.standby
+        ours = Execution.objects.filter(schedule__in=jobs, partition__in=mine)
+        # Admitted, never published: handed back, owed at once to the next owner.
+        assert ours.filter(state="queued", published_at__isnull=True).exists()
+        assert not SchedulerPartition.objects.filter(number__in=mine).exclude(owner="")
+        beat.cycle()  # standing by: the ghost may still take them
+        assert beat.stall.standby and beat.owned == {}
+        lease_later = db_now() + timedelta(seconds=TTL)
+        wait_for(lambda: db_now() > lease_later, timeout=30, what="a lease to pass")
+        beat.cycle()  # still untaken: it takes part again
+        assert not beat.stall.standby
+        assert BeatNode.objects.get(name="beat-a").standby_since is None
+        beat.cycle()
+        assert sorted(beat.owned) == mine
+        assert all(epochs_of(mine)[n] > granted[n] for n in mine)
+    ghost.delete()
