@@ -528,6 +528,8 @@ class BeatNode(models.Model):
     standby_since = models.DateTimeField(null=True, blank=True)
     # Database default: beat_register's INSERT names its columns, old code's included.
     handovers_total = models.BigIntegerField(db_default=0)
+    # Its publishes are failing (reported with each heartbeat): no taker for a hand-over.
+    publish_failing = models.BooleanField(db_default=False)
 
     class Meta:
         ordering = ["name"]

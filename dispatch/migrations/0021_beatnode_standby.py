@@ -1,9 +1,10 @@
 """A beat's standby after a publish stall (dispatch/scheduler/handover.py): since when it
-stands by, and how many times it handed its partitions over.
+stands by, how many times it handed its partitions over, and whether its publishes are
+failing now (a beat that cannot publish is no taker for another's hand-over).
 
-Both columns are ones old code can ignore: `standby_since` is nullable and
-`handovers_total` has a database default, so old beats' raw INSERT (beat_register),
-which names its columns, still works beside new ones.
+All three columns are ones old code can ignore: `standby_since` is nullable, the
+others have a database default, so old beats' raw INSERT (beat_register), which names
+its columns, still works beside new ones.
 """
 
 from django.db import migrations, models
@@ -24,5 +25,10 @@ class Migration(migrations.Migration):
             model_name="beatnode",
             name="handovers_total",
             field=models.BigIntegerField(db_default=0),
+        ),
+        migrations.AddField(
+            model_name="beatnode",
+            name="publish_failing",
+            field=models.BooleanField(db_default=False),
         ),
     ]

@@ -16,8 +16,9 @@ another beat could have published it (docs/explanation/failure-contract.md,
 * a stalled beat **hands over** — releases every lease through the ordinary release
   path (the next owner's acquire bumps each epoch, so anything it might still try
   to write under the old one is refused) — only when another live beat takes part to
-  take them (the database decides, one hand-over at a time: store.step_out). With no
-  taker it keeps them, as every beat would if the broker were down for all, and asks
+  take them and is not failing to publish itself (each beat's heartbeat says whether
+  it is: `failing`; the database decides, one hand-over at a time: store.step_out).
+  With no taker it keeps them, as every beat would if the broker were down for all, and asks
   again after another `stall_s`: its occurrences are still claimed and recorded, and
   go out when the broker is back, not skipped for want of an owner;
 * it then **stands by**: no part in the fair share, claims nothing, for at least
@@ -84,6 +85,11 @@ class PublishStall:
         self._ask_again_at = float("-inf")
 
     # --- what the beat asks --------------------------------------------------------------
+
+    @property
+    def failing(self) -> bool:
+        """Publishes are failing now (the heartbeat says so: no taker for a hand-over)."""
+        return self.failing_since is not None
 
     def stalled_for(self) -> float:
         """Seconds since the current run of failed attempts began (0: none)."""

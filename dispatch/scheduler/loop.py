@@ -125,8 +125,15 @@ class Beat:
     def __init__(self, config: BeatConfig) -> None:
         self.cfg = config
         self.partitions = Partitions(config, on_drop=self._forget, on_fenced=self._fenced)
+        # The publish-stall rule (handover.py); the keeper reports whether it is failing.
+        self.stall = PublishStall(
+            stall_s=config.publish_stall_s, cooloff_s=config.publish_cooloff_s
+        )
         self.keeper = LeaseKeeper(
-            self.partitions, heartbeat=self._totals, session=self._configure_keeper_session
+            self.partitions,
+            heartbeat=self._totals,
+            failing=lambda: self.stall.failing,
+            session=self._configure_keeper_session,
         )
         self.admission = Admission(config)
         # Only `run()` (the process) starts it; in-process beats (tests, benches) don't.
@@ -152,9 +159,6 @@ class Beat:
         self._publishers: dict[str, Publisher] = {}
         # Admitted (queued in the database) but not yet on the broker: retried first.
         self._unsent: list[Pending] = []
-        self.stall = PublishStall(
-            stall_s=config.publish_stall_s, cooloff_s=config.publish_cooloff_s
-        )
         # The last publish round owed messages the broker did not take (admission waits).
         self._publish_blocked = False
         # Another beat handed partitions over or came back (NOTIFY REBALANCE).

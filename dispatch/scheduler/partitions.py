@@ -217,6 +217,8 @@ class LeaseKeeper:
 
     `heartbeat()` returns the counters to report as (fired, published, rejected)
     totals; the deltas since the last successful report go into the statement.
+    `failing()` says whether the beat's publishes are failing now: a beat whose broker
+    is dead is no taker for another beat's hand-over (handover.py).
     """
 
     def __init__(
@@ -224,6 +226,7 @@ class LeaseKeeper:
         partitions: Partitions,
         *,
         heartbeat: Callable[[], tuple[int, int, int]],
+        failing: Callable[[], bool] = lambda: False,
         session: Callable[[], None] = lambda: None,
     ) -> None:
         self.partitions = partitions
@@ -233,6 +236,7 @@ class LeaseKeeper:
         self.clock_offset = 0.0  # database clock minus local clock, seconds
         self.renewed_at = float("-inf")  # monotonic, when the last successful one was sent
         self._heartbeat = heartbeat
+        self._failing = failing
         self._session = session
         self._reported = (0, 0, 0)
         self._thread: threading.Thread | None = None
@@ -269,6 +273,7 @@ class LeaseKeeper:
                 rejected=rejected,
                 fired=fired,
                 published=published,
+                failing=self._failing(),
                 ttl=self.cfg.lease_ttl_s,
             )
             after = time.time()

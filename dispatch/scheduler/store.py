@@ -199,6 +199,7 @@ def keep_leases(
     rejected: int,
     fired: int,
     published: int,
+    failing: bool,
     ttl: float,
 ) -> Kept:
     """Renew the leases held at their epochs, heartbeat with the counters; the database
@@ -214,6 +215,7 @@ def keep_leases(
             "rejected": rejected,
             "fired": fired,
             "published": published,
+            "failing": failing,
             "ttl": ttl,
         },
     )

@@ -29,7 +29,7 @@ SET hostname = EXCLUDED.hostname, pid = EXCLUDED.pid, started_at = EXCLUDED.star
 -- name: beat_keep
 -- The lease keeper's one round trip: renew the leases still held at their epoch
 -- (an expired one is not renewed: it must be re-acquired, with a new epoch), write
--- the heartbeat with its counters, and return the database clock, the partitions
+-- the heartbeat with its counters and whether its publishes are failing, and return the database clock, the partitions
 -- renewed and the live beats (fair share: a beat standing by after a publish stall
 -- takes no part, scheduler/handover.py). Autocommit: it holds no lock past itself.
 WITH renewed AS (
@@ -43,7 +43,8 @@ WITH renewed AS (
     UPDATE dispatch_beatnode
     SET heartbeat_at = clock_timestamp(), partitions = %(partitions)s::jsonb,
         stale_writes_rejected = stale_writes_rejected + %(rejected)s,
-        fired_total = fired_total + %(fired)s, published_total = published_total + %(published)s
+        fired_total = fired_total + %(fired)s, published_total = published_total + %(published)s,
+        publish_failing = %(failing)s
     WHERE name = %(name)s
     RETURNING name
 )
@@ -162,14 +163,16 @@ SELECT pg_advisory_xact_lock(4242000002)
 
 -- name: beat_step_out
 -- A beat that could not publish stands by (scheduler/handover.py) — only when another
--- live beat takes part, not standing by itself, to take its partitions: with none,
--- it keeps them. Run after beat_handover_lock, in the transaction of the hand-over.
+-- live beat takes part to take its partitions, neither standing by nor failing to
+-- publish itself (its heartbeat says so): with none — the broker down for all — it
+-- keeps them. Run after beat_handover_lock, in the transaction of the hand-over.
 UPDATE dispatch_beatnode me
 SET standby_since = clock_timestamp(), handovers_total = me.handovers_total + 1
 WHERE me.name = %(name)s
   AND EXISTS (
       SELECT 1 FROM dispatch_beatnode other
       WHERE other.name <> %(name)s AND other.stopped_at IS NULL AND other.standby_since IS NULL
+        AND NOT other.publish_failing
         AND other.heartbeat_at > clock_timestamp() - make_interval(secs => %(ttl)s))
 RETURNING me.name
 

@@ -70,10 +70,12 @@ def test_the_wait_of_a_silent_broker_counts_from_the_attempt_start(
 
 
 def test_any_message_the_broker_takes_ends_the_stall(stall: PublishStall, clock: Clock) -> None:
+    assert not stall.failing
     fail(stall, clock, lasting=4.0)
+    assert stall.failing  # what the heartbeat reports: no taker for another's hand-over
     stall.attempted(started=clock.now, sent=1, total=3)  # partly sent: the link carries
     clock.now += STALL_S
-    assert stall.failing_since is None and not stall.should_hand_over()
+    assert not stall.failing and not stall.should_hand_over()
     fail(stall, clock, lasting=1.0)
     assert not stall.should_hand_over()  # a new run of failures starts from zero
 

@@ -268,15 +268,52 @@ def proxied_rabbitmq(settings: Any) -> Iterator[FaultProxy]:
     purge(broker)
 
 
+@pytest.fixture
+def ghost(db: Any) -> BeatNode:
+    """A beat that heartbeats (its heartbeat an hour ahead: live throughout) but never
+    takes a partition, as one running code from before the hand-over would."""
+    return BeatNode.objects.create(name="beat-ghost", heartbeat_at=db_now() + timedelta(hours=1))
+
+
+def due_in(principal: Principal, partitions: list[int]) -> list[Schedule]:
+    """One-off jobs due now, until one lands in one of `partitions`."""
+    jobs: list[Schedule] = []
+    while not any(j.partition in partitions for j in jobs):
+        data = {"name": f"due-{len(jobs)}", "target": TARGET}
+        jobs.append(services.job_create(actor=principal, data=data)[0])
+    return jobs
+
+
+def test_a_beat_failing_to_publish_is_no_taker(
+    proxied_rabbitmq: FaultProxy, ghost: BeatNode, admin_principal: Principal
+) -> None:
+    """In-process: the other live beat's heartbeat says its publishes are failing too (the
+    broker down for both), so the stalled beat keeps its partitions; once that beat can
+    publish again, the next ask (a stall bound later) hands them over."""
+    BeatNode.objects.filter(pk=ghost.pk).update(publish_failing=True)
+    with running_beat("beat-a", lease_ttl_s=TTL, publish_stall_s=0.5) as beat:
+        beat.maintain_leases()
+        mine = sorted(beat.owned)
+        granted = epochs_of(mine)
+        due_in(admin_principal, mine)
+        proxied_rabbitmq.blackhole()
+        beat.cycle()  # admits, the publish times out (1 s I/O bound): stalled, no taker
+        assert beat.stall.failing and not beat.stall.standby
+        assert sorted(beat.owned) == mine and epochs_of(mine) == granted
+        assert BeatNode.objects.get(name="beat-a").handovers_total == 0
+        BeatNode.objects.filter(pk=ghost.pk).update(publish_failing=False)
+        beat.cycle()  # the owed messages time out again, a stall bound after the refusal
+        assert beat.stall.standby and beat.owned == {}
+        assert BeatNode.objects.get(name="beat-a").handovers_total == 1
+
+
 def test_a_hand_over_nobody_takes_is_taken_back_a_lease_later(
-    proxied_rabbitmq: FaultProxy, admin_principal: Principal
+    proxied_rabbitmq: FaultProxy, ghost: BeatNode, admin_principal: Principal
 ) -> None:
     """The database's side of a hand-over, in-process: the beat stands by only beside a
-    live beat taking part — here one that heartbeats but takes nothing, as a beat running
-    code from before the hand-over would — hands back what it admitted unpublished, and
-    takes its partitions back once they are still untaken a lease later, long before its
-    cool-off would have it probe the broker."""
-    ghost = BeatNode.objects.create(name="beat-ghost", heartbeat_at=db_now() + timedelta(hours=1))
+    live beat taking part — here one that heartbeats but takes nothing — hands back what
+    it admitted unpublished, and takes its partitions back once they are still untaken a
+    lease later, long before its cool-off would have it probe the broker."""
     with running_beat(
         "beat-a", lease_ttl_s=TTL, publish_stall_s=0.5, publish_cooloff_s=600
     ) as beat:
@@ -284,14 +321,7 @@ def test_a_hand_over_nobody_takes_is_taken_back_a_lease_later(
         mine = sorted(beat.owned)
         assert len(mine) == settings.SCHEDULER_PARTITIONS // 2  # the ghost counts as live
         granted = epochs_of(mine)
-        jobs = []
-        while not any(j.partition in mine for j in jobs):
-            jobs.append(
-                services.job_create(
-                    actor=admin_principal,
-                    data={"name": f"due-{len(jobs)}", "target": TARGET},
-                )[0]
-            )
+        jobs = due_in(admin_principal, mine)
         proxied_rabbitmq.blackhole()
         beat.cycle()  # fires, admits, publish times out (1 s I/O bound): stalled, hands over
         node = BeatNode.objects.get(name="beat-a")
@@ -311,4 +341,3 @@ def test_a_hand_over_nobody_takes_is_taken_back_a_lease_later(
         beat.cycle()
         assert sorted(beat.owned) == mine
         assert all(epochs_of(mine)[n] > granted[n] for n in mine)
-    ghost.delete()
