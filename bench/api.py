@@ -331,7 +331,7 @@ def _cursor_at(tenant_id: int, depth: int) -> str | None:
     if not found:
         return None
     # The selectors' own encoding, so the cursor is exactly what a client would hold.
-    return selectors._encode_cursor(found[0][0], found[0][1])
+    return selectors.encode_cursor(found[0][0], found[0][1])
 
 
 def _pages(client: _Client, tenant: Tenant, rows: int, requests: int) -> list[dict[str, Any]]:

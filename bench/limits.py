@@ -134,7 +134,7 @@ def run(n: int, noop_n: int) -> dict[str, Any]:
                     Pending(0, str(uuid.uuid4()), 1, BENCH_QUEUE, tenant.pk, 0) for _ in range(n)
                 ]
                 t0 = time.perf_counter()
-                sent = beat._publish(items)
+                sent = beat.publish_items(items)
                 pub_s = time.perf_counter() - t0
             finally:
                 beat.shutdown()

@@ -1,5 +1,6 @@
-"""Request-wide middleware: request ids for audit/logs, the API body guard, and
-the input guard (query parameters and form fields must be storable text)."""
+"""Request-wide middleware: request ids for audit/logs, 503 while the database is
+away, the API body guard, and the input guard (query parameters and form fields
+must be storable text)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
 from django.utils.html import escape
 
-from core.api import inputs
+from core.api import errors, inputs
 
 request_id_var: ContextVar[str] = ContextVar("request_id", default="")
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
@@ -35,6 +36,23 @@ class RequestIdMiddleware:
             request_id_var.reset(token)
         response["X-Request-Id"] = rid
         return response
+
+
+class DatabaseUnavailableMiddleware:
+    """A view whose database is unreachable, read-only or in recovery answers 503 with
+    Retry-After (a plain page in the console, the API's error shape under /v1/), not a
+    500 with Django's error page. The API's DRF views answer it in their own exception
+    handler; core/db.py's `unavailable_reason` decides for both."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        return self.get_response(request)
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        reason = errors.database_unavailable(exception, request)
+        return None if reason is None else errors.unavailable_response(request, reason)
 
 
 def _error(

@@ -61,6 +61,9 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "config.middleware.RequestIdMiddleware",
+    # A view's database outage is a 503 with Retry-After, not a 500 (the API's own views
+    # answer it through REST_FRAMEWORK's EXCEPTION_HANDLER; this covers every other view).
+    "config.middleware.DatabaseUnavailableMiddleware",
     "config.middleware.ApiBodyGuardMiddleware",
     "config.middleware.InputGuardMiddleware",
     "django.middleware.security.SecurityMiddleware",
@@ -172,6 +175,11 @@ API_MAX_BODY_BYTES = get_int("API_MAX_BODY_BYTES", 64 * 1024)
 # The bulk endpoints (`…:bulk`) take up to BULK_MAX_ITEMS ids: 10,000 UUIDs in JSON
 # are ~400 KB, so they have a limit of their own; every other endpoint keeps the one above.
 API_BULK_MAX_BODY_BYTES = get_int("API_BULK_MAX_BODY_BYTES", 512 * 1024)
+# While the database cannot serve a request (unreachable, read-only or in recovery:
+# a fail-over or switchover, a restart) the API and the console answer 503 with this
+# Retry-After, never a 500 (core/db.py decides; core/api/errors.py answers). A
+# planned switchover takes a few seconds, so clients come back soon after it.
+DB_UNAVAILABLE_RETRY_AFTER_S = get_int("DB_UNAVAILABLE_RETRY_AFTER_S", 2)
 # Brute-force limits (tenants/limits.py): failed attempts per window, counted
 # atomically in Redis. A console or admin login is refused (inline message) once
 # its username or its client address is over the limit, even with the right

@@ -19,6 +19,12 @@ round trips with it).
 A few statements must run on a dedicated raw connection instead (the beat's
 LISTEN, on its own autocommit connection that Django's transactions never
 touch): `run_on` runs those.
+
+`unavailable_reason` is the one rule that says when an error means the database
+cannot serve a request for now (unreachable, read-only, in recovery, busy) rather
+than a fault of the request: the API's exception handler, the web middleware and
+/readyz all ask it (docs/explanation/failure-contract.md, "The web while the
+database is away").
 """
 
 from __future__ import annotations
@@ -26,11 +32,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from datetime import datetime
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 import psycopg
-from django.db import connection
+from django.db import DatabaseError, InterfaceError, OperationalError, connection
 from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
 from psycopg import sql as pgsql
 from psycopg.pq import Format
@@ -158,3 +165,125 @@ def ping() -> bool:
     # Django's cursor wrapper (in _run) turns psycopg's errors into Django's, so
     # /readyz can answer 503 (not 500) while PostgreSQL is down.
     return bool(core_sql.scalar("ping") == 1)
+
+
+# --- When the database cannot serve a request ------------------------------------
+
+
+class Unavailable(StrEnum):
+    """Why the database cannot serve a request for now (see `unavailable_reason`)."""
+
+    # No connection, or it broke: a network cut, a server stopping or restarting, a
+    # session the server ended (the old primary of a switchover ends every one).
+    UNREACHABLE = "unreachable"
+    # Connected, but writes are refused (SQLSTATE 25006): a standby, or a primary
+    # demoted under its sessions; libpq's "session is read-only" when it found no
+    # server of a multi-host URL that takes writes.
+    READ_ONLY = "read_only"
+    # The server is starting up or replaying WAL and takes no connections yet
+    # (57P03), or libpq found only hot standbys.
+    IN_RECOVERY = "in_recovery"
+    # The server aborted the statement but is there: a deadlock, a serialization
+    # conflict, a lock or statement timeout, resources exhausted. The transaction
+    # rolled back; the connection is still good.
+    BUSY = "busy"
+
+    @property
+    def sentence(self) -> str:
+        return _SENTENCES[self]
+
+    @property
+    def reconnect(self) -> bool:
+        """Whether the session itself is of no more use: a new connection may reach
+        another server (the new primary, when DATABASE_URL names several hosts)."""
+        return self is not Unavailable.BUSY
+
+
+_SENTENCES = {
+    Unavailable.UNREACHABLE: "the database cannot be reached",
+    Unavailable.READ_ONLY: "the database is read-only (a standby, or a primary being demoted)",
+    Unavailable.IN_RECOVERY: "the database is starting up or in recovery",
+    Unavailable.BUSY: "the database aborted the request (a conflict, a timeout or a resource limit)",
+}
+# SQLSTATEs of a session the server has ended or never began: class 08 (connection
+# exception) by prefix, and these. 25P03/25P04 (idle-in-transaction and transaction
+# timeouts) are InternalError to the driver, but the server closes the session too.
+_SESSION_GONE = frozenset({"57P01", "57P02", "57P05", "25P03", "25P04"})
+_READ_ONLY = "25006"  # read_only_sql_transaction
+_CANNOT_CONNECT_NOW = "57P03"  # starting up, in recovery, shutting down
+# A failed connect carries no SQLSTATE, only libpq's text (one line per host tried).
+_CONNECT_READ_ONLY = ("session is read-only",)
+_CONNECT_RECOVERING = (
+    "server is in hot standby mode",
+    "the database system is in recovery mode",
+    "the database system is starting up",
+    "not yet accepting connections",
+)
+_CONNECTION_ERRORS = (
+    OperationalError,
+    InterfaceError,
+    psycopg.OperationalError,
+    psycopg.InterfaceError,
+)
+
+
+def unavailable_reason(exc: BaseException) -> Unavailable | None:
+    """Why `exc` means the database cannot serve the request now, or None when the
+    error is the request's own (bad data, a bug: a 4xx or a 500 elsewhere).
+
+    Takes Django's wrapped errors (the driver's is their __cause__) and psycopg's own.
+    """
+    if isinstance(exc, DatabaseError) and isinstance(exc.__cause__, psycopg.Error):
+        driver: BaseException = exc.__cause__
+    elif isinstance(exc, DatabaseError | psycopg.Error):
+        driver = exc
+    else:
+        return None
+    sqlstate = getattr(driver, "sqlstate", None)
+    if sqlstate == _READ_ONLY:
+        return Unavailable.READ_ONLY
+    if sqlstate == _CANNOT_CONNECT_NOW:
+        # "shutting down" is a server going away, not one coming up.
+        return (
+            Unavailable.UNREACHABLE if "shutting down" in str(driver) else Unavailable.IN_RECOVERY
+        )
+    if sqlstate in _SESSION_GONE or (sqlstate or "").startswith("08"):
+        return Unavailable.UNREACHABLE
+    if not isinstance(exc, _CONNECTION_ERRORS):
+        return None
+    if sqlstate is not None:
+        return Unavailable.BUSY  # an OperationalError the server sent about the statement
+    text = str(driver)
+    if any(part in text for part in _CONNECT_READ_ONLY):
+        return Unavailable.READ_ONLY
+    if any(part in text for part in _CONNECT_RECOVERING):
+        return Unavailable.IN_RECOVERY
+    return Unavailable.UNREACHABLE
+
+
+def forget_connection(*, at_request_end: bool = False) -> None:
+    """Drop this thread's database connection: the next query opens a new one.
+
+    Django keeps a persistent connection (CONN_MAX_AGE) after an error as long as it
+    still answers `SELECT 1`, and a demoted primary or a standby does: every later
+    write of this thread would be refused until the connection aged out. A new
+    connection finds the primary of a multi-host DATABASE_URL (target_session_attrs).
+    With `at_request_end`, or inside a transaction, the connection is only marked and
+    closed when the request ends: the request may still read on it, and closing it
+    under a transaction's owner would break that code instead.
+    """
+    if connection.connection is None:
+        return
+    if at_request_end or connection.in_atomic_block:
+        connection.close_at = 0.0  # close_if_unusable_or_obsolete() closes it at request end
+    else:
+        connection.close()
+
+
+def write_problem() -> Unavailable | None:
+    """Whether the server this connection reached refuses writes (None: it takes them);
+    raises DatabaseError when it does not answer (see `unavailable_reason`)."""
+    (row,) = core_sql.rows("database_state")
+    if row.in_recovery:
+        return Unavailable.IN_RECOVERY
+    return Unavailable.READ_ONLY if row.read_only else None

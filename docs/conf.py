@@ -12,8 +12,10 @@ from pathlib import Path
 
 DOCS = Path(__file__).resolve().parent
 # docs/_ext holds the project's own extension; the repository root makes the
-# Django project importable for it (settings, URL conf, the schedctl parser).
-sys.path[:0] = [str(DOCS / "_ext"), str(DOCS.parent)]
+# Django project importable for it (settings, URL conf), clients/python the client
+# and schedctl's parser as this checkout has them, not the copy installed in the venv
+# (`make install` reinstalls it only when a pyproject.toml or a lock changes).
+sys.path[:0] = [str(DOCS / "_ext"), str(DOCS.parent), str(DOCS.parent / "clients" / "python")]
 
 project = "Scheduler"
 author = "the Scheduler authors"

@@ -5,9 +5,11 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from django.contrib.auth.models import AnonymousUser, User
+from django.db import DatabaseError, connection
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from core.db import Unavailable, forget_connection, unavailable_reason
 from tenants import tokens
 from tenants.models import AuditEvent, Membership, ServiceToken, Tenant
 from tenants.roles import Principal, Role
@@ -33,9 +35,19 @@ def token_authenticate(*, raw: str) -> Principal | None:
     # whether it is due: most requests send no UPDATE at all (a round trip each).
     stale = now - LAST_USED_RESOLUTION
     if token.last_used_at is None or token.last_used_at < stale:
-        ServiceToken.objects.filter(pk=token.pk).filter(
-            Q(last_used_at__isnull=True) | Q(last_used_at__lt=stale)
-        ).update(last_used_at=now)
+        try:
+            ServiceToken.objects.filter(pk=token.pk).filter(
+                Q(last_used_at__isnull=True) | Q(last_used_at__lt=stale)
+            ).update(last_used_at=now)
+        except DatabaseError as exc:
+            # A read-only server (a standby, a primary being demoted in a fail-over)
+            # still answers reads: bookkeeping must not turn them into 503s. In
+            # autocommit the refused UPDATE aborted nothing else; inside a transaction
+            # it did, so that is raised. The connection is dropped once the request
+            # ends, so the next one looks for the primary again.
+            if connection.in_atomic_block or unavailable_reason(exc) is not Unavailable.READ_ONLY:
+                raise
+            forget_connection(at_request_end=True)
     return Principal(
         tenant=token.tenant,
         role=Role.parse(token.role),

@@ -29,7 +29,7 @@ BADGES = {
 }
 
 
-def _zone(value: Any) -> ZoneInfo:
+def zone_of(value: Any) -> ZoneInfo:
     if isinstance(value, ZoneInfo):
         return value
     return known_zone(value) or ZoneInfo("UTC")
@@ -48,7 +48,7 @@ def ts(context: template.Context, value: datetime | None, zone: Any = None) -> S
     """`<time>` in `zone` (default: the viewer's), with the UTC instant on hover."""
     if value is None:
         return "—"
-    tz = _zone(zone) if zone else _zone(context.get("viewer_tz"))
+    tz = zone_of(zone) if zone else zone_of(context.get("viewer_tz"))
     utc = value.astimezone(UTC)
     return format_html(
         '<time datetime="{}" title="{}">{}</time>',

@@ -10,8 +10,7 @@ from typing import Any
 from django import template
 
 from console.access import viewer_zone
-from console.templatetags.console_tags import _zone as zone_of
-from console.templatetags.console_tags import fmt
+from console.templatetags.console_tags import fmt, zone_of
 from dispatch import selectors, services
 
 register = template.Library()
@@ -21,7 +20,7 @@ SCHEDULE_PAST = 48
 SCHEDULE_FUTURE = 6
 
 
-def _zone(context: template.Context) -> Any:
+def context_zone(context: template.Context) -> Any:
     return context.get("zone") or context.get("viewer_tz") or viewer_zone(context["request"])
 
 
@@ -35,7 +34,7 @@ def schedule_health(context: template.Context, schedule: Any) -> dict[str, Any]:
     )
     return {
         "request": context["request"],
-        "zone": _zone(context),
+        "zone": context_zone(context),
         "schedule": schedule,
         "health": health,
         "windows": list(health.windows.items()),

@@ -43,7 +43,12 @@ ERRORS: dict[str, tuple[str, dict[str, Any] | None]] = {
     "422": ("tenant quota exceeded", None),
     "428": ("no If-Match header and no version in the body", None),
     "429": ("throttled; retry after Retry-After seconds", RETRY_AFTER),
-    "503": ("database unavailable; retry after Retry-After seconds", RETRY_AFTER),
+    "503": (
+        "the database is unreachable, read-only or in recovery (a fail-over, a restart); "
+        "retry after Retry-After seconds. Not proof that nothing was done: send a POST "
+        "again only when it carries an idempotency key or is idempotent",
+        RETRY_AFTER,
+    ),
 }
 EVERYWHERE = ["400", "401", "403", "429", "503"]
 WITH_BODY = ["413", "415"]

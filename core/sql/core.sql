@@ -20,3 +20,7 @@ LISTEN {channel}
 -- name: ping
 -- Liveness probe of the database connection.
 SELECT 1 AS ok
+
+-- name: database_state
+-- Whether this session's server takes writes: a standby (in recovery) or a server set read-only does not (/readyz).
+SELECT pg_is_in_recovery() AS in_recovery, current_setting('transaction_read_only') = 'on' AS read_only

@@ -51,7 +51,7 @@ def _as_sent(serializer_cls: type[StrictSerializer], request: Request) -> dict[s
     """The body's fields as sent, once the serializer has checked names and shapes:
     DRF would read "5" as 5 and 0 as false, and the services refuse what is not
     really a number or a boolean."""
-    validated = views._validated(serializer_cls, request)
+    validated = views.validate_request(serializer_cls, request)
     return {key: request.data[key] for key in validated if key in request.data}
 
 
@@ -158,7 +158,7 @@ class AlertChannelTestView(AdminOnly):
     )
     def post(self, request: Request, pk: str) -> Response:
         if request.data:
-            views._validated(EmptySerializer, request)
+            views.validate_request(EmptySerializer, request)
         result = services.alert_channel_test(actor=views.principal(request), channel_id=pk)
         return Response({"ok": result.ok, "detail": result.detail})
 
@@ -319,7 +319,7 @@ class ScheduleSnoozeView(StrictQueryView):
     )
     def post(self, request: Request, pk: str) -> Response:
         actor = views.principal(request)
-        data = views._validated(SnoozeInSerializer, request)
+        data = views.validate_request(SnoozeInSerializer, request)
         schedule = services.schedule_snooze(actor=actor, schedule_id=pk, until=data["until"])
         policy = selectors.policy_effective(tenant=actor.tenant, schedule=schedule)
         return Response(schedule_policy_out(policy, schedule))
@@ -383,7 +383,7 @@ class MaintenanceWindowListView(StrictQueryView):
         "they are sent as one summary per tenant (and per batch of 20).",
     )
     def post(self, request: Request) -> Response:
-        data = views._validated(WindowInSerializer, request)
+        data = views.validate_request(WindowInSerializer, request)
         data |= {k: request.data[k] for k in ("duration_s",) if k in request.data}
         window = services.maintenance_window_create(actor=views.principal(request), data=data)
         return Response(window_out(window), status=status.HTTP_201_CREATED)

@@ -16,7 +16,7 @@ from rest_framework.response import Response
 from core.api.views import StrictQueryView
 from dispatch import selectors, services
 from dispatch.api.calendars import CalendarInSerializer
-from dispatch.api.jobs import _item_error
+from dispatch.api.jobs import item_error
 from dispatch.api.serializers import (
     MAX_VERSION,
     SCHEDULE_READ_ONLY,
@@ -175,10 +175,10 @@ def _definitions(
         try:
             data = dict(ser.run_validation(item))
         except serializers.ValidationError as exc:
-            raise _item_error(index, exc.detail, "schedules") from None
+            raise item_error(index, exc.detail, "schedules") from None
         slug = data.pop("tenant", None)
         if slug is not None and slug != tenant.slug:
-            raise _item_error(
+            raise item_error(
                 index, {"tenant": ["must be the tenant of your token (or omitted)"]}, "schedules"
             )
         out.append(data)

@@ -22,10 +22,10 @@ from dispatch.api.serializers import (
     EmptySerializer,
     InstantField,
     StrictSerializer,
-    _next_cursor_doc,
     iso_z,
+    next_cursor_doc,
 )
-from dispatch.api.views import SCHEDULE_ID, _int_param, _limit_param, _validated, principal
+from dispatch.api.views import SCHEDULE_ID, int_param, limit_param, principal, validate_request
 from dispatch.models import Backfill
 from dispatch.states import BackfillAction, BackfillOrder, ControlState, Reprocess
 
@@ -126,7 +126,7 @@ class BackfillPageDoc(serializers.Serializer[Any]):
     results = BackfillSummaryDoc(
         many=True, help_text="without the plan's counts (GET one for those)"
     )
-    next_cursor = _next_cursor_doc()
+    next_cursor = next_cursor_doc()
 
 
 def plan_out(plan: selectors.BackfillPlan) -> dict[str, Any]:
@@ -212,7 +212,7 @@ class ScheduleBackfillView(StrictQueryView):
         "(in the past) and attempt 1; a re-run, the execution's next attempt.",
     )
     def post(self, request: Request, pk: str) -> Response:
-        data = _validated(BackfillInSerializer, request)
+        data = validate_request(BackfillInSerializer, request)
         result = services.backfill_create(
             actor=principal(request),
             schedule_id=pk,
@@ -239,7 +239,7 @@ class ScheduleBackfillListView(StrictQueryView):
         parameters=[
             SCHEDULE_ID,
             OpenApiParameter("cursor", str, description="next_cursor of the previous page"),
-            _limit_param(),
+            limit_param(),
         ],
         responses={200: BackfillPageDoc},
     )
@@ -250,7 +250,7 @@ class ScheduleBackfillListView(StrictQueryView):
             tenant=tenant,
             schedule=schedule,
             cursor=request.query_params.get("cursor"),
-            limit=_int_param(request, "limit", 50, 1, selectors.MAX_PAGE),
+            limit=int_param(request, "limit", 50, 1, selectors.MAX_PAGE),
         )
         progress = selectors.backfill_list_progress(page.items)
         return Response(
@@ -284,6 +284,6 @@ class BackfillCancelView(StrictQueryView):
     )
     def post(self, request: Request, pk: str) -> Response:
         if request.data:
-            _validated(EmptySerializer, request)
+            validate_request(EmptySerializer, request)
         backfill = services.backfill_cancel(actor=principal(request), backfill_id=pk)
         return Response(backfill_out(backfill))

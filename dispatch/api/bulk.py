@@ -27,7 +27,7 @@ from rest_framework.response import Response
 from core.api.views import StrictQueryView
 from dispatch import selectors, services
 from dispatch.api.serializers import EmptySerializer, InstantField, StrictSerializer, iso_z
-from dispatch.api.views import _int_param, _validated, principal
+from dispatch.api.views import int_param, principal, validate_request
 from dispatch.models import ExecutionState, Kind, Operation, OperationItem, Trigger
 from dispatch.services.bulk import EXECUTION_ACTIONS, SCHEDULE_ACTIONS
 from dispatch.states import ControlState, ItemStatus
@@ -253,7 +253,7 @@ class ScheduleBulkView(StrictQueryView):
         "in turn (a chunk each), so another tenant's long queue does not hold yours up.",
     )
     def post(self, request: Request) -> Response:
-        data = _validated(ScheduleBulkInSerializer, request)
+        data = validate_request(ScheduleBulkInSerializer, request)
         outcome = services.bulk_schedules(
             actor=principal(request),
             action=data["action"],
@@ -281,7 +281,7 @@ class ExecutionBulkView(StrictQueryView):
         "cancelled, an active one cannot be re-run: `conflict`), audited one by one.",
     )
     def post(self, request: Request) -> Response:
-        data = _validated(ExecutionBulkInSerializer, request)
+        data = validate_request(ExecutionBulkInSerializer, request)
         outcome = services.bulk_executions(
             actor=principal(request),
             action=data["action"],
@@ -314,7 +314,7 @@ class OperationDetailView(StrictQueryView):
         page = selectors.operation_items(
             operation=op,
             cursor=request.query_params.get("cursor"),
-            limit=_int_param(request, "limit", ITEMS_PAGE, 1, selectors.MAX_PAGE),
+            limit=int_param(request, "limit", ITEMS_PAGE, 1, selectors.MAX_PAGE),
         )
         return Response(operation_out(op, page))
 
@@ -331,6 +331,6 @@ class OperationCancelView(StrictQueryView):
     )
     def post(self, request: Request, pk: str) -> Response:
         if request.data:
-            _validated(EmptySerializer, request)
+            validate_request(EmptySerializer, request)
         op = services.operation_cancel(actor=principal(request), operation_id=pk)
         return Response(operation_out(op))

@@ -92,7 +92,7 @@ class CalendarDatesDoc(serializers.Serializer[Any]):
 
 
 def _body(serializer_cls: type[StrictSerializer], request: Request) -> dict[str, Any]:
-    validated = views._validated(serializer_cls, request)
+    validated = views.validate_request(serializer_cls, request)
     return {key: request.data[key] for key in validated if key in request.data}
 
 

@@ -17,7 +17,7 @@ from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from core.api.errors import _first_message, _flatten
+from core.api.errors import first_message, flatten_errors
 from core.api.views import StrictQueryView
 from core.errors import AppError
 from dispatch import selectors, services
@@ -79,7 +79,7 @@ class JobListView(views.JobCreateView):
         responses={200: JobPageDoc},
         parameters=[
             OpenApiParameter("cursor", str, description="next_cursor of the previous page"),
-            views._limit_param(),
+            views.limit_param(),
             OpenApiParameter("search", str, description="substring of the name"),
         ],
     )
@@ -88,7 +88,7 @@ class JobListView(views.JobCreateView):
         page = selectors.schedule_list(
             tenant=tenant,
             cursor=request.query_params.get("cursor"),
-            limit=views._int_param(request, "limit", 50, 1, selectors.MAX_PAGE),
+            limit=views.int_param(request, "limit", 50, 1, selectors.MAX_PAGE),
             search=request.query_params.get("search", ""),
             kind=Kind.ONCE,
         )
@@ -150,7 +150,7 @@ def _batch_items(request: Request) -> list[Any]:
 def _item_paths(index: int, detail: Any, prefix: str = "jobs") -> dict[str, list[str]]:
     """Field errors (a serializer's or the service's) under the item's path: `jobs[3].run_at`
     (`schedules[3].run_at` for POST /v1/schedules:apply)."""
-    flat = _flatten(detail)
+    flat = flatten_errors(detail)
     if not isinstance(flat, dict):
         flat = {"non_field_errors": flat}
     paths: dict[str, list[str]] = {}
@@ -160,9 +160,9 @@ def _item_paths(index: int, detail: Any, prefix: str = "jobs") -> dict[str, list
     return paths
 
 
-def _item_error(index: int, detail: Any, prefix: str = "jobs") -> InvalidSchedule:
+def item_error(index: int, detail: Any, prefix: str = "jobs") -> InvalidSchedule:
     paths = _item_paths(index, detail, prefix)
-    return InvalidSchedule(_first_message(paths), detail=paths)
+    return InvalidSchedule(first_message(paths), detail=paths)
 
 
 def _validated_item(
@@ -172,13 +172,13 @@ def _validated_item(
     try:
         data = dict(ser.run_validation(raw))
     except serializers.ValidationError as exc:
-        return _item_error(index, exc.detail)
+        return item_error(index, exc.detail)
     slug = data.pop("tenant", None)
     if slug is not None and slug != tenant.slug:
-        return _item_error(index, {"tenant": ["must be the tenant of your token (or omitted)"]})
+        return item_error(index, {"tenant": ["must be the tenant of your token (or omitted)"]})
     if not data.get("idempotency_key"):
         # A retried batch must not create its jobs twice: every item carries its key.
-        return _item_error(index, {"idempotency_key": ["is required in a batch"]})
+        return item_error(index, {"idempotency_key": ["is required in a batch"]})
     return data
 
 
@@ -201,7 +201,7 @@ def _error_out(index: int, error: AppError) -> dict[str, Any]:
     detail = error.detail or {"non_field_errors": [error.message]}
     if not all(k.startswith(f"jobs[{index}]") for k in detail):
         detail = _item_paths(index, detail)
-    return {"code": error.code, "message": _first_message(detail), "detail": detail}
+    return {"code": error.code, "message": first_message(detail), "detail": detail}
 
 
 def _batch_item_out(index: int, key: Any, result: BatchResult) -> dict[str, Any]:

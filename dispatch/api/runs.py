@@ -23,7 +23,7 @@ from dispatch.api.serializers import (
     TargetField,
     execution_out,
 )
-from dispatch.api.views import EXECUTION_ID, _validated, principal
+from dispatch.api.views import EXECUTION_ID, principal, validate_request
 
 ERROR_REF = {"$ref": "#/components/schemas/Error"}
 
@@ -43,7 +43,7 @@ class RerunInSerializer(StrictSerializer):
 
 def _body(serializer_cls: type[serializers.Serializer[Any]], request: Request) -> dict[str, Any]:
     # An empty body is allowed: both fields are optional.
-    return _validated(serializer_cls, request) if request.data else {}
+    return validate_request(serializer_cls, request) if request.data else {}
 
 
 class ExecutionCancelView(StrictQueryView):

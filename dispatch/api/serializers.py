@@ -508,7 +508,7 @@ class ScheduleOutDoc(serializers.Serializer[Any]):
     created_by = serializers.CharField()
 
 
-def _next_cursor_doc() -> serializers.CharField:
+def next_cursor_doc() -> serializers.CharField:
     return serializers.CharField(
         allow_null=True, help_text="pass as ?cursor= for the next page; null on the last"
     )
@@ -516,7 +516,7 @@ def _next_cursor_doc() -> serializers.CharField:
 
 class SchedulePageDoc(serializers.Serializer[Any]):
     results = ScheduleOutDoc(many=True)
-    next_cursor = _next_cursor_doc()
+    next_cursor = next_cursor_doc()
 
 
 class ExecutionOutDoc(serializers.Serializer[Any]):
@@ -553,7 +553,7 @@ class ExecutionOutDoc(serializers.Serializer[Any]):
 
 class ExecutionPageDoc(serializers.Serializer[Any]):
     results = ExecutionOutDoc(many=True)
-    next_cursor = _next_cursor_doc()
+    next_cursor = next_cursor_doc()
     scan_limited = serializers.BooleanField(
         help_text="an error-text search stopped at its scan window before the page was full; "
         "next_cursor continues below the rows read"

@@ -51,7 +51,7 @@ EXECUTION_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH)
 INSTANT = f"ISO 8601 instant with an offset or Z, {inputs.RANGE_TEXT}"
 
 
-def _limit_param() -> OpenApiParameter:
+def limit_param() -> OpenApiParameter:
     return OpenApiParameter(
         "limit",
         {"type": "integer", "minimum": 1, "maximum": selectors.MAX_PAGE, "default": 50},
@@ -64,7 +64,7 @@ def principal(request: Request) -> Principal:
     return request.user
 
 
-def _validated(
+def validate_request(
     serializer_cls: type[serializers.Serializer[Any]], request: Request
 ) -> dict[str, Any]:
     ser = serializer_cls(data=request.data)
@@ -92,7 +92,7 @@ def _instant(request: Request, name: str) -> datetime | None:
     return inputs.parse_instant(raw.replace(" ", "+"), name)
 
 
-def _int_param(request: Request, name: str, default: int, low: int, high: int) -> int:
+def int_param(request: Request, name: str, default: int, low: int, high: int) -> int:
     raw = request.query_params.get(name)
     if raw is None:
         return default
@@ -140,7 +140,7 @@ class ScheduleListView(StrictQueryView):
         responses={200: SchedulePageDoc},
         parameters=[
             OpenApiParameter("cursor", str, description="next_cursor of the previous page"),
-            _limit_param(),
+            limit_param(),
             OpenApiParameter("search", str, description="substring of the name"),
             OpenApiParameter("kind", str, enum=["cron", "once"]),
             OpenApiParameter("paused", bool),
@@ -167,7 +167,7 @@ class ScheduleListView(StrictQueryView):
         page = selectors.schedule_list(
             tenant=principal(request).tenant,
             cursor=request.query_params.get("cursor"),
-            limit=_int_param(request, "limit", 50, 1, selectors.MAX_PAGE),
+            limit=int_param(request, "limit", 50, 1, selectors.MAX_PAGE),
             search=request.query_params.get("search", ""),
             kind=_present(request, "kind") or "",
             paused=_bool_param(request, "paused"),
@@ -184,7 +184,7 @@ class ScheduleListView(StrictQueryView):
         ranked = selectors.schedules_by_health(
             tenant=principal(request).tenant,
             now=services.db_now(),
-            limit=_int_param(request, "limit", 50, 1, selectors.MAX_PAGE),
+            limit=int_param(request, "limit", 50, 1, selectors.MAX_PAGE),
         )
         return Response(
             {"results": [schedule_out(r.schedule) for r in ranked], "next_cursor": None}
@@ -192,7 +192,7 @@ class ScheduleListView(StrictQueryView):
 
     @extend_schema(request=ScheduleInSerializer, responses={201: ScheduleOutDoc})
     def post(self, request: Request) -> Response:
-        data = _api_data(_validated(ScheduleInSerializer, request))
+        data = _api_data(validate_request(ScheduleInSerializer, request))
         schedule = services.schedule_create(actor=principal(request), data=data)
         response = _schedule_response(schedule, status.HTTP_201_CREATED)
         response["Location"] = f"/v1/schedules/{schedule.id}"
@@ -224,7 +224,7 @@ class ScheduleDetailView(StrictQueryView):
         ],
     )
     def patch(self, request: Request, pk: str) -> Response:
-        data = _api_data(_validated(SchedulePatchSerializer, request))
+        data = _api_data(validate_request(SchedulePatchSerializer, request))
         expected = data.pop("version", None)
         header = request.headers.get("If-Match")
         if header is not None:
@@ -267,13 +267,13 @@ class ScheduleActionView(StrictQueryView):
     def post(self, request: Request, pk: str) -> Response:
         actor = principal(request)
         if self.schedule_action == "pause":
-            data = _validated(PauseInSerializer, request) if request.data else {}
+            data = validate_request(PauseInSerializer, request) if request.data else {}
             schedule = services.schedule_pause(
                 actor=actor, schedule_id=pk, reason=data.get("reason", ""), until=data.get("until")
             )
             return _schedule_response(schedule)
         if request.data:
-            _validated(EmptySerializer, request)
+            validate_request(EmptySerializer, request)
         if self.schedule_action == "resume":
             return _schedule_response(services.schedule_resume(actor=actor, schedule_id=pk))
         execution = services.schedule_trigger(actor=actor, schedule_id=pk)
@@ -327,7 +327,7 @@ class SchedulePreviewView(StrictQueryView):
     )
     def get(self, request: Request, pk: str) -> Response:
         schedule = selectors.schedule_get(tenant=principal(request).tenant, schedule_id=pk)
-        count = _int_param(request, "count", 10, 1, settings.PREVIEW_MAX_COUNT)
+        count = int_param(request, "count", 10, 1, settings.PREVIEW_MAX_COUNT)
         after = _instant(request, "from") or services.db_now()
         # A schedule paused until T fires nothing before T: those are not listed.
         try:
@@ -395,7 +395,7 @@ class JobCreateView(StrictQueryView):
         "`skip`, or runs late (trigger `catch_up`) under `run_once` / `catch_up`.",
     )
     def post(self, request: Request) -> Response:
-        data = _validated(JobInSerializer, request)
+        data = validate_request(JobInSerializer, request)
         job, created = services.job_create(actor=principal(request), data=data)
         response = _schedule_response(
             job, status.HTTP_201_CREATED if created else status.HTTP_200_OK
@@ -469,7 +469,7 @@ class ExecutionListView(StrictQueryView):
                 "(total_capped: there are more); not for an error-text search",
             ),
             OpenApiParameter("cursor", str, description="next_cursor of the previous page"),
-            _limit_param(),
+            limit_param(),
         ],
     )
     def get(self, request: Request) -> Response:
@@ -490,7 +490,7 @@ class ExecutionListView(StrictQueryView):
         page = selectors.execution_list(
             tenant=tenant,
             cursor=request.query_params.get("cursor"),
-            limit=_int_param(request, "limit", 50, 1, selectors.MAX_PAGE),
+            limit=int_param(request, "limit", 50, 1, selectors.MAX_PAGE),
             flt=flt,
         )
         body: dict[str, Any] = {

@@ -417,7 +417,7 @@ class Beat:
 
     def _send(self, to_send: list[Pending]) -> int:
         """Publish admitted executions; what the broker did not take is retried next time."""
-        published = self._publish(to_send)
+        published = self.publish_items(to_send)
         if published:
             faults.crash_at("after_publish")
         sent = {p.id for p in published}
@@ -545,7 +545,7 @@ class Beat:
             again = [
                 Pending(0, str(r.id), r.attempt, r.queue or DEFAULT_QUEUE, 0, -1) for r in stale
             ]
-            republished = len(self._publish(again))
+            republished = len(self.publish_items(again))
             log.info(
                 "beat %s re-published %d queued executions nobody claimed",
                 self.cfg.name,
@@ -573,7 +573,7 @@ class Beat:
 
     # --- the pieces the steps share --------------------------------------------------
 
-    def _publish(self, items: list[Pending]) -> list[Pending]:
+    def publish_items(self, items: list[Pending]) -> list[Pending]:
         """Every publish goes through here, so the publish-stall rule sees each outcome."""
         started = time.monotonic()
         sent = self._publisher().publish(items)

@@ -96,8 +96,8 @@ from dispatch.selectors.ops import (
 from dispatch.selectors.paging import (
     MAX_PAGE,
     Page,
-    _encode_cursor,
     as_uuid,
+    encode_cursor,
 )
 from dispatch.selectors.previews import (
     HISTORY_LIMIT,
@@ -167,7 +167,6 @@ __all__ = [
     "Usage",
     "WindowStats",
     "WorkerSeen",
-    "_encode_cursor",
     "alert_channel_get",
     "alert_channel_list",
     "as_uuid",
@@ -187,6 +186,7 @@ __all__ = [
     "definition_preview",
     "definitions_export",
     "definitions_live",
+    "encode_cursor",
     "execution_count",
     "execution_events",
     "execution_filter",

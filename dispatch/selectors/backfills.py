@@ -20,7 +20,7 @@ from django.db.models import Count, F, Func, IntegerField, Q, QuerySet
 
 from dispatch.exceptions import InvalidSchedule, NotFound
 from dispatch.models import Backfill, Execution, Kind, Schedule
-from dispatch.selectors.paging import Page, _keyset, as_uuid, tenant_object
+from dispatch.selectors.paging import Page, as_uuid, keyset_page, tenant_object
 from dispatch.selectors.schedules import schedule_preview
 from dispatch.states import (
     ACTIVE_STATES,
@@ -239,7 +239,7 @@ def backfill_list(
 ) -> Page[Backfill]:
     """A schedule's backfills, newest first, each with `plan_total` (see `_without_plan`)."""
     qs = _without_plan(Backfill.objects.filter(tenant=tenant, schedule=schedule))
-    return _keyset(qs, field="created_at", cursor=cursor, limit=limit)
+    return keyset_page(qs, field="created_at", cursor=cursor, limit=limit)
 
 
 def backfill_summary(

@@ -16,10 +16,10 @@ from dispatch.models import Execution, ExecutionEvent, ExecutionState
 from dispatch.selectors.paging import (
     MAX_PAGE,
     Page,
-    _encode_cursor,
-    _keyset,
     as_uuid,
+    encode_cursor,
     keyset_after,
+    keyset_page,
     keyset_through,
     tenant_object,
 )
@@ -155,7 +155,7 @@ def execution_list(
     if with_schedule:
         qs = qs.select_related("schedule")
     if not flt.error:
-        page = _keyset(qs, field="scheduled_for", cursor=cursor, limit=limit)
+        page = keyset_page(qs, field="scheduled_for", cursor=cursor, limit=limit)
         return ExecutionPage(items=page.items, next_cursor=page.next_cursor)
     return _error_page(qs, flt.error, cursor=cursor, limit=limit)
 
@@ -176,12 +176,12 @@ def _error_page(
     window = after
     if edge:
         window = keyset_through(after, field="scheduled_for", at=edge[0][0], pk=edge[0][1])
-    page = _keyset(
+    page = keyset_page(
         window.filter(error__icontains=text), field="scheduled_for", cursor=None, limit=limit
     )
     if page.next_cursor is None and edge:
         return ExecutionPage(
-            items=page.items, next_cursor=_encode_cursor(*edge[0]), scan_limited=True
+            items=page.items, next_cursor=encode_cursor(*edge[0]), scan_limited=True
         )
     return ExecutionPage(items=page.items, next_cursor=page.next_cursor)
 

@@ -24,7 +24,7 @@ class Page(Generic[T]):
     next_cursor: str | None
 
 
-def _encode_cursor(at: datetime, pk: uuid.UUID) -> str:
+def encode_cursor(at: datetime, pk: uuid.UUID) -> str:
     return base64.urlsafe_b64encode(f"{at.isoformat()}|{pk}".encode()).decode().rstrip("=")
 
 
@@ -40,7 +40,7 @@ def _decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
         raise InvalidSchedule.field("cursor", "is not a cursor this API returned") from None
 
 
-def _keyset(qs: QuerySet[M], *, field: str, cursor: str | None, limit: int) -> Page[M]:
+def keyset_page(qs: QuerySet[M], *, field: str, cursor: str | None, limit: int) -> Page[M]:
     """Keyset pagination on (field desc, id desc): each page costs the same, however deep."""
     if not 1 <= limit <= MAX_PAGE:
         raise InvalidSchedule.field("limit", f"must be in 1..{MAX_PAGE}")
@@ -51,7 +51,7 @@ def _keyset(qs: QuerySet[M], *, field: str, cursor: str | None, limit: int) -> P
     nxt = None
     if len(rows) > limit:
         last = items[-1]
-        nxt = _encode_cursor(getattr(last, field), last.id)  # type: ignore[attr-defined]
+        nxt = encode_cursor(getattr(last, field), last.id)  # type: ignore[attr-defined]
     return Page(items=items, next_cursor=nxt)
 
 

@@ -18,7 +18,7 @@ from dispatch.exceptions import InvalidSchedule
 from dispatch.lifecycle import spell_delete_after
 from dispatch.models import Execution, Kind, Schedule
 from dispatch.selectors.calendars import schedule_filter, schedule_filters
-from dispatch.selectors.paging import Page, _keyset, as_uuid, tenant_object
+from dispatch.selectors.paging import Page, as_uuid, keyset_page, tenant_object
 from dispatch.timing import cron
 from dispatch.timing.calendars import DateFilter
 from tenants.models import Tenant
@@ -104,7 +104,7 @@ def schedule_list(
     if paused is not None:
         qs = qs.filter(paused=paused)
     # Each row's output names its tenant and upstreams: fetched with the page, not per row.
-    return _keyset(
+    return keyset_page(
         qs.select_related("tenant").prefetch_related("depends_on", "calendar_links__calendar"),
         field="created_at",
         cursor=cursor,

@@ -51,7 +51,7 @@ from dispatch.services.bulk import (
 from dispatch.services.common import (
     WAKE_CHANNEL,
     WAKE_HORIZON,
-    _save_unique,
+    save_schedule_unique,
     schedule_snapshot,
 )
 from dispatch.services.job_cancel import job_cancel
@@ -88,7 +88,6 @@ __all__ = [
     "BackfillResult",
     "BulkOutcome",
     "CancelResult",
-    "_save_unique",
     "alert_channel_create",
     "alert_channel_delete",
     "alert_channel_test",
@@ -108,6 +107,7 @@ __all__ = [
     "maintenance_window_delete",
     "operation_cancel",
     "request_digest",
+    "save_schedule_unique",
     "schedule_create",
     "schedule_delete",
     "schedule_pause",

@@ -37,7 +37,7 @@ def channel_snapshot(channel: AlertChannel) -> dict[str, Any]:
     }
 
 
-def _audit(
+def record_audit(
     actor: Principal,
     action: str,
     channel: AlertChannel,
@@ -96,7 +96,7 @@ def alert_channel_create(*, actor: Principal, data: dict[str, Any]) -> AlertChan
     if AlertChannel.objects.filter(tenant=actor.tenant).count() >= MAX_CHANNELS:
         raise InvalidSchedule.field("name", f"a tenant has at most {MAX_CHANNELS} alert channels")
     save_unique(channel, _NAME_TAKEN, force_insert=True)
-    _audit(actor, AuditAction.ALERT_CHANNEL_CREATE, channel, after=channel_snapshot(channel))
+    record_audit(actor, AuditAction.ALERT_CHANNEL_CREATE, channel, after=channel_snapshot(channel))
     return channel
 
 
@@ -119,7 +119,7 @@ def alert_channel_update(
     channel.updated_at = Now()
     save_unique(channel, _NAME_TAKEN)
     channel.refresh_from_db(fields=["updated_at"])
-    _audit(
+    record_audit(
         actor,
         AuditAction.ALERT_CHANNEL_UPDATE,
         channel,
@@ -132,7 +132,7 @@ def alert_channel_update(
 @transaction.atomic
 def alert_channel_delete(*, actor: Principal, channel_id: str) -> None:
     channel = _locked(actor, channel_id)
-    _audit(actor, AuditAction.ALERT_CHANNEL_DELETE, channel, before=channel_snapshot(channel))
+    record_audit(actor, AuditAction.ALERT_CHANNEL_DELETE, channel, before=channel_snapshot(channel))
     channel.delete()
 
 
@@ -149,7 +149,7 @@ def alert_channel_test(*, actor: Principal, channel_id: str) -> delivery.Deliver
         data={"channel_id": str(channel.id), "channel": channel.name},
     )
     result = delivery.send(channel, message, tenant=actor.tenant)
-    _audit(
+    record_audit(
         actor,
         AuditAction.ALERT_CHANNEL_TEST,
         channel,

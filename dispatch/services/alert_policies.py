@@ -14,7 +14,7 @@ from core.db import db_now
 from dispatch.exceptions import InvalidSchedule
 from dispatch.models import AlertChannel, AlertPolicy, Schedule
 from dispatch.selectors.alerts import BUILT_IN, EffectivePolicy, policy_effective
-from dispatch.services.common import _live
+from dispatch.services.common import live_schedule
 from dispatch.states import AuditAction
 from tenants.audit import audit_record
 from tenants.models import Tenant
@@ -59,7 +59,7 @@ def _clean(tenant: Tenant, data: dict[str, Any]) -> tuple[dict[str, Any], list[A
     return values, channels
 
 
-def _audit(actor: Principal, action: str, object_id: str, **kwargs: Any) -> None:
+def record_audit(actor: Principal, action: str, object_id: str, **kwargs: Any) -> None:
     audit_record(
         actor=actor, action=action, object_type="alert_policy", object_id=object_id, **kwargs
     )
@@ -75,7 +75,7 @@ def alert_policy_set(
 ) -> EffectivePolicy:
     """Set the tenant default (no `schedule_id`) or a schedule's override, whole."""
     tenant = actor.tenant
-    schedule = _live(actor, schedule_id) if schedule_id is not None else None
+    schedule = live_schedule(actor, schedule_id) if schedule_id is not None else None
     values, channels = _clean(tenant, data)
     before = policy_effective(tenant=tenant, schedule=schedule)
     policy, _ = AlertPolicy.objects.select_for_update().get_or_create(
@@ -87,7 +87,7 @@ def alert_policy_set(
     policy.save()
     policy.channels.set(channels)
     after = policy_effective(tenant=tenant, schedule=schedule)
-    _audit(
+    record_audit(
         actor,
         AuditAction.ALERT_POLICY_SET,
         str(schedule.id) if schedule else "default",
@@ -100,11 +100,11 @@ def alert_policy_set(
 @transaction.atomic
 def alert_policy_delete(*, actor: Principal, schedule_id: str) -> EffectivePolicy:
     """Drop a schedule's override: the tenant default applies again."""
-    schedule = _live(actor, schedule_id)
+    schedule = live_schedule(actor, schedule_id)
     before = policy_effective(tenant=actor.tenant, schedule=schedule)
     AlertPolicy.objects.filter(tenant=actor.tenant, schedule=schedule).delete()
     after = policy_effective(tenant=actor.tenant, schedule=schedule)
-    _audit(
+    record_audit(
         actor,
         AuditAction.ALERT_POLICY_DELETE,
         str(schedule.id),
@@ -118,7 +118,7 @@ def alert_policy_delete(*, actor: Principal, schedule_id: str) -> EffectivePolic
 def schedule_snooze(*, actor: Principal, schedule_id: str, until: datetime | None) -> Schedule:
     """Hold the schedule's alerts until `until` (None ends a snooze). Failures still
     count toward thresholds and the breaker; what was owed meanwhile is not sent later."""
-    schedule = _live(actor, schedule_id)
+    schedule = live_schedule(actor, schedule_id)
     if until is not None and until <= db_now():
         raise InvalidSchedule.field("until", "must be in the future (null ends the snooze)")
     before = schedule.alert_snoozed_until

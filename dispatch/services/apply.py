@@ -34,7 +34,7 @@ from dispatch.selectors.definitions import (
 )
 from dispatch.selectors.schedules import schedule_preview
 from dispatch.services.apply_calendars import CalendarChange, calendars_apply, calendars_prune
-from dispatch.services.common import _store
+from dispatch.services.common import store_definition
 from dispatch.services.schedules import (
     schedule_create,
     schedule_delete,
@@ -244,7 +244,7 @@ def _plan(
     except InvalidSchedule as exc:
         raise at_item(index, exc) from None
     wanted = Schedule(id=schedule_id, tenant=actor.tenant)
-    _store(wanted, spec)
+    store_definition(wanted, spec)
     after = definition_with(wanted, depends_on)
     for key in (k for k in LINKED_FIELDS if k != "depends_on"):
         if key in after:  # links an unsaved schedule cannot have yet: as the file says

@@ -16,7 +16,7 @@ from dispatch.exceptions import RunningLimit, StateConflict
 from dispatch.models import Backfill
 from dispatch.selectors import BackfillPlan, backfill_plan, check_backfill_request
 from dispatch.selectors.paging import tenant_object
-from dispatch.services.common import _event, _live
+from dispatch.services.common import live_schedule, record_event
 from dispatch.sql import sql
 from dispatch.states import (
     AuditAction,
@@ -56,7 +56,7 @@ def backfill_create(
     counted as skipped, not duplicated: the occurrence keeps its one execution).
     """
     # Locked for the real one: the plan reads the schedule's executions and pauses.
-    schedule = _live(actor, schedule_id, lock=not dry_run)
+    schedule = live_schedule(actor, schedule_id, lock=not dry_run)
     check_backfill_request(
         schedule=schedule,
         range_from=range_from,
@@ -107,7 +107,7 @@ def backfill_create(
         after=request | {"counts": plan.counts},
     )
     todo = plan.counts["create"] + plan.counts["rerun"]
-    _event(
+    record_event(
         schedule,
         EventKind.BACKFILLED,
         f"backfill of {range_from.isoformat()} to {range_to.isoformat()} started by "

@@ -52,7 +52,7 @@ def calendar_snapshot(calendar: Calendar) -> dict[str, Any]:
     }
 
 
-def _audit(actor: Principal, action: str, calendar: Calendar, **kw: Any) -> None:
+def record_audit(actor: Principal, action: str, calendar: Calendar, **kw: Any) -> None:
     audit_record(
         actor=actor, action=action, object_type="calendar", object_id=str(calendar.id), **kw
     )
@@ -112,7 +112,7 @@ def calendar_create(*, actor: Principal, data: dict[str, Any]) -> Calendar:
         raise InvalidSchedule.field("name", f"a tenant has at most {MAX_CALENDARS} calendars")
     save_unique(calendar, _NAME_TAKEN, force_insert=True)
     calendar.refresh_from_db(fields=["created_at", "updated_at"])
-    _audit(actor, AuditAction.CALENDAR_CREATE, calendar, after=calendar_snapshot(calendar))
+    record_audit(actor, AuditAction.CALENDAR_CREATE, calendar, after=calendar_snapshot(calendar))
     return calendar
 
 
@@ -141,7 +141,7 @@ def calendar_update(*, actor: Principal, calendar_id: str, data: dict[str, Any])
     save_unique(calendar, _NAME_TAKEN)
     if "sources" in data:
         _replan_users(actor, calendar)
-    _audit(
+    record_audit(
         actor,
         AuditAction.CALENDAR_UPDATE,
         calendar,
@@ -163,7 +163,7 @@ def calendar_delete(*, actor: Principal, calendar_id: str) -> None:
             "their exclude_calendars / only_calendars first",
             detail={"schedules": [str(sid) for sid, _ in users]},
         )
-    _audit(actor, AuditAction.CALENDAR_DELETE, calendar, before=calendar_snapshot(calendar))
+    record_audit(actor, AuditAction.CALENDAR_DELETE, calendar, before=calendar_snapshot(calendar))
     calendar.deleted_at = Now()
     calendar.save(update_fields=["deleted_at"])
 
@@ -200,7 +200,7 @@ def calendars_refresh_once(*, limit: int = REFRESH_BATCH) -> int:
 def _replan_users(actor: Principal, calendar: Calendar) -> None:
     """The calendar's dates changed: withdraw what its schedules staged, recompute
     their next run under the new dates (400 if one would never fire)."""
-    from dispatch.services.schedules import _replanned_event, _withdraw_staged
+    from dispatch.services.schedules import replanned_event, withdraw_staged
 
     users = [sid for sid, _ in calendar_users(calendar)]
     if not users:
@@ -210,7 +210,7 @@ def _replan_users(actor: Principal, calendar: Calendar) -> None:
     for schedule in schedules:
         if schedule.kind != Kind.CRON or schedule.paused or completion(schedule, now=now):
             continue
-        withdrawn = _withdraw_staged(schedule)
+        withdrawn = withdraw_staged(schedule)
         links = [(link.role, link.calendar) for link in _links(schedule)]
         dates = filter_of(links)
         has_upstreams = schedule.depends_on.exists()
@@ -218,7 +218,7 @@ def _replan_users(actor: Principal, calendar: Calendar) -> None:
             schedule.next_run_at = next_run(schedule, now=now, dates=dates, field="sources")
         schedule.save(update_fields=["next_run_at"])
         if withdrawn:
-            _replanned_event(
+            replanned_event(
                 schedule, actor, withdrawn, what=f"calendar '{calendar.name}' edited", now=now
             )
 

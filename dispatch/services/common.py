@@ -46,7 +46,7 @@ def schedule_snapshot(schedule: Schedule) -> dict[str, Any]:
     }
 
 
-def _first_run(
+def first_run(
     schedule: Schedule, *, now: datetime, dates: DateFilter | None = None
 ) -> datetime | None:
     """The first run after ``now``: of a stored schedule under its stored calendars, of
@@ -68,12 +68,12 @@ def _first_run(
     return next_run(schedule, now=now, dates=dates, field=field)
 
 
-def _wake_beat(schedule: Schedule, *, now: datetime) -> None:
+def wake_beat(schedule: Schedule, *, now: datetime) -> None:
     if schedule.next_run_at is not None and schedule.next_run_at <= now + WAKE_HORIZON:
         notify(WAKE_CHANNEL, str(schedule.partition))
 
 
-def _event(
+def record_event(
     schedule: Schedule,
     kind: EventKind,
     message: str,
@@ -99,7 +99,7 @@ def _event(
     )
 
 
-def _audit(
+def record_audit(
     actor: Principal,
     action: str,
     schedule: Schedule,
@@ -117,20 +117,20 @@ def _audit(
     )
 
 
-def _live(actor: Principal, schedule_id: uuid.UUID | str, *, lock: bool = True) -> Schedule:
+def live_schedule(actor: Principal, schedule_id: uuid.UUID | str, *, lock: bool = True) -> Schedule:
     qs = Schedule.objects.filter(deleted_at__isnull=True)
     if lock:
         qs = qs.select_for_update()
     return tenant_object(qs, tenant=actor.tenant, pk=schedule_id, what="schedule")
 
 
-def _check_quota(actor: Principal) -> None:
-    room, cap = _quota_room(actor, wanted=1)
+def check_quota(actor: Principal) -> None:
+    room, cap = quota_room(actor, wanted=1)
     if room < 1:
         raise QuotaExceeded(quota_message(actor, cap))
 
 
-def _quota_room(actor: Principal, *, wanted: int) -> tuple[int, int | None]:
+def quota_room(actor: Principal, *, wanted: int) -> tuple[int, int | None]:
     """(how many of `wanted` new live schedules the tenant's cap admits now, the cap);
     (`wanted`, None) without a cap. Locks the quota row so two concurrent creates
     cannot both take the last slot; a batch takes it once for all its jobs, not
@@ -152,7 +152,7 @@ def quota_message(actor: Principal, cap: int | None) -> str:
     return f"tenant {actor.tenant.slug} has reached its limit of {cap} active schedules"
 
 
-def _relations_known(schedule: Schedule, *, no_upstreams: bool, no_calendars: bool) -> Schedule:
+def relations_known(schedule: Schedule, *, no_upstreams: bool, no_calendars: bool) -> Schedule:
     """Tell a schedule just created that it has no upstreams / no calendars, so that the
     answer and the audit snapshot (`depends_on.all()`, `calendar_links.all()`) do not ask
     the database for what this request just wrote (a query each per schedule answered).
@@ -171,7 +171,7 @@ def _evaluated(queryset: Any, rows: list[Any]) -> Any:
     return queryset
 
 
-def _store(schedule: Schedule, spec: ScheduleSpec) -> None:
+def store_definition(schedule: Schedule, spec: ScheduleSpec) -> None:
     for key, value in spec.values.items():
         setattr(schedule, key, value)
 
@@ -207,7 +207,7 @@ def save_unique(
         raise
 
 
-def _save_unique(schedule: Schedule, **kwargs: Any) -> None:
+def save_schedule_unique(schedule: Schedule, **kwargs: Any) -> None:
     """Save, a unique violation raised as its field error. Called inside the caller's
     transaction.atomic (schedule_create, schedule_update), which the error leaves and so
     rolls back: no savepoint of its own (two round trips on every create and edit)."""

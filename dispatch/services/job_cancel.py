@@ -16,7 +16,7 @@ from django.db import transaction
 
 from dispatch.exceptions import NotFound, StateConflict
 from dispatch.models import Execution, ExecutionState, Kind, Schedule
-from dispatch.services.common import _live
+from dispatch.services.common import live_schedule
 from dispatch.services.schedules import schedule_delete
 from tenants.roles import Principal
 
@@ -30,7 +30,7 @@ def job_cancel(
     """Delete the job and cancel its execution if it has one; (job, its latest execution)."""
     # The job's row lock keeps the beat from firing it meanwhile (it claims due
     # one-offs FOR UPDATE SKIP LOCKED): what is checked below is what is cancelled.
-    job = _live(actor, job_id)
+    job = live_schedule(actor, job_id)
     if job.kind != Kind.ONCE:
         raise NotFound("job not found")
     executions = list(Execution.objects.filter(schedule=job).order_by("-scheduled_for", "-id"))

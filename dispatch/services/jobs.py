@@ -23,10 +23,10 @@ from dispatch.schedule_fields import clean_schedule, partition_for
 from dispatch.services.common import (
     WAKE_CHANNEL,
     WAKE_HORIZON,
-    _check_quota,
-    _quota_room,
-    _relations_known,
+    check_quota,
     quota_message,
+    quota_room,
+    relations_known,
     schedule_snapshot,
 )
 from dispatch.sql import sql
@@ -110,7 +110,7 @@ def _job_build(*, actor: Principal, data: dict[str, Any], digest: str, now: date
 
 def _no_upstreams(schedule: Schedule) -> Schedule:
     # A job has no depends_on (nor calendars: a one-off reads none).
-    return _relations_known(schedule, no_upstreams=True, no_calendars=False)
+    return relations_known(schedule, no_upstreams=True, no_calendars=False)
 
 
 @transaction.atomic
@@ -119,7 +119,7 @@ def _job_insert(*, actor: Principal, data: dict[str, Any], digest: str) -> Sched
     statement (a batch's, of one job); None if a unique key was taken first."""
     now = db_now()
     schedule = _job_build(actor=actor, data=data, digest=digest, now=now)
-    _check_quota(actor)
+    check_quota(actor)
     saved = _insert_jobs(actor, [schedule], message=f"one-off job created by {actor.label}")
     return _no_upstreams(saved[schedule.id]) if saved else None
 
@@ -179,7 +179,7 @@ def _batch(actor: Principal, items: list[dict[str, Any] | AppError]) -> list[Bat
         except InvalidSchedule as exc:
             results[i] = BatchResult(exc.status, error=exc)
     if fresh:
-        room, cap = _quota_room(actor, wanted=len(fresh))
+        room, cap = quota_room(actor, wanted=len(fresh))
         # Within the quota, the earlier items win (request order).
         for i in list(fresh)[room:]:
             over = QuotaExceeded(quota_message(actor, cap))

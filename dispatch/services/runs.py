@@ -32,7 +32,7 @@ from dispatch.exceptions import StateConflict
 from dispatch.models import Execution
 from dispatch.scheduler import dependencies
 from dispatch.selectors.paging import tenant_object
-from dispatch.services.common import WAKE_CHANNEL, _event
+from dispatch.services.common import WAKE_CHANNEL, record_event
 from dispatch.sql import sql
 from dispatch.states import (
     ACTIVE_STATES,
@@ -123,7 +123,7 @@ def execution_cancel(
         before={"state": before, "fencing_token": execution.fencing_token},
         after={"state": ExecutionState.CANCELLED.value, "reason": why} | links,
     )
-    _event(
+    record_event(
         execution.schedule,
         EventKind.CANCELLED,
         text,
@@ -203,7 +203,7 @@ def execution_rerun(
         after={"state": ExecutionState.SCHEDULED.value, "attempt": row.attempt} | edited | links,
     )
     note = " with an edited target" if override is not None else ""
-    _event(
+    record_event(
         schedule,
         EventKind.RERUN,
         f"re-run by {actor.label} as attempt {row.attempt}{note} (was {before})",

@@ -22,22 +22,22 @@ from dispatch.services.calendars import (
     store_calendar_links,
 )
 from dispatch.services.common import (
-    _audit,
-    _check_quota,
-    _event,
-    _first_run,
-    _live,
-    _relations_known,
-    _save_unique,
-    _store,
-    _wake_beat,
+    check_quota,
+    first_run,
+    live_schedule,
+    record_audit,
+    record_event,
+    relations_known,
+    save_schedule_unique,
     schedule_snapshot,
+    store_definition,
+    wake_beat,
 )
 from dispatch.states import AuditAction, EventData, EventKind, ReasonCode, Trigger
 from tenants.roles import Principal
 
 # What the beat plans from, or puts in the message: a change to any of these within
-# the stage-ahead window withdraws the occurrences already staged (_withdraw_staged).
+# the stage-ahead window withdraws the occurrences already staged (withdraw_staged).
 PLAN_FIELDS = (
     "cron",
     "timezone",
@@ -56,7 +56,7 @@ PLAN_FIELDS = (
 _STAGED_TRIGGERS = (Trigger.CRON, Trigger.API, Trigger.CATCH_UP)
 
 
-def _withdraw_staged(schedule: Schedule) -> list[datetime]:
+def withdraw_staged(schedule: Schedule) -> list[datetime]:
     """Delete the occurrences the beat staged ahead that are not published yet (first
     attempt, still `scheduled`, never admitted) and set next_run_at back to the
     earliest, so the beat plans them again from the definition as it is now — as if
@@ -88,11 +88,11 @@ def _withdraw_staged(schedule: Schedule) -> list[datetime]:
     return withdrawn
 
 
-def _replanned_event(
+def replanned_event(
     schedule: Schedule, actor: Principal, withdrawn: list[datetime], *, what: str, now: datetime
 ) -> None:
     n = len(withdrawn)
-    _event(
+    record_event(
         schedule,
         EventKind.REPLANNED,
         f"re-planned: schedule {what} at {now:%H:%M:%S} UTC by {actor.label} "
@@ -119,7 +119,7 @@ def schedule_create(
     check_calendars_apply(
         calendars, has_upstreams=bool(spec.depends_on), one_off=spec.values["kind"] == Kind.ONCE
     )
-    _check_quota(actor)
+    check_quota(actor)
     now = db_now()
     schedule = Schedule(
         id=schedule_id,
@@ -127,26 +127,26 @@ def schedule_create(
         partition=partition_for(schedule_id),
         created_by=actor.label,
     )
-    _store(schedule, spec)
+    store_definition(schedule, spec)
     # A schedule with upstreams is fired by them (dispatch/scheduler/dependencies.py), not by its own timing.
     dates = choice_filter(calendars) if calendars else None
-    schedule.next_run_at = None if spec.depends_on else _first_run(schedule, now=now, dates=dates)
-    _save_unique(schedule, force_insert=True)
+    schedule.next_run_at = None if spec.depends_on else first_run(schedule, now=now, dates=dates)
+    save_schedule_unique(schedule, force_insert=True)
     if spec.depends_on:
         schedule.depends_on.set(spec.depends_on)
     if calendars:
         store_calendar_links(schedule, calendars)
-    _relations_known(schedule, no_upstreams=not spec.depends_on, no_calendars=not calendars)
-    audit = _audit(
+    relations_known(schedule, no_upstreams=not spec.depends_on, no_calendars=not calendars)
+    audit = record_audit(
         actor,
         AuditAction.SCHEDULE_CREATE,
         schedule,
         after=schedule_snapshot(schedule),
     )
-    _event(
+    record_event(
         schedule, EventKind.CREATED, f"schedule created by {actor.label}", actor=actor, audit=audit
     )
-    _wake_beat(schedule, now=now)
+    wake_beat(schedule, now=now)
     return schedule
 
 
@@ -159,7 +159,7 @@ def schedule_update(
     expected_version: int | None,
 ) -> Schedule:
     """Apply a partial update. With `expected_version`, a concurrent edit makes this a 409."""
-    schedule = _live(actor, schedule_id)
+    schedule = live_schedule(actor, schedule_id)
     if expected_version is not None and expected_version != schedule.version:
         raise VersionConflict(
             f"schedule was changed concurrently: you sent version {expected_version}, "
@@ -187,10 +187,10 @@ def schedule_update(
         store_calendar_links(schedule, calendars)
         timing_changed = plan_changed = True
     # Before the new definition is stored: what was staged from the old one goes.
-    withdrawn = _withdraw_staged(schedule) if plan_changed else []
+    withdrawn = withdraw_staged(schedule) if plan_changed else []
     now = db_now()
     was_completed = completion(schedule, now=now)
-    _store(schedule, spec)
+    store_definition(schedule, spec)
     # A completed schedule re-opens when the edit lifts the bound it reached (a higher
     # max_runs, a later end_at): its next occurrence is computed from now, as for a new
     # schedule, so nothing missed while it was completed is caught up.
@@ -205,28 +205,28 @@ def schedule_update(
     if closed:
         schedule.completed_at = now
         schedule.next_run_at = None
-        withdrawn = withdrawn or _withdraw_staged(schedule)
+        withdrawn = withdrawn or withdraw_staged(schedule)
         schedule.next_run_at = None
     if timing_changed and (schedule.kind == Kind.CRON or schedule.next_run_at is not None):
-        schedule.next_run_at = _first_run(schedule, now=now)
+        schedule.next_run_at = first_run(schedule, now=now)
     schedule.version += 1
     schedule.updated_at = now
-    _save_unique(schedule)
+    save_schedule_unique(schedule)
     if spec.depends_on is not None:
         schedule.depends_on.set(spec.depends_on)
         if spec.depends_on:
             schedule.next_run_at = None
         elif schedule.next_run_at is None and schedule.kind == Kind.CRON:
-            schedule.next_run_at = _first_run(schedule, now=now)
+            schedule.next_run_at = first_run(schedule, now=now)
         schedule.save(update_fields=["next_run_at"])
-    audit = _audit(
+    audit = record_audit(
         actor,
         AuditAction.SCHEDULE_UPDATE,
         schedule,
         before=before,
         after=schedule_snapshot(schedule),
     )
-    _event(
+    record_event(
         schedule,
         EventKind.UPDATED,
         f"definition changed by {actor.label} (version {schedule.version})",
@@ -234,9 +234,9 @@ def schedule_update(
         audit=audit,
     )
     if withdrawn:
-        _replanned_event(schedule, actor, withdrawn, what="edited", now=now)
+        replanned_event(schedule, actor, withdrawn, what="edited", now=now)
     if closed:
-        _event(
+        record_event(
             schedule,
             EventKind.COMPLETED,
             f"completed: max_runs lowered to {schedule.max_runs} by {actor.label} "
@@ -246,7 +246,7 @@ def schedule_update(
             audit=audit,
         )
     if reopened and was_completed is not None:
-        _event(
+        record_event(
             schedule,
             EventKind.REOPENED,
             f"re-opened by {actor.label}: was {was_completed.sentence}; next run "
@@ -255,14 +255,14 @@ def schedule_update(
             data={"was": was_completed.reason, "runs_succeeded": schedule.runs_succeeded},
             audit=audit,
         )
-    _wake_beat(schedule, now=now)
+    wake_beat(schedule, now=now)
     return schedule
 
 
 @transaction.atomic
 def schedule_delete(*, actor: Principal, schedule_id: uuid.UUID | str) -> None:
     """Soft delete: history stays; pending occurrences are cancelled with a reason."""
-    schedule = _live(actor, schedule_id)
+    schedule = live_schedule(actor, schedule_id)
     before = schedule_snapshot(schedule)
     now = db_now()
     schedule.deleted_at = now
@@ -277,13 +277,13 @@ def schedule_delete(*, actor: Principal, schedule_id: uuid.UUID | str) -> None:
         reason_code=ReasonCode.SCHEDULE_DELETED,
         reason=f"schedule deleted by {actor.label}",
     )
-    audit = _audit(
+    audit = record_audit(
         actor,
         AuditAction.SCHEDULE_DELETE,
         schedule,
         before=before,
     )
-    _event(
+    record_event(
         schedule, EventKind.DELETED, f"schedule deleted by {actor.label}", actor=actor, audit=audit
     )
 
@@ -303,7 +303,7 @@ def schedule_pause(
     after) instead of silently overwriting the first pause. The pause keeps its
     start time and who started it: it is still the same interval.
     """
-    schedule = _live(actor, schedule_id)
+    schedule = live_schedule(actor, schedule_id)
     now = db_now()
     if until is not None and until <= now:
         raise InvalidSchedule.field("until", "must be in the future")
@@ -312,7 +312,7 @@ def schedule_pause(
     before = schedule_snapshot(schedule)
     # Staged occurrences go back to next_run_at: resuming decides them by the
     # misfire policy exactly as if they had never been staged.
-    withdrawn = _withdraw_staged(schedule)
+    withdrawn = withdraw_staged(schedule)
     schedule.paused = True
     schedule.paused_at = now
     schedule.paused_until = until
@@ -333,14 +333,14 @@ def schedule_pause(
     msg = f"paused by {actor.label}" + (f' ("{reason}")' if reason else "")
     if until:
         msg += f" until {until.isoformat()}"
-    audit = _audit(
+    audit = record_audit(
         actor,
         AuditAction.SCHEDULE_PAUSE,
         schedule,
         before=before,
         after=schedule_snapshot(schedule),
     )
-    _event(
+    record_event(
         schedule,
         EventKind.PAUSED,
         msg,
@@ -349,7 +349,7 @@ def schedule_pause(
         audit=audit,
     )
     if withdrawn:
-        _replanned_event(schedule, actor, withdrawn, what="paused", now=now)
+        replanned_event(schedule, actor, withdrawn, what="paused", now=now)
     return schedule
 
 
@@ -372,14 +372,14 @@ def _pause_update(
     schedule.save(update_fields=["paused_until", "paused_reason", "version"])
     msg = f"pause changed by {actor.label}" + (f' ("{reason}")' if reason else "")
     msg += f" until {until.isoformat()}" if until else "; no end time"
-    audit = _audit(
+    audit = record_audit(
         actor,
         AuditAction.SCHEDULE_PAUSE_UPDATE,
         schedule,
         before=before,
         after=_pause_state(schedule),
     )
-    _event(
+    record_event(
         schedule,
         EventKind.PAUSE_UPDATED,
         msg,
@@ -401,7 +401,7 @@ def schedule_resume(*, actor: Principal, schedule_id: uuid.UUID | str) -> Schedu
     Resuming a schedule that is not paused changes nothing (no version bump, no
     event, no audit row): resume is idempotent, so a retried request is harmless.
     """
-    schedule = _live(actor, schedule_id)
+    schedule = live_schedule(actor, schedule_id)
     now = db_now()
     done = completion(schedule, now=now)
     if done is not None:
@@ -419,14 +419,14 @@ def schedule_resume(*, actor: Principal, schedule_id: uuid.UUID | str) -> Schedu
     schedule.paused_until = None
     schedule.version += 1
     schedule.save(update_fields=["paused", "paused_until", "version"])
-    audit = _audit(
+    audit = record_audit(
         actor,
         AuditAction.SCHEDULE_RESUME,
         schedule,
         before=before,
         after=schedule_snapshot(schedule),
     )
-    _event(
+    record_event(
         schedule,
         EventKind.RESUMED,
         f"resumed by {actor.label}",
@@ -434,5 +434,5 @@ def schedule_resume(*, actor: Principal, schedule_id: uuid.UUID | str) -> Schedu
         data={"paused_at": schedule.paused_at.isoformat() if schedule.paused_at else None},
         audit=audit,
     )
-    _wake_beat(schedule, now=now)
+    wake_beat(schedule, now=now)
     return schedule

@@ -13,7 +13,7 @@ from core.db import db_clock, notify
 from core.errors import constraint_name
 from dispatch.exceptions import TriggerLimited
 from dispatch.models import Execution, ExecutionState, Overlap, Trigger
-from dispatch.services.common import WAKE_CHANNEL, _audit, _event, _live
+from dispatch.services.common import WAKE_CHANNEL, live_schedule, record_audit, record_event
 from dispatch.states import IN_FLIGHT_STATES, AuditAction, EventData, EventKind, ReasonCode
 from tenants.audit import audit_record
 from tenants.models import TenantQuota
@@ -54,7 +54,7 @@ def schedule_trigger(*, actor: Principal, schedule_id: uuid.UUID | str) -> Execu
 
 @transaction.atomic
 def _trigger(*, actor: Principal, schedule_id: uuid.UUID | str) -> tuple[Execution | None, int]:
-    schedule = _live(actor, schedule_id)
+    schedule = live_schedule(actor, schedule_id)
     # Serialise triggers of one tenant on its quota row: the count and the insert
     # must not interleave, or 200 concurrent clicks would all see room for one more.
     quota = TenantQuota.objects.select_for_update().filter(tenant=actor.tenant).first()
@@ -130,13 +130,13 @@ def _trigger(*, actor: Principal, schedule_id: uuid.UUID | str) -> tuple[Executi
         except IntegrityError as exc:
             if constraint_name(exc) != "execution_one_per_occurrence":
                 raise
-    audit = _audit(
+    audit = record_audit(
         actor,
         AuditAction.SCHEDULE_TRIGGER,
         schedule,
         after={"execution_id": str(execution.id), "scheduled_for": now.isoformat(), "state": state},
     )
-    _event(
+    record_event(
         schedule,
         EventKind.TRIGGERED,
         f"triggered manually by {actor.label}" + (f"; {reason}" if reason else ""),

@@ -138,7 +138,7 @@ WITH done AS (
  RETURNING s.id, s.tenant_id, s.max_runs, s.runs_succeeded = s.max_runs AS reached
 ), withdrawn AS (
     -- What the beat staged ahead and has not published (services/schedules.py
-    -- _withdraw_staged's filter): gone, as for a pause. A row the beat admits first is
+    -- withdraw_staged's filter): gone, as for a pause. A row the beat admits first is
     -- no longer `scheduled` when this re-checks it; one staged by a beat transaction
     -- this statement cannot see yet is skipped at its claim (`schedule_completed`).
     DELETE FROM dispatch_execution e

@@ -41,12 +41,12 @@ from dispatch.targets.sandbox import (
     PROXY_ENV,
     EgressProxy,
     SandboxUnavailable,
-    _egress_policy,
-    _probe,
-    _read_info,
-    _spawn_kwargs,
+    egress_policy,
     limits_prefix,
+    probe_sandbox,
+    read_info,
     sandbox_prefix,
+    spawn_kwargs,
 )
 
 __all__ = ["clean", "rate_key", "run"]
@@ -116,10 +116,10 @@ def run(ctx: RunContext) -> Outcome:
         allow: Any = None
         if sandboxed:
             prefix = sandbox_prefix(registered)
-            _probe(prefix)
-            spawn = _spawn_kwargs()
+            probe_sandbox(prefix)
+            spawn = spawn_kwargs()
             if registered.egress:
-                allow = _egress_policy(ctx.tenant_id)
+                allow = egress_policy(ctx.tenant_id)
                 # bwrap reports the sandbox's pid on info_w and waits on block_r
                 # before it runs the command, while the proxy is put in place.
                 block_r, block_w = os.pipe()
@@ -180,7 +180,7 @@ def run(ctx: RunContext) -> Outcome:
     proxy: EgressProxy | None = None
     if fds:
         try:
-            proxy = EgressProxy.inside(_read_info(info_r, ctx.remaining()), allow)
+            proxy = EgressProxy.inside(read_info(info_r, ctx.remaining()), allow)
             os.write(block_w, b"go")
         except (OSError, ValueError) as exc:
             kill_group()

@@ -105,7 +105,7 @@ def limits_prefix(registered: Any, *, per_sandbox_nproc: bool) -> list[str]:
     return [*out, "--"]
 
 
-def _spawn_kwargs() -> dict[str, Any]:
+def spawn_kwargs() -> dict[str, Any]:
     # As root, drop to the sandbox uid *before* bwrap: a root bwrap's user
     # namespace would map the command's uid to real root on every bound file.
     if os.geteuid() == 0:
@@ -117,7 +117,7 @@ def _spawn_kwargs() -> dict[str, Any]:
     return {}
 
 
-def _probe(prefix: list[str]) -> None:
+def probe_sandbox(prefix: list[str]) -> None:
     """Run `true` in the sandbox once per worker process, so a kernel that refuses
     namespaces fails with bwrap's own words instead of as the command's exit 1."""
     key = tuple(prefix)
@@ -130,7 +130,7 @@ def _probe(prefix: list[str]) -> None:
             stdin=subprocess.DEVNULL,
             capture_output=True,
             timeout=15,
-            **_spawn_kwargs(),
+            **spawn_kwargs(),
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise SandboxUnavailable(f"the bubblewrap sandbox cannot start here: {exc}") from None
@@ -154,7 +154,7 @@ MAX_HEAD = 16 * 1024
 MAX_EGRESS_CONNECTIONS = 32
 
 
-def _egress_policy(tenant_id: Any) -> Any:
+def egress_policy(tenant_id: Any) -> Any:
     from dispatch.targets import netguard
 
     if os.geteuid() != 0:
@@ -165,7 +165,7 @@ def _egress_policy(tenant_id: Any) -> Any:
     return netguard.AllowList.parse(Tenant.objects.get(pk=tenant_id).egress_allow or [])
 
 
-def _read_info(fd: int, timeout: float) -> int:
+def read_info(fd: int, timeout: float) -> int:
     """The sandbox's pid from bwrap's --info-fd JSON (EOF when bwrap is done writing)."""
     import json
     import select

@@ -1,8 +1,8 @@
 """The worker's checks between the claim and the call: may this attempt call its
 target now?
 
-`_rate_limit` takes the attempt's slot on its target host (waiting briefly in
-place, or handing the attempt back until its turn); `_lease_held` confirms, as the
+`rate_limit` takes the attempt's slot on its target host (waiting briefly in
+place, or handing the attempt back until its turn); `lease_held` confirms, as the
 last step before the call, that the claim's lease is still ours. Both record what
 they decided (a `held_rate_limit` entry, a rejected `call`) so the runner only
 branches on the answer.
@@ -26,7 +26,7 @@ log = logging.getLogger("dispatch.worker")
 RATE_LIMIT_INLINE_S = 1.0
 
 
-def _lease_held(claim: Claim, *, lease_s: float) -> bool:
+def lease_held(claim: Claim, *, lease_s: float) -> bool:
     """The last check before the call: is the claim's lease still ours?
 
     Failure contract C2 and C5 (docs/explanation/failure-contract.md).
@@ -46,7 +46,7 @@ def _lease_held(claim: Claim, *, lease_s: float) -> bool:
     return False
 
 
-def _rate_limit(claim: Claim, module: ModuleType, *, lease_s: float) -> tuple[bool, float]:
+def rate_limit(claim: Claim, module: ModuleType, *, lease_s: float) -> tuple[bool, float]:
     """Take the attempt's slot on its target host: (handed back, seconds waited in place).
 
     A slot close enough is waited for here, holding the claim (well within the

@@ -55,7 +55,7 @@ from dispatch.targets.runtime import (
 from dispatch.timing import retry
 from dispatch.worker import alerts, leases, ratelimit, vault
 from dispatch.worker.leases import Claim, Event, Peek
-from dispatch.worker.precall import _lease_held, _rate_limit
+from dispatch.worker.precall import lease_held, rate_limit
 
 log = logging.getLogger("dispatch.worker")
 
@@ -288,7 +288,7 @@ def _run_claimed_attempt(claim: Claim, *, lease_s: float) -> str:
                 reason_code="bad_target",
             ),
         )
-    held, waited = _rate_limit(claim, module, lease_s=lease_s)
+    held, waited = rate_limit(claim, module, lease_s=lease_s)
     if held:
         return "held"
 
@@ -298,7 +298,7 @@ def _run_claimed_attempt(claim: Claim, *, lease_s: float) -> str:
     heartbeat.start()
     faults.crash_at("worker_after_claim", claim.execution_id)
     try:
-        if not _lease_held(claim, lease_s=lease_s):
+        if not lease_held(claim, lease_s=lease_s):
             return "fenced"
         with telemetry.tracer.start_as_current_span("target.call") as call_span:
             call_span.set_attribute("scheduler.target", str(claim.target.get("type")))

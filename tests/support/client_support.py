@@ -24,6 +24,8 @@ CLIENT_DIR = ROOT / "clients" / "python"
 if str(CLIENT_DIR) not in sys.path:  # the package as the repository has it
     sys.path.insert(0, str(CLIENT_DIR))
 
+from scheduler_client.client import KEEPALIVE_EXPIRY_S  # noqa: E402  # isort: skip
+
 TARGET = {"type": "http", "url": "https://billing.internal/hook", "method": "POST"}
 
 
@@ -68,6 +70,7 @@ class Exchange:
     status: int | None  # None: no answer (a connection error)
     sent: float  # time.monotonic() when the request went out
     answered: float  # ... and when the answer (or the error) came back
+    error: str | None = None  # no answer: the transport error, "Type: message"
 
 
 class Recorder(httpx.HTTPTransport):
@@ -75,7 +78,8 @@ class Recorder(httpx.HTTPTransport):
     e.g. to heal a fault once the error it caused has been seen)."""
 
     def __init__(self, on_response: Callable[[httpx.Response], None] | None = None) -> None:
-        super().__init__()
+        # The pool settings the client gives its own transport.
+        super().__init__(limits=httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S))
         self.on_response = on_response
         self.exchanges: list[Exchange] = []
 
@@ -83,9 +87,10 @@ class Recorder(httpx.HTTPTransport):
         sent = time.monotonic()
         try:
             response = super().handle_request(request)
-        except httpx.TransportError:
+        except httpx.TransportError as exc:
+            error = f"{type(exc).__name__}: {exc}"
             self.exchanges.append(
-                Exchange(request.method, request.url.path, None, sent, time.monotonic())
+                Exchange(request.method, request.url.path, None, sent, time.monotonic(), error)
             )
             raise
         response.read()  # the whole answer, so `answered` is when it was in

@@ -1,19 +1,32 @@
 """The synchronous client: one httpx connection pool, the API's error envelope
 as typed exceptions, keyset paging as iterators, and retries that are safe.
 
-Retries: a 429 or 503 means the server did nothing, so every method is retried,
-after the Retry-After the server sent (seconds or an HTTP date) or else an
-exponential, jittered, capped backoff. A connection error may have reached the
-server, so only idempotent requests are retried then: GET, PUT, DELETE, and the
-POSTs the API makes idempotent (a job with an idempotency_key, apply), which
-callers mark with `idempotent=True`. The backoff math is the platform's own
+Retries, with the Retry-After the server sent (seconds or an HTTP date) as the
+least wait, else an exponential, jittered, capped backoff; at most `max_retries`
+more attempts, and none that would start later than `retry_timeout` seconds after
+the first:
+
+* 429: every request. The throttle refuses before the view runs: nothing was done.
+* 503 (the database is away: a fail-over, a switchover, a restart) and connection
+  errors: idempotent requests only — GET, HEAD, OPTIONS, PUT, DELETE, and the
+  requests callers mark `idempotent=True`: a POST carrying an idempotency key
+  (/v1/jobs with `idempotency_key`, /v1/jobs:batch), a PATCH conditional on its
+  If-Match version, and the POSTs whose repeat is the same state (apply, pause,
+  resume, cancel, snooze, the dry runs). The server may have lost its database
+  while committing, so a 503 does not prove that nothing was done: a POST without
+  a key (create a schedule, trigger, rerun, backfill) is raised at once, its
+  message saying so.
+
+When the retries run out, the last error is raised, its message saying how many
+attempts were made over how long. The backoff math is the platform's own
 (scheduler_client.timing.retry), not a second copy.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
@@ -35,16 +48,41 @@ from scheduler_client.models import (
 )
 from scheduler_client.timing import retry as backoff
 
-__all__ = ["Client"]
+__all__ = ["Client", "RetryNotice"]
 
 IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
-RETRY_STATUSES = frozenset({429, 503})
+THROTTLED, UNAVAILABLE = 429, 503
 # The client's backoff policy in the platform's retry-policy shape.
 BACKOFF_POLICY = {"max_attempts": 0, "backoff": "exponential", "initial_s": 0.5, "max_s": 8.0}
+# Enough to ride out a planned switchover of PostgreSQL (seconds) and most fail-overs.
+DEFAULT_MAX_RETRIES = config.DEFAULT_RETRIES
+DEFAULT_RETRY_TIMEOUT_S = config.DEFAULT_RETRY_TIMEOUT_S
 # A Retry-After longer than this is not waited out: the error is raised at once,
 # carrying retry_after, so a CLI does not hang for an hour.
 MAX_RETRY_AFTER_S = 60.0
 USER_AGENT = "scheduler-client/0.1"
+# A pooled connection idle this long is not used again. Servers close idle keep-alive
+# connections (gunicorn after 2 s), and a request sent on one just as the server closes
+# it is reset unanswered: a POST then fails for nothing, since it cannot be sent again.
+# Waiting out a Retry-After (2 s for a 503) is exactly such an idle gap.
+KEEPALIVE_EXPIRY_S = 1.0
+NOT_RETRIED = (
+    "not sent again: {method} {path} is not idempotent and may have taken effect; "
+    "look before you send it again"
+)
+
+
+@dataclass(frozen=True)
+class RetryNotice:
+    """What `on_retry` is told before the client waits and sends a request again."""
+
+    method: str
+    path: str
+    attempt: int  # the attempt that failed, from 1
+    max_attempts: int
+    status: int  # 0: no answer (a connection error)
+    message: str
+    delay_s: float
 
 
 def _quote(value: str) -> str:
@@ -64,21 +102,31 @@ class Client:
         token: str,
         *,
         timeout: float = 30.0,
-        max_retries: int = 4,
+        max_retries: int = DEFAULT_MAX_RETRIES,
+        retry_timeout: float = DEFAULT_RETRY_TIMEOUT_S,
         transport: httpx.BaseTransport | None = None,
         max_retry_after: float = MAX_RETRY_AFTER_S,
+        on_retry: Callable[[RetryNotice], None] | None = None,
     ) -> None:
+        """`max_retries`: attempts after the first; `retry_timeout`: seconds after the
+        first attempt past which no retry starts; `on_retry`: told of each retry
+        before its wait (schedctl prints it)."""
         if not base_url:
             raise ValueError("base_url is required")
         if not token:
             raise ValueError("token is required")
+        if max_retries < 0 or retry_timeout < 0:
+            raise ValueError("max_retries and retry_timeout must not be negative")
         self.base_url = base_url.rstrip("/")
         self.max_retries = max_retries
+        self.retry_timeout = retry_timeout
         self.max_retry_after = max_retry_after
+        self.on_retry = on_retry
         self._http = httpx.Client(
             base_url=self.base_url,
             timeout=timeout,
-            transport=transport,
+            transport=transport,  # a transport of the caller's keeps its own pool settings
+            limits=httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S),
             headers={
                 "Authorization": f"Bearer {token}",
                 "Accept": "application/json",
@@ -88,14 +136,15 @@ class Client:
 
     @classmethod
     def from_env(cls, **kwargs: Any) -> Client:
-        """SCHEDCTL_URL / SCHEDCTL_TOKEN, else the file `schedctl login` wrote."""
+        """SCHEDCTL_URL / SCHEDCTL_TOKEN, else the file `schedctl login` wrote; the retry
+        limits from SCHEDCTL_RETRIES / SCHEDCTL_RETRY_TIMEOUT when set."""
         settings = config.load()
         if not settings.url or not settings.token:
             raise ValueError(
                 "no server configured: set SCHEDCTL_URL and SCHEDCTL_TOKEN, "
                 f"or run `schedctl login` (writes {config.config_path()})"
             )
-        return cls(settings.url, settings.token, **kwargs)
+        return cls(settings.url, settings.token, **(config.retry_options() | kwargs))
 
     def __repr__(self) -> str:
         return f"Client({self.base_url!r})"
@@ -147,30 +196,58 @@ class Client:
         method = method.upper()
         safe = method in IDEMPOTENT_METHODS if idempotent is None else idempotent
         query = {k: v for k, v in (params or {}).items() if v is not None}
+        started = time.monotonic()
         attempt = 0
         while True:
             attempt += 1
             retry_after: float | None = None
+            cause: Exception | None = None
             try:
                 response = self._http.request(
                     method, path, json=json, params=query, headers=dict(headers or {})
                 )
             except httpx.TransportError as exc:
-                if not safe or attempt > self.max_retries:
-                    raise TransportError(
-                        0, "network_error", f"{method} {path}: {exc or type(exc).__name__}"
-                    ) from exc
+                cause = exc
+                error: ApiError = TransportError(
+                    0, "network_error", f"{method} {path}: {exc or type(exc).__name__}"
+                )
+                # It may have reached the server before the connection broke.
+                retryable = safe
             else:
                 if response.is_success:
                     return response
                 retry_after = backoff.parse_retry_after(response.headers.get("Retry-After"))
-                if (
-                    response.status_code not in RETRY_STATUSES
-                    or attempt > self.max_retries
-                    or (retry_after is not None and retry_after > self.max_retry_after)
-                ):
-                    raise self._error(response, retry_after)
-            time.sleep(backoff.backoff_s(BACKOFF_POLICY, attempt, retry_after_s=retry_after))
+                error = self._error(response, retry_after)
+                status = response.status_code
+                retryable = status == THROTTLED or (status == UNAVAILABLE and safe)
+            if not retryable:
+                if error.status in (0, UNAVAILABLE):
+                    error.note = NOT_RETRIED.format(method=method, path=path)
+                raise error from cause
+            if retry_after is not None and retry_after > self.max_retry_after:
+                raise error from cause
+            delay = backoff.backoff_s(BACKOFF_POLICY, attempt, retry_after_s=retry_after)
+            elapsed = time.monotonic() - started
+            if attempt > self.max_retries or elapsed + delay > self.retry_timeout:
+                error.attempts = attempt
+                error.note = (
+                    f"gave up after {attempt} attempt{'s' if attempt > 1 else ''} "
+                    f"in {elapsed:.1f} s"
+                )
+                raise error from cause
+            if self.on_retry is not None:
+                self.on_retry(
+                    RetryNotice(
+                        method,
+                        path,
+                        attempt,
+                        self.max_retries + 1,
+                        error.status,
+                        error.message,
+                        delay,
+                    )
+                )
+            time.sleep(delay)
 
     @staticmethod
     def _error(response: httpx.Response, retry_after: float | None) -> ApiError:
@@ -220,7 +297,8 @@ class Client:
         return Schedule.from_json(self.request("GET", f"/v1/schedules/{_quote(schedule_id)}"))
 
     def create_schedule(self, definition: Mapping[str, Any]) -> Schedule:
-        """POST /v1/schedules (not retried on a lost connection: it could create twice)."""
+        """POST /v1/schedules (not retried after a 503 or a lost connection: it could
+        create twice)."""
         return Schedule.from_json(self.request("POST", "/v1/schedules", json=dict(definition)))
 
     def update_schedule(
@@ -260,7 +338,7 @@ class Client:
         )
 
     def trigger_schedule(self, schedule_id: str) -> Execution:
-        """Run now (not retried on a lost connection: it could run twice)."""
+        """Run now (not retried after a 503 or a lost connection: it could run twice)."""
         return Execution.from_json(
             self.request("POST", f"/v1/schedules/{_quote(schedule_id)}:trigger")
         )
@@ -383,7 +461,8 @@ class Client:
         self, execution_id: str, *, target: Mapping[str, Any] | None = None
     ) -> Execution:
         """Re-run a final execution as its next attempt (202); `target` replaces the
-        schedule's for this run only. Not retried on a lost connection: it could run twice."""
+        schedule's for this run only. Not retried after a 503 or a lost connection: it
+        could run twice."""
         return Execution.from_json(
             self.request(
                 "POST",
@@ -455,7 +534,7 @@ class Client:
         skip_paused: bool | None = None,
     ) -> Backfill:
         """Run the schedule's occurrences in [start, end) now (ISO 8601 instants, end not
-        in the future). Not retried on a lost connection: it could start twice."""
+        in the future). Not retried after a 503 or a lost connection: it could start twice."""
         body = self._backfill_body(
             start,
             end,
@@ -518,7 +597,7 @@ class Client:
         """pause / resume / trigger / delete schedules by ids or by `filters` (the list
         filters: search, kind, paused). A small set is worked in the request (state
         "done", every item's result); a larger one comes back "running": follow it with
-        get_operation. Not retried on a lost connection (trigger could run twice)."""
+        get_operation. Not retried after a 503 or a lost connection (trigger could run twice)."""
         body = self._bulk_body(action, ids, filters, reason=reason, until=until)
         return Operation.from_json(self.request("POST", "/v1/schedules:bulk", json=body))
 
@@ -653,7 +732,7 @@ class Client:
 
     def test_alert_channel(self, channel_id: str) -> dict[str, Any]:
         """Send a test message now: {"ok": bool, "detail": "HTTP 200" or why not}. A
-        refused destination is the answer, not an error. Not retried on a lost
+        refused destination is the answer, not an error. Not retried after a 503 or a lost
         connection (it would send twice)."""
         result: dict[str, Any] = self.request(
             "POST", f"/v1/alert-channels/{_quote(channel_id)}:test"

@@ -12,10 +12,18 @@ import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 URL_ENV = "SCHEDCTL_URL"
 TOKEN_ENV = "SCHEDCTL_TOKEN"  # noqa: S105  # the variable's name, not a secret
 CONFIG_ENV = "SCHEDCTL_CONFIG"  # an explicit file, for CI and tests
+RETRIES_ENV = "SCHEDCTL_RETRIES"
+RETRY_TIMEOUT_ENV = "SCHEDCTL_RETRY_TIMEOUT"
+# The client's retry limits unless told otherwise (scheduler_client/client.py says
+# what is retried): enough for a planned switchover of the platform's PostgreSQL
+# (seconds) and most fail-overs, short enough that a CI job does not hang.
+DEFAULT_RETRIES = 6
+DEFAULT_RETRY_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -57,6 +65,34 @@ def load(url: str | None = None, token: str | None = None) -> Settings:
         return Settings(url, token)
     stored = read_file()
     return Settings(url or stored.url, token or stored.token)
+
+
+def retry_options(retries: int | None = None, timeout: float | None = None) -> dict[str, Any]:
+    """The Client's `max_retries` / `retry_timeout` given here or in the environment
+    (SCHEDCTL_RETRIES, SCHEDCTL_RETRY_TIMEOUT); those set nowhere are left out, so
+    the Client's defaults apply. ValueError names a variable that is not a number."""
+    options: dict[str, Any] = {}
+    raw_retries = os.environ.get(RETRIES_ENV, "").strip()
+    raw_timeout = os.environ.get(RETRY_TIMEOUT_ENV, "").strip()
+    if retries is None and raw_retries:
+        try:
+            retries = int(raw_retries)
+        except ValueError:
+            raise ValueError(f"{RETRIES_ENV}: not a whole number: {raw_retries!r}") from None
+    if timeout is None and raw_timeout:
+        try:
+            timeout = float(raw_timeout)
+        except ValueError:
+            raise ValueError(f"{RETRY_TIMEOUT_ENV}: not a number: {raw_timeout!r}") from None
+    if retries is not None:
+        if retries < 0:
+            raise ValueError(f"retries must be 0 or more, not {retries}")
+        options["max_retries"] = retries
+    if timeout is not None:
+        if not timeout >= 0:  # NaN too
+            raise ValueError(f"the retry timeout must be 0 or more seconds, not {timeout}")
+        options["retry_timeout"] = timeout
+    return options
 
 
 class ConfigError(Exception):

@@ -29,11 +29,14 @@ class ApiError(Exception):
         self.message = message
         self.detail = detail
         self.retry_after = retry_after  # seconds the server asked for (429 / 503)
+        self.attempts = 1  # how many times the client sent the request (its retries)
+        self.note = ""  # the client's word on its retries: given up, or not sent again
 
     def __str__(self) -> str:
         # The message usually is the first detail already ("cron: ..."): add only the rest.
         extra = [part for part in _detail_parts(self.detail) if part not in self.message]
-        return f"{self.message} ({'; '.join(extra)})" if extra else self.message
+        text = f"{self.message} ({'; '.join(extra)})" if extra else self.message
+        return f"{text} — {self.note}" if self.note else text
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(status={self.status}, code={self.code!r}, message={self.message!r})"

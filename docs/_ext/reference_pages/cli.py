@@ -26,8 +26,12 @@ ENV_MEANINGS = {
     "URL_ENV": "the API base URL, when `--url` is not given",
     "TOKEN_ENV": "the API token, when `--token` is not given",
     "CONFIG_ENV": "the config file to read instead of the one `schedctl login` writes",
+    "RETRIES_ENV": "how many more times a request is sent after a 429, a 503 or a lost "
+    "connection, when `--retries` is not given",
+    "RETRY_TIMEOUT_ENV": "seconds after the first attempt past which no retry starts, when "
+    "`--retry-timeout` is not given",
 }
-COMMON = ("--url", "--token", "--json")
+COMMON = ("--url", "--token", "--json", "--retries", "--retry-timeout")
 WIDTH = 88  # usage lines wrap here, whatever the builder's terminal
 
 
@@ -130,14 +134,27 @@ def render() -> str:
         "Accepted before or after the command (`schedctl --json ls` and `schedctl ls --json` "
         "are the same).\n",
         table(("option", "what it does"), _argument_rows(parser, skip_common=False)),
-        "## Where the server and token come from\n",
-        "The option first, then the environment, then the config file "
-        "(`$XDG_CONFIG_HOME/schedctl/config.toml`, else `~/.config/schedctl/config.toml`, "
-        "mode 0600, written by `schedctl login`).\n",
+        "## Where the server, the token and the retry limits come from\n",
+        "The option first, then the environment, then — for the server and the token — the "
+        "config file (`$XDG_CONFIG_HOME/schedctl/config.toml`, else "
+        "`~/.config/schedctl/config.toml`, mode 0600, written by `schedctl login`); retry "
+        f"limits set nowhere are {config.DEFAULT_RETRIES} retries within "
+        f"{config.DEFAULT_RETRY_TIMEOUT_S:g} s.\n",
         table(
             ("variable", "what it does"),
             [[code(value), inline(ENV_MEANINGS[name])] for name, value in sorted(envs.items())],
         ),
+        "## Retries\n",
+        "A request answered 429 (throttled) is sent again, whatever its method. One "
+        "answered 503 (the platform's database is away: a fail-over, a switchover, a "
+        "restart) or that got no answer is sent again only when that is safe: the reads "
+        "(`ls`, `get`, `runs`, `why`, `export`), `rm`, `apply` and `import`, `edit` "
+        "(conditional on the version), `pause` and `resume`. `create` and `trigger` are "
+        "not, because the server may have done them before its database went away: "
+        "look before you run them again. The wait is the server's "
+        "`Retry-After`, else a backoff from 0.5 s doubling up to 8 s; each retry is noted "
+        "on standard error. When the retries run out the last error is printed with how "
+        "many attempts were made over how long, and the exit code is 1.\n",
         "## Exit codes\n",
         table(
             ("code", "meaning"),

@@ -53,10 +53,10 @@ def test_unique_violations_become_the_field_errors_users_see(tenant: Tenant) -> 
     # Inside a transaction.atomic each, as schedule_create and schedule_update call it
     # (it takes no savepoint of its own: the caller's block rolls back).
     with pytest.raises(InvalidSchedule) as by_name, transaction.atomic():
-        services._save_unique(_schedule(tenant, "nightly"), force_insert=True)
+        services.save_schedule_unique(_schedule(tenant, "nightly"), force_insert=True)
     assert by_name.value.detail == {"name": ["a schedule with this name already exists"]}
     with pytest.raises(InvalidSchedule) as by_id, transaction.atomic():
-        services._save_unique(_schedule(tenant, "other", id=first.id), force_insert=True)
+        services.save_schedule_unique(_schedule(tenant, "other", id=first.id), force_insert=True)
     assert by_id.value.detail == {"id": ["this form was already submitted; reload it"]}
 
 
@@ -68,6 +68,6 @@ def test_a_constraint_name_inside_the_message_is_not_mistaken_for_a_violation(
     # the text would have reported "a schedule with this name already exists".
     bad = _schedule(tenant, "schedule_name_unique_live dispatch_schedule_pkey", priority="bogus")
     with pytest.raises(IntegrityError) as caught:
-        services._save_unique(bad, force_insert=True)
+        services.save_schedule_unique(bad, force_insert=True)
     assert "schedule_name_unique_live" in str(caught.value)
     assert constraint_name(caught.value) == "schedule_priority_valid"

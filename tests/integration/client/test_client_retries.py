@@ -14,6 +14,7 @@ from django.db import connection
 
 from tenants.roles import Role
 from tests.support.client_support import (
+    TARGET,
     Recorder,
     Tenant,
     definition,
@@ -127,7 +128,7 @@ def test_every_method_is_retried_on_429(server: WebServer, owner: Tenant) -> Non
         assert sorted(s.id for s in check.list_schedules()) == sorted(created)
 
 
-def test_a_503_while_the_database_is_away_is_retried(
+def test_a_503_while_the_database_is_away_is_retried_for_idempotent_requests_only(
     server: WebServer, owner: Tenant, proxy: FaultProxy
 ) -> None:
     with Client(server.url, owner.token, max_retries=0) as once:
@@ -135,18 +136,30 @@ def test_a_503_while_the_database_is_away_is_retried(
         with pytest.raises(Unavailable) as raised:
             once.request("GET", "/v1/schedules")
     assert raised.value.status == 503 and raised.value.code == "unavailable"
-    assert raised.value.retry_after == 5
+    assert raised.value.retry_after == 2  # DB_UNAVAILABLE_RETRY_AFTER_S's default
+    assert raised.value.attempts == 1 and "gave up after 1 attempt in" in str(raised.value)
 
-    # The proxy heals as soon as the client has seen the 503: the retry must succeed.
+    # A POST without an idempotency key is not sent again: the server may have lost
+    # its database while committing it.
+    recorder = Recorder()
+    with (
+        Client(server.url, owner.token, transport=recorder) as client,
+        pytest.raises(Unavailable) as refused,
+    ):
+        client.create_schedule(definition("during-the-outage"))
+    assert recorder.statuses() == [503]
+    assert "not sent again: POST /v1/schedules is not idempotent" in str(refused.value)
+
+    # A job with its idempotency key is. The proxy heals as soon as the client has
+    # seen the 503: the retry must succeed, and create the job once.
     recorder = Recorder(on_response=lambda r: proxy.pass_() if r.status_code == 503 else None)
-    proxy.refuse()
     with Client(server.url, owner.token, transport=recorder) as client:
-        created = client.create_schedule(definition("after-the-outage"))  # a POST
-    assert recorder.statuses()[0] == 503 and recorder.statuses()[-1] == 201
-    outage, retried = recorder.exchanges[0], recorder.exchanges[-1]
-    assert retried.sent - outage.answered >= 5.0  # Retry-After: 5
+        job = client.create_job({"idempotency_key": "after-the-outage", "target": TARGET})
+    assert recorder.statuses() == [503, 201]
+    outage, retried = recorder.exchanges
+    assert retried.sent - outage.answered >= 2.0  # Retry-After: 2
     with Client(server.url, extra_token(owner.slug, Role.VIEWER)) as check:
-        assert [s.id for s in check.list_schedules()] == [created.id]  # created once
+        assert [s.id for s in check.list_schedules()] == [job.id]  # created once
 
 
 def test_connection_errors_retry_only_idempotent_requests(db: Any) -> None:

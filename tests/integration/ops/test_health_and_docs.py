@@ -11,7 +11,11 @@ def test_healthz_and_readyz_report_db_broker_and_migrations(client: Client) -> N
     assert client.get("/healthz").json() == {"status": "ok"}
     ready = client.get("/readyz")
     assert ready.status_code == 200, ready.content
-    assert ready.json()["checks"] == {"database": "ok", "migrations": "ok", "broker": "ok"}
+    assert ready.json() == {
+        "status": "ready",
+        "reasons": [],
+        "checks": {"database": "ok", "migrations": "ok", "broker": "ok"},
+    }
 
 
 @pytest.mark.django_db

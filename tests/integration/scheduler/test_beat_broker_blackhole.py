@@ -111,11 +111,11 @@ def test_a_black_holed_broker_neither_freezes_the_beat_nor_costs_its_leases(
                 Pending(0, str(uuid.uuid4()), 1, "default.short", tenant.pk, 0) for _ in range(n)
             ]
 
-        assert len(beat._publish(items(5))) == 5  # confirmed, through the proxy
+        assert len(beat.publish_items(items(5))) == 5  # confirmed, through the proxy
         proxied_broker.black_hole()
         result: list[list[Pending]] = []
         started = time.monotonic()
-        publishing = threading.Thread(target=lambda: result.append(beat._publish(items(5))))
+        publishing = threading.Thread(target=lambda: result.append(beat.publish_items(items(5))))
         publishing.start()
         publishing.join(timeout=20)
         took = time.monotonic() - started

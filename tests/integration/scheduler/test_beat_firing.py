@@ -471,14 +471,14 @@ def test_publish_time_is_recorded_even_when_a_worker_claimed_first(
     written — before the message existed, so fire-lag figures keep the fastest
     starts and nothing written after the publish can clobber the claim."""
     job = make(admin_principal, name="fast", run_at=db_now() - timedelta(seconds=1))
-    publish = beat._publish
+    publish = beat.publish_items
 
     def publish_then_claimed(items: list[Any]) -> list[Any]:
         sent = publish(items)
         Execution.objects.filter(schedule=job).update(state="running", fencing_token=1)
         return sent
 
-    monkeypatch.setattr(beat, "_publish", publish_then_claimed)
+    monkeypatch.setattr(beat, "publish_items", publish_then_claimed)
     beat.cycle()
     ex = Execution.objects.get(schedule=job)
     assert ex.state == "running" and ex.enqueued_at is not None

@@ -56,7 +56,7 @@ def test_a_busy_worker_drains_high_priority_before_low(
             rows.append((make_execution(high), "high.short"))
         # Queued exactly as the beat publishes, before the worker starts.
         beat = Beat(BeatConfig(name="prio-beat"))
-        sent = beat._publish(
+        sent = beat.publish_items(
             [Pending(0.0, str(e.id), 1, q, e.tenant_id, e.partition) for e, q in rows]
         )
         assert len(sent) == 2 * EACH
@@ -111,7 +111,7 @@ def test_messages_queued_while_the_worker_is_busy_still_run_high_first(
         beat = Beat(BeatConfig(name="prio-busy-beat"))
 
         def publish(rows: list[tuple[Execution, str]]) -> None:
-            sent = beat._publish(
+            sent = beat.publish_items(
                 [Pending(0.0, str(e.id), 1, q, e.tenant_id, e.partition) for e, q in rows]
             )
             assert len(sent) == len(rows)

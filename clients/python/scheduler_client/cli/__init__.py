@@ -3,7 +3,8 @@
 Each command module (COMMAND_MODULES) has `register(subparsers)`; each of its
 subparsers does `set_defaults(handler=fn)` with `fn(args, ctx) -> int`, the exit
 code. main() owns the common options (--url, --token, --json, accepted before or
-after the command), turns errors into `error: ...` on stderr, and the exit codes:
+after the command; --retries and --retry-timeout too), turns errors into `error: ...`
+on stderr, and the exit codes:
 0 ok, 1 API or network error, 2 usage or invalid input (API 400/422 included),
 3 `apply --dry-run --exit-code` found changes.
 """
@@ -17,6 +18,7 @@ import sys
 from collections.abc import Sequence
 from typing import IO
 
+from scheduler_client import config
 from scheduler_client.cli.context import (
     EXIT_API,
     EXIT_CHANGES,
@@ -40,6 +42,25 @@ def _common_options(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
         ("--url", {"help": "API base URL (else SCHEDCTL_URL, else the config file)"}),
         ("--token", {"help": "API token (else SCHEDCTL_TOKEN, else the config file)"}),
         ("--json", {"action": "store_true", "help": "machine-readable JSON output"}),
+        (
+            "--retries",
+            {
+                "type": int,
+                "metavar": "N",
+                "help": "send a request at most N more times after a 429, a 503 or a lost "
+                f"connection (else {config.RETRIES_ENV}, else {config.DEFAULT_RETRIES}; "
+                "0: never)",
+            },
+        ),
+        (
+            "--retry-timeout",
+            {
+                "type": float,
+                "metavar": "SECONDS",
+                "help": "start no retry later than this after the first attempt "
+                f"(else {config.RETRY_TIMEOUT_ENV}, else {config.DEFAULT_RETRY_TIMEOUT_S:g})",
+            },
+        ),
     )
     for flag, spec in options:
         if flag in parser._option_string_actions:
@@ -92,7 +113,15 @@ def main(
             args = parser.parse_args(list(argv) if argv is not None else None)
     except SystemExit as exc:  # argparse: --help is 0, a usage error 2
         return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
-    ctx = Context(out=out, err=err, json=args.json, url=args.url, token=args.token)
+    ctx = Context(
+        out=out,
+        err=err,
+        json=args.json,
+        url=args.url,
+        token=args.token,
+        retries=args.retries,
+        retry_timeout=args.retry_timeout,
+    )
     try:
         code: int = args.handler(args, ctx)
         return code

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from scheduler_client import config
-from scheduler_client.client import Client
+from scheduler_client.client import Client, RetryNotice
 
 # The exit codes (CI scripts test them): 0 ok / no changes, 1 an API or network
 # error, 2 usage or invalid input (API 400 and 422 too), 3 `apply --exit-code`
@@ -31,14 +31,18 @@ class Context:
     json: bool = False
     url: str | None = None
     token: str | None = None
+    retries: int | None = None
+    retry_timeout: float | None = None
     _client: Client | None = field(default=None, repr=False)
 
     @property
     def client(self) -> Client:
-        """From --url/--token, else SCHEDCTL_URL/SCHEDCTL_TOKEN, else the config file."""
+        """From --url/--token, else SCHEDCTL_URL/SCHEDCTL_TOKEN, else the config file;
+        the retry limits from --retries/--retry-timeout, else the environment."""
         if self._client is None:
             try:
                 settings = config.load(self.url, self.token)
+                retry = config.retry_options(self.retries, self.retry_timeout)
             except ValueError as exc:
                 raise UsageError(str(exc)) from None
             if not settings.url or not settings.token:
@@ -46,8 +50,16 @@ class Context:
                     "no server configured: run `schedctl login --url URL --token TOKEN`, "
                     "set SCHEDCTL_URL and SCHEDCTL_TOKEN, or pass --url and --token"
                 )
-            self._client = Client(settings.url, settings.token)
+            self._client = Client(settings.url, settings.token, on_retry=self.note_retry, **retry)
         return self._client
+
+    def note_retry(self, notice: RetryNotice) -> None:
+        """One line on stderr per retry, so a command waiting out a fail-over says why."""
+        answer = f"HTTP {notice.status}" if notice.status else "no answer"
+        self.warn(
+            f"{notice.method} {notice.path}: {answer} ({notice.message}); retrying in "
+            f"{notice.delay_s:.1f} s (attempt {notice.attempt + 1} of {notice.max_attempts})"
+        )
 
     def close(self) -> None:
         if self._client is not None:
