@@ -290,6 +290,12 @@ BEAT_LEASE_TTL_S = float(get("BEAT_LEASE_TTL_S", "10") or 10)
 # call that never returns) exits with 70 so its supervisor restarts it; 0 disables.
 BEAT_STALL_EXIT_S = float(get("BEAT_STALL_EXIT_S", "60") or 0)
 BEAT_CYCLE_S = float(get("BEAT_CYCLE_S", "1") or 1)
+# A beat that has had work due and published nothing for this long (its broker link
+# dead or silent) hands its partitions over to a beat that can publish, and stands by
+# for at least BEAT_PUBLISH_COOLOFF_S before it probes its broker and takes part
+# again (dispatch/scheduler/handover.py); 0 disables the hand-over.
+BEAT_PUBLISH_STALL_S = float(get("BEAT_PUBLISH_STALL_S", "5") or 0)
+BEAT_PUBLISH_COOLOFF_S = float(get("BEAT_PUBLISH_COOLOFF_S", "30") or 0)
 # Pre-staged firing: occurrences are claimed, planned, inserted (next_run_at advanced)
 # and loaded into the beat's heap this long before they are due, so at the due
 # instant the beat only admits and publishes. BEAT_LOOKAHEAD_S is the old name

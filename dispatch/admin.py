@@ -57,5 +57,7 @@ class BeatNodeAdmin(ReadOnlyAdmin):
         "stale_writes_rejected",
         "fired_total",
         "published_total",
+        "standby_since",
+        "handovers_total",
         "stopped_at",
     )

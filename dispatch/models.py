@@ -523,6 +523,13 @@ class BeatNode(models.Model):
     fired_total = models.BigIntegerField(default=0)
     published_total = models.BigIntegerField(default=0)
     stopped_at = models.DateTimeField(null=True, blank=True)
+    # Set while the beat stands by: it could not publish, handed its partitions over and
+    # takes no part in the fair share until its broker answers again (scheduler/handover.py).
+    standby_since = models.DateTimeField(null=True, blank=True)
+    # Database default: beat_register's INSERT names its columns, old code's included.
+    handovers_total = models.BigIntegerField(db_default=0)
+    # Its publishes are failing (reported with each heartbeat): no taker for a hand-over.
+    publish_failing = models.BooleanField(db_default=False)
 
     class Meta:
         ordering = ["name"]

@@ -104,6 +104,17 @@ class DatabaseCollector(Collector):
         yield CounterMetricFamily(
             "scheduler_dispatched", "Executions published by beats", value=beats.published
         )
+        yield GaugeMetricFamily(
+            "scheduler_beats_standby",
+            "Live beats standing by: they could not publish and handed their partitions over",
+            value=beats.standby,
+        )
+        yield CounterMetricFamily(
+            "scheduler_beat_publish_handovers",
+            "Hand-overs of a beat's partitions after it could not publish "
+            "for BEAT_PUBLISH_STALL_S with work due",
+            value=beats.handovers,
+        )
         partitions = sql.rows("metrics_partitions")[0]
         yield CounterMetricFamily(
             "scheduler_partition_ownership_changes",

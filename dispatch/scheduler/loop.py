@@ -27,6 +27,9 @@ Each cycle
   5. sweeps: re-publishes queued rows nobody claimed, rescues expired worker
      leases (sweeper.py), resumes schedules whose pause ended, and now and then
      purges expired history (retention.py).
+A beat that has had work due and published nothing for BEAT_PUBLISH_STALL_S hands
+its partitions over to a beat that can publish and stands by until its broker
+answers again (the rule: handover.py).
 Any number of beats run side by side; they coordinate only through PostgreSQL
 (every statement: store.py). Each step of `cycle()` returns how much it did.
 """
@@ -52,12 +55,13 @@ from django.db import connection, transaction
 
 from config import telemetry
 from core import faults
-from core.db import db_clock, listen
+from core.db import db_clock, listen, notify
 from dispatch.queues import DEFAULT_QUEUE
 from dispatch.scheduler import firing, retention, store, sweeper
 from dispatch.scheduler.admission import Admission
 from dispatch.scheduler.control import ControlPump
 from dispatch.scheduler.firing import Pending
+from dispatch.scheduler.handover import PublishStall
 from dispatch.scheduler.partitions import LeaseKeeper, Partitions
 from dispatch.scheduler.publish import Publisher, publisher_for
 from dispatch.scheduler.watchdog import Watchdog
@@ -69,6 +73,10 @@ log = logging.getLogger("dispatch.beat")
 # the next chunk is admitted: the first messages of a 100k burst leave after one
 # chunk's admission, not after all of it.
 ADMIT_CHUNK = 5000
+# The wake-up channel's payload a beat sends when it hands its partitions over or takes
+# part again: the others re-read the live beats at once (not at their next renewal)
+# and take, or hand back, partitions on that cycle.
+REBALANCE = "rebalance"
 
 
 @dataclass
@@ -90,6 +98,8 @@ class BeatConfig:
     sweep_interval_s: float = 2.0
     max_inflight: int = 0  # 0: no global cap
     stall_exit_s: float = 60.0  # 0: no watchdog (watchdog.py)
+    publish_stall_s: float = 5.0  # 0: never hand over (handover.py)
+    publish_cooloff_s: float = 30.0
 
     @classmethod
     def from_settings(cls, **overrides: Any) -> BeatConfig:
@@ -104,6 +114,8 @@ class BeatConfig:
             "sweep_interval_s": settings.SWEEP_INTERVAL_S,
             "max_inflight": settings.DISPATCH_MAX_INFLIGHT,
             "stall_exit_s": settings.BEAT_STALL_EXIT_S,
+            "publish_stall_s": settings.BEAT_PUBLISH_STALL_S,
+            "publish_cooloff_s": settings.BEAT_PUBLISH_COOLOFF_S,
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
@@ -113,8 +125,15 @@ class Beat:
     def __init__(self, config: BeatConfig) -> None:
         self.cfg = config
         self.partitions = Partitions(config, on_drop=self._forget, on_fenced=self._fenced)
+        # The publish-stall rule (handover.py); the keeper reports whether it is failing.
+        self.stall = PublishStall(
+            stall_s=config.publish_stall_s, cooloff_s=config.publish_cooloff_s
+        )
         self.keeper = LeaseKeeper(
-            self.partitions, heartbeat=self._totals, session=self._configure_keeper_session
+            self.partitions,
+            heartbeat=self._totals,
+            failing=lambda: self.stall.failing,
+            session=self._configure_keeper_session,
         )
         self.admission = Admission(config)
         # Only `run()` (the process) starts it; in-process beats (tests, benches) don't.
@@ -140,6 +159,12 @@ class Beat:
         self._publishers: dict[str, Publisher] = {}
         # Admitted (queued in the database) but not yet on the broker: retried first.
         self._unsent: list[Pending] = []
+        # The last publish round owed messages the broker did not take (admission waits).
+        self._publish_blocked = False
+        # Another beat handed partitions over or came back (NOTIFY REBALANCE).
+        self._rebalance_asked = False
+        # The partitions this beat handed over when it last stood by.
+        self._handed_over: list[int] = []
 
     @property
     def owned(self) -> dict[int, int]:
@@ -214,10 +239,14 @@ class Beat:
             span.set_attribute("scheduler.beat", self.cfg.name)
             try:
                 self.maintain_leases()
-                if self.owned:
+                if self.stall.standby:
+                    self.rejoin_when_able()
+                elif self.owned:
                     # What is due now goes out first: the probe, firing and loading
                     # (seconds under database latency) wait for it, not it for them.
                     self.publish_due()
+                    if self.hand_over_if_stalled():
+                        return
                     sweep_due = time.monotonic() - self._last_sweep >= self.cfg.sweep_interval_s
                     found = store.probe(
                         numbers=sorted(self.owned),
@@ -233,6 +262,8 @@ class Beat:
                         self._fired_since_load = False
                         self.load_pending()
                     self.publish_due()
+                    if self.hand_over_if_stalled():
+                        return
                     if sweep_due:
                         # Nothing to sweep: the interval starts again without a transaction.
                         self.sweep_when_due(work=found.sweep)
@@ -249,18 +280,28 @@ class Beat:
 
     def maintain_leases(self) -> int:
         """Drop what the keeper could not renew (renewing inline when no keeper thread
-        runs and a renewal is due), then hand over or take partitions: partitions lost
-        or changed. No round trip unless the fair share changed or a renewal is due."""
+        runs and a renewal is due), then hand over or take partitions (none while
+        standing by after a publish stall): partitions lost or changed. No round trip
+        unless the fair share changed, a renewal is due, or another beat announced a
+        hand-over (REBALANCE)."""
         before = dict(self.owned)
-        self.keeper.keep()
+        if self._rebalance_asked:
+            # A beat handed its partitions over (or came back): the live beats now, not
+            # at the keeper's next renewal, so they are taken on this very cycle.
+            self._rebalance_asked = False
+            self.keeper.tick()
+        else:
+            self.keeper.keep()
         lost = self.partitions.apply_lost()
-        changed = lost + self.partitions.rebalance(self.keeper.live)
+        changed = lost + self.partitions.rebalance(self.keeper.live, take=not self.stall.standby)
         if any(before.get(n) != epoch for n, epoch in self.owned.items()):
             # A partition taken at a new epoch (a crashed or departing beat's, or our
             # own lost and taken back in this same call, its heap items dropped): its
             # staged rows are `scheduled` in PostgreSQL, written before our
-            # watermark — load it all.
+            # watermark — load it all; and sweep on this cycle: rows a stalled beat
+            # admitted and handed back unpublished are owed at once.
             self._horizon = None
+            self._last_sweep = 0.0
         return changed
 
     def fire_all_due(self) -> int:
@@ -337,7 +378,19 @@ class Beat:
         retry = [p for p in self._unsent if p.partition in self.owned]
         self._unsent = []
         published = self._send(retry) if retry else 0
+        self._publish_blocked = False
+        if not retry and not ready:
+            self.stall.idle()
         for start in range(0, len(ready), ADMIT_CHUNK):
+            if self._unsent:
+                # The broker did not take what was owed: admitting more would take slots
+                # and stamp admission times for messages that cannot go out. The rest
+                # stay `scheduled`, back in the heap: tried next cycle, or admitted by
+                # their next owner if this beat hands its partitions over.
+                self._publish_blocked = True
+                for item in ready[start:]:
+                    self._push(item)
+                break
             chunk = ready[start : start + ADMIT_CHUNK]
             try:
                 admitted = self.admission.admit(chunk, self.partitions, now=now)
@@ -371,6 +424,91 @@ class Beat:
         self._unsent.extend(p for p in to_send if p.id not in sent)
         self.counters.published += len(published)
         return len(published)
+
+    def hand_over_if_stalled(self) -> bool:
+        """After BEAT_PUBLISH_STALL_S with work due and nothing published (the rule:
+        handover.py), give every partition to a beat that can publish, and stand by:
+        True when it did.
+
+        One transaction: the beat stands by only if another live beat takes part (the
+        database decides, one hand-over at a time), the rows it admitted but could not
+        publish are handed back under the fence — their next owner publishes them at
+        its first sweep — and its leases are released through the ordinary path, so
+        the next owner's acquire bumps every epoch and anything this beat might still
+        try to write under the old ones is refused. The NOTIFY, sent at commit, makes
+        the other beats take the partitions on their next cycle.
+        """
+        if not self.owned or not self.stall.should_hand_over():
+            return False
+        stalled_for = self.stall.stalled_for()
+        unsent = list(self._unsent)
+        with telemetry.tracer.start_as_current_span("beat.handover") as span:
+            span.set_attribute("scheduler.beat", self.cfg.name)
+            span.set_attribute("scheduler.stalled_s", round(stalled_for, 3))
+            with transaction.atomic():
+                if not store.step_out(name=self.cfg.name, ttl=self.cfg.lease_ttl_s):
+                    self.stall.no_taker()
+                    span.set_attribute("scheduler.handed_over", False)
+                    log.warning(
+                        "beat %s: nothing published for %.1f s with work due, but no other "
+                        "beat takes part to take its partitions: keeping them",
+                        self.cfg.name,
+                        stalled_for,
+                    )
+                    return False
+                numbers = self.partitions.fence()
+                owed = [p for p in unsent if p.partition in numbers]
+                handed_back = (
+                    store.hand_back_unpublished(
+                        ids=[p.id for p in owed],
+                        attempts=[p.attempt for p in owed],
+                        numbers=numbers,
+                    )
+                    if owed
+                    else 0
+                )
+                released = self.partitions.release_all()
+                notify(WAKE_CHANNEL, REBALANCE)
+            self.stall.stepped_out()
+            self._handed_over = released
+            span.set_attribute("scheduler.handed_over", True)
+            span.set_attribute("scheduler.partitions", len(released))
+        log.warning(
+            "beat %s: nothing published for %.1f s with work due (broker unreachable or "
+            "silent): handed partitions %s over to the other beats (%d admitted executions "
+            "handed back unpublished) and stands by for at least %.0f s",
+            self.cfg.name,
+            stalled_for,
+            released,
+            handed_back,
+            self.cfg.publish_cooloff_s,
+        )
+        return True
+
+    def rejoin_when_able(self) -> bool:
+        """Standing by after a hand-over: take part again when the rule says so
+        (handover.py: the broker answers after the cool-off, no other beat takes part,
+        or what was handed over was left untaken). True when it did."""
+        why = self.stall.rejoin_reason(
+            others_take_part=any(name != self.cfg.name for name in self.keeper.live),
+            lease_s=self.cfg.lease_ttl_s,
+            partitions_untaken=lambda: store.partitions_free(numbers=self._handed_over) > 0,
+            broker_answers=lambda: self._publisher().ping(),
+        )
+        if why is None:
+            return False
+        standby_s = self.stall.standby_for()
+        with transaction.atomic():
+            store.rejoin(name=self.cfg.name)
+            notify(WAKE_CHANNEL, REBALANCE)
+        self.stall.rejoined()
+        log.warning(
+            "beat %s takes part again after %.1f s standing by: %s",
+            self.cfg.name,
+            standby_s,
+            why,
+        )
+        return True
 
     def sweep_when_due(self, *, work: bool = True) -> int:
         """Every sweep interval: the sweep (when the probe found work for it), then
@@ -436,7 +574,11 @@ class Beat:
     # --- the pieces the steps share --------------------------------------------------
 
     def publish_items(self, items: list[Pending]) -> list[Pending]:
-        return self._publisher().publish(items)
+        """Every publish goes through here, so the publish-stall rule sees each outcome."""
+        started = time.monotonic()
+        sent = self._publisher().publish(items)
+        self.stall.attempted(started=started, sent=len(sent), total=len(items))
+        return sent
 
     def _forget_prepared(self, ids: list[str]) -> None:
         """Items that left the heap unpublished: the publisher drops their prepared bytes."""
@@ -544,7 +686,8 @@ class Beat:
 
     def _wait(self) -> None:
         timeout = self.cfg.cycle_s
-        if self.heap:
+        if self.heap and not self._publish_blocked:
+            # (Blocked: what is due waits for the broker, one cycle apart, not in a spin.)
             timeout = max(0.0, min(timeout, self.heap[0].due - self.db_time()))
         if timeout <= 0:
             return
@@ -555,7 +698,8 @@ class Beat:
             ready, _, _ = select.select([self._listen.fileno()], [], [], timeout)
             if ready:
                 # Drain notifications: any wake-up means "look now".
-                for _ in self._listen.notifies(timeout=0):
-                    pass
+                for note in self._listen.notifies(timeout=0):
+                    if note.payload == REBALANCE:
+                        self._rebalance_asked = True
         except (psycopg.Error, OSError, ValueError):
             self._listen = None

@@ -108,9 +108,10 @@ class Partitions:
             self._lose(lapsed, why="lease not renewed in time (the database did not answer)")
         return len(refused) + len(lapsed)
 
-    def rebalance(self, live: list[str]) -> int:
-        """Hand over what exceeds our fair share, or take what is missing; returns the change."""
-        share = self.fair_share(live)
+    def rebalance(self, live: list[str], *, take: bool = True) -> int:
+        """Hand over what exceeds our fair share, or take what is missing (unless `take`
+        is False: a beat standing by after a publish stall, handover.py); returns the change."""
+        share = self.fair_share(live) if take else 0
         if len(self.owned) > share:
             # Rebalance: a beat joined; hand over what exceeds our fair share.
             extra = sorted(self.owned)[share:]
@@ -160,13 +161,13 @@ class Partitions:
         return base + (1 if names.index(self.cfg.name) < extra else 0)
 
     def release_all(self) -> list[int]:
-        """Give every partition up (shutdown) so another beat takes them at once."""
+        """Give every partition up (shutdown, or a hand-over after a publish stall) so
+        another beat takes them at once; the beat forgets what it had loaded for them."""
         numbers, epochs = self.arrays()
         if numbers:
             store.release_partitions(numbers=numbers, epochs=epochs, owner=self.cfg.name)
-        with self.lock:
-            self.owned.clear()
-            self._holds_until.clear()
+        for number in numbers:
+            self.drop(number)
         return numbers
 
     def fence(self) -> list[int]:
@@ -216,6 +217,8 @@ class LeaseKeeper:
 
     `heartbeat()` returns the counters to report as (fired, published, rejected)
     totals; the deltas since the last successful report go into the statement.
+    `failing()` says whether the beat's publishes are failing now: a beat whose broker
+    is dead is no taker for another beat's hand-over (handover.py).
     """
 
     def __init__(
@@ -223,6 +226,7 @@ class LeaseKeeper:
         partitions: Partitions,
         *,
         heartbeat: Callable[[], tuple[int, int, int]],
+        failing: Callable[[], bool] = lambda: False,
         session: Callable[[], None] = lambda: None,
     ) -> None:
         self.partitions = partitions
@@ -232,6 +236,7 @@ class LeaseKeeper:
         self.clock_offset = 0.0  # database clock minus local clock, seconds
         self.renewed_at = float("-inf")  # monotonic, when the last successful one was sent
         self._heartbeat = heartbeat
+        self._failing = failing
         self._session = session
         self._reported = (0, 0, 0)
         self._thread: threading.Thread | None = None
@@ -268,6 +273,7 @@ class LeaseKeeper:
                 rejected=rejected,
                 fired=fired,
                 published=published,
+                failing=self._failing(),
                 ttl=self.cfg.lease_ttl_s,
             )
             after = time.time()

@@ -27,9 +27,11 @@ timeouts (settings.CELERY_BROKER_TRANSPORT_OPTIONS). Leases do not depend on
 publishing: the beat's lease keeper renews them on its own thread
 (partitions.LeaseKeeper), and `keepalive()`, called between chunks and while a
 confirm window is open, is the same keeper's renewal for a beat driven without
-that thread (a no-op with it). A beat that cannot publish keeps its partitions
-(its admitted rows stay queued and are retried, or re-published by the sweep),
-it does not lose them to a takeover that would find the same broker silent.
+that thread (a no-op with it). So a beat that cannot publish does not lose its
+partitions to a lease expiry; what it does instead — hand them over to a beat that
+can, after BEAT_PUBLISH_STALL_S with work due and nothing published — is
+handover.py's rule, fed by the outcome of every `publish` and asking `ping()`
+whether the broker answers again.
 """
 
 from __future__ import annotations
@@ -67,6 +69,10 @@ class Publisher(Protocol):
 
     def publish(self, items: list[Pending]) -> list[Pending]:
         """Publish `items`; returns those the broker took (a prefix, in chunks)."""
+        ...
+
+    def ping(self) -> bool:
+        """Whether the broker answers one round trip now (bounded as every call is)."""
         ...
 
     @property
@@ -141,6 +147,15 @@ class _ChunkedPublisher(abc.ABC):
         """How many messages are kept built (for the beat's memory report)."""
         return len(self._kept)
 
+    def ping(self) -> bool:
+        try:
+            self._ping()
+        except Exception as exc:
+            log.info("beat %s: the broker does not answer yet (%s)", self.beat, exc)
+            self._reset()
+            return False
+        return True
+
     # --- the transports' parts ----------------------------------------------------------
 
     def _messages(self, chunk: list[Pending]) -> list[Any]:
@@ -170,6 +185,10 @@ class _ChunkedPublisher(abc.ABC):
     def _send(self, app: Any, items: list[Pending], sent: list[Pending]) -> None:
         """Publish chunk by chunk, extending `sent` with each chunk the broker took
         (each broker's own way: a Redis pipeline, or AMQP confirm windows)."""
+
+    @abc.abstractmethod
+    def _ping(self) -> None:
+        """One round trip to the broker; raises when it does not answer."""
 
     def _reset(self) -> None:  # noqa: B027 - a hook: only AMQP holds connection state
         """After a failure: forget connection state that may be broken."""
@@ -208,6 +227,13 @@ class RedisPublisher(_ChunkedPublisher):
                         pipe.lpush(key, *messages)
                     pipe.execute()
                 self._sent(chunk, sent)
+
+    def _ping(self) -> None:
+        from config.celery_app import app
+
+        # The connection publishing uses, so an answer means the next pipeline can go out.
+        with app.producer_or_acquire() as producer:
+            producer.channel.client.ping()
 
     def _declare(self, app: Any, producer: Any, name: str) -> str:
         """The list key kombu's _put uses for queue `name` (priority 0: the Redis
@@ -316,6 +342,12 @@ class AmqpPublisher(_ChunkedPublisher):
             if state["nacked"]:
                 raise RuntimeError(f"broker refused messages (nack up to tag {state['nacked']})")
             self._sent(chunk, sent)
+
+    def _ping(self) -> None:
+        # A fresh connection: TCP, the AMQP handshake and confirm mode, each bounded by
+        # io_timeout_s, are the round trips the next publish would need first.
+        self._reset()
+        self._amqp = self._connect()
 
     def _reset(self) -> None:
         if self._amqp is not None:

@@ -199,6 +199,7 @@ def keep_leases(
     rejected: int,
     fired: int,
     published: int,
+    failing: bool,
     ttl: float,
 ) -> Kept:
     """Renew the leases held at their epochs, heartbeat with the counters; the database
@@ -214,6 +215,7 @@ def keep_leases(
             "rejected": rejected,
             "fired": fired,
             "published": published,
+            "failing": failing,
             "ttl": ttl,
         },
     )
@@ -271,6 +273,31 @@ def acquire_partitions(*, count: int, want: int, owner: str, ttl: float) -> list
 def release_partitions(*, numbers: list[int], epochs: list[int], owner: str) -> set[int]:
     rows = sql.rows("partitions_release", {"numbers": numbers, "epochs": epochs, "owner": owner})
     return {r.number for r in rows}
+
+
+def partitions_free(*, numbers: list[int]) -> int:
+    free: int = sql.scalar("partitions_free", {"numbers": numbers})
+    return free
+
+
+# --- hand-over after a publish stall (handover.py) -------------------------------------
+
+
+def step_out(*, name: str, ttl: float) -> bool:
+    """Stand by, when another live beat takes part to take the partitions over: whether
+    it did. Inside the hand-over's transaction: the lock makes hand-overs take turns."""
+    sql.rows("beat_handover_lock")
+    return bool(sql.rows("beat_step_out", {"name": name, "ttl": ttl}))
+
+
+def rejoin(*, name: str) -> None:
+    sql.rows("beat_rejoin", {"name": name})
+
+
+def hand_back_unpublished(*, ids: list[str], attempts: list[int], numbers: list[int]) -> int:
+    """Admitted rows that never reached the broker: their next owner publishes them at once."""
+    rows = sql.rows("hand_back_unpublished", {"ids": ids, "attempts": attempts, "numbers": numbers})
+    return len(rows)
 
 
 def fence_partitions(*, numbers: list[int], epochs: list[int], owner: str) -> set[int]:

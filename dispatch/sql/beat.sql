@@ -17,19 +17,21 @@ SELECT set_config('idle_in_transaction_session_timeout', %(idle_ms)s, false) AS 
        set_config('statement_timeout', %(statement_timeout)s, false) AS statement_timeout
 
 -- name: beat_register
--- Register or refresh this beat (liveness for operators, fair-share arithmetic).
+-- Register or refresh this beat (liveness for operators, fair-share arithmetic). A beat
+-- (re)starts taking part: a standby of an earlier process of that name is over.
 INSERT INTO dispatch_beatnode (name, hostname, pid, started_at, heartbeat_at, partitions,
                                stale_writes_rejected, fired_total, published_total)
 VALUES (%(name)s, %(hostname)s, %(pid)s, clock_timestamp(), clock_timestamp(), '[]'::jsonb, 0, 0, 0)
 ON CONFLICT (name) DO UPDATE
 SET hostname = EXCLUDED.hostname, pid = EXCLUDED.pid, started_at = EXCLUDED.started_at,
-    heartbeat_at = EXCLUDED.heartbeat_at, stopped_at = NULL
+    heartbeat_at = EXCLUDED.heartbeat_at, stopped_at = NULL, standby_since = NULL
 
 -- name: beat_keep
 -- The lease keeper's one round trip: renew the leases still held at their epoch
 -- (an expired one is not renewed: it must be re-acquired, with a new epoch), write
--- the heartbeat with its counters, and return the database clock, the partitions
--- renewed and the live beats (fair share). Autocommit: it holds no lock past itself.
+-- the heartbeat with its counters and whether its publishes are failing, and return the database clock, the partitions
+-- renewed and the live beats (fair share: a beat standing by after a publish stall
+-- takes no part, scheduler/handover.py). Autocommit: it holds no lock past itself.
 WITH renewed AS (
     UPDATE dispatch_schedulerpartition p
     SET lease_expires_at = clock_timestamp() + make_interval(secs => %(ttl)s)
@@ -41,14 +43,15 @@ WITH renewed AS (
     UPDATE dispatch_beatnode
     SET heartbeat_at = clock_timestamp(), partitions = %(partitions)s::jsonb,
         stale_writes_rejected = stale_writes_rejected + %(rejected)s,
-        fired_total = fired_total + %(fired)s, published_total = published_total + %(published)s
+        fired_total = fired_total + %(fired)s, published_total = published_total + %(published)s,
+        publish_failing = %(failing)s
     WHERE name = %(name)s
     RETURNING name
 )
 SELECT clock_timestamp() AS now,
        (SELECT COALESCE(array_agg(number ORDER BY number), '{}') FROM renewed) AS renewed,
        (SELECT COALESCE(array_agg(name ORDER BY name), '{}') FROM dispatch_beatnode
-         WHERE stopped_at IS NULL
+         WHERE stopped_at IS NULL AND standby_since IS NULL
            AND heartbeat_at > clock_timestamp() - make_interval(secs => %(ttl)s)) AS live
 
 -- name: beat_probe
@@ -83,8 +86,9 @@ SELECT
         EXISTS (
             SELECT 1 FROM dispatch_execution x
             WHERE x.partition = ANY(%(numbers)s::int[]) AND x.state = 'queued'
-              AND COALESCE(x.published_at, x.republished_at, x.enqueued_at)
-                  < statement_timestamp() - make_interval(secs => %(republish_s)s)
+              AND (x.published_at IS NULL
+                   OR COALESCE(x.published_at, x.republished_at, x.enqueued_at)
+                      < statement_timestamp() - make_interval(secs => %(republish_s)s))
         )
         OR EXISTS (
             SELECT 1 FROM dispatch_schedule s
@@ -145,6 +149,49 @@ FROM unnest(%(numbers)s::int[], %(epochs)s::bigint[]) AS mine(number, epoch)
 WHERE p.number = mine.number AND p.epoch = mine.epoch AND p.owner = %(owner)s
 RETURNING p.number
 
+-- name: partitions_free
+-- Which of these partitions nobody holds (free, or their lease ran out): a beat standing
+-- by after a publish stall takes part again when what it handed over was not taken.
+SELECT count(*) AS free FROM dispatch_schedulerpartition
+WHERE number = ANY(%(numbers)s::int[])
+  AND (owner = '' OR lease_expires_at IS NULL OR lease_expires_at < clock_timestamp())
+
+-- name: beat_handover_lock
+-- Hand-overs after a publish stall take turns, fleet-wide (one lock, held to commit):
+-- two beats stalled at once cannot each see the other as the taker and both stand by.
+SELECT pg_advisory_xact_lock(4242000002)
+
+-- name: beat_step_out
+-- A beat that could not publish stands by (scheduler/handover.py) — only when another
+-- live beat takes part to take its partitions, neither standing by nor failing to
+-- publish itself (its heartbeat says so): with none — the broker down for all — it
+-- keeps them. Run after beat_handover_lock, in the transaction of the hand-over.
+UPDATE dispatch_beatnode me
+SET standby_since = clock_timestamp(), handovers_total = me.handovers_total + 1
+WHERE me.name = %(name)s
+  AND EXISTS (
+      SELECT 1 FROM dispatch_beatnode other
+      WHERE other.name <> %(name)s AND other.stopped_at IS NULL AND other.standby_since IS NULL
+        AND NOT other.publish_failing
+        AND other.heartbeat_at > clock_timestamp() - make_interval(secs => %(ttl)s))
+RETURNING me.name
+
+-- name: beat_rejoin
+-- The standby is over: the beat counts in the fair share again.
+UPDATE dispatch_beatnode SET standby_since = NULL WHERE name = %(name)s
+
+-- name: hand_back_unpublished
+-- In the fenced transaction of a hand-over after a publish stall: rows the beat admitted
+-- but never got onto the broker lose their publish time, so the partition's next owner
+-- publishes them at its first sweep (stale_queued) instead of QUEUED_REPUBLISH_S later.
+-- Only rows still queued at the attempt admitted, in partitions the fence still holds.
+UPDATE dispatch_execution e
+SET published_at = NULL
+FROM unnest(%(ids)s::uuid[], %(attempts)s::int[]) AS v(id, attempt)
+WHERE e.id = v.id AND e.attempt = v.attempt AND e.state = 'queued'
+  AND e.partition = ANY(%(numbers)s::int[])
+RETURNING e.id
+
 -- name: fence_partitions
 -- The fence: key-share-lock the partitions still ours at our epoch, with an unexpired lease.
 -- FOR KEY SHARE, not FOR SHARE: it conflicts with FOR UPDATE, which every takeover
@@ -155,7 +202,8 @@ RETURNING p.number
 -- behind a long firing transaction and lets the lease lapse meanwhile. Nothing
 -- else can slip through that gap: the only other UPDATE is partitions_release,
 -- which matches our own epoch, is issued by the same beat between its
--- transactions, and leaves the row to be taken only by an acquire (FOR UPDATE).
+-- transactions (or inside the fenced transaction of a hand-over, after its last
+-- write), and leaves the row to be taken only by an acquire (FOR UPDATE).
 SELECT p.number FROM dispatch_schedulerpartition p
 JOIN unnest(%(numbers)s::int[], %(epochs)s::bigint[]) AS mine(number, epoch)
   ON p.number = mine.number AND p.epoch = mine.epoch
@@ -408,13 +456,16 @@ ORDER BY e.enqueued_at NULLS LAST, e.id
 
 -- name: stale_queued
 -- Queued but unclaimed for too long (the broker lost the message): take them for re-publishing.
+-- No publish time at all: admitted, never published, and handed back by a beat that
+-- gave its partitions up after a publish stall (hand_back_unpublished) — owed at once.
 UPDATE dispatch_execution e
 SET republished_at = stale.at, published_at = stale.at
 FROM (
     SELECT x.id, clock_timestamp() AS at FROM dispatch_execution x
     WHERE x.partition = ANY(%(numbers)s::int[]) AND x.state = 'queued'
-      AND COALESCE(x.published_at, x.republished_at, x.enqueued_at)
-          < statement_timestamp() - make_interval(secs => %(timeout)s)
+      AND (x.published_at IS NULL
+           OR COALESCE(x.published_at, x.republished_at, x.enqueued_at)
+              < statement_timestamp() - make_interval(secs => %(timeout)s))
     ORDER BY x.enqueued_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED

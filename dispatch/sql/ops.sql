@@ -45,11 +45,15 @@ JOIN tenants_tenantquota q ON q.tenant_id = t.id
 WHERE t.active
 
 -- name: metrics_beats
--- Beats with a heartbeat within the window, and the fleet's fencing rejections and publishes.
+-- Beats with a heartbeat within the window (and those of them standing by after a publish
+-- stall), and the fleet's fencing rejections, publishes and hand-overs.
 SELECT count(*) FILTER (WHERE stopped_at IS NULL
                           AND heartbeat_at > clock_timestamp() - make_interval(secs => %(alive_s)s)) AS alive,
+       count(*) FILTER (WHERE stopped_at IS NULL AND standby_since IS NOT NULL
+                          AND heartbeat_at > clock_timestamp() - make_interval(secs => %(alive_s)s)) AS standby,
        COALESCE(sum(stale_writes_rejected), 0) AS rejected,
-       COALESCE(sum(published_total), 0) AS published
+       COALESCE(sum(published_total), 0) AS published,
+       COALESCE(sum(handovers_total), 0) AS handovers
 FROM dispatch_beatnode
 
 -- name: metrics_partitions

@@ -12,7 +12,9 @@ Soak: DURATION=<s> (e.g. 1800): jobs over that long, a random nemesis every 1-3
 minutes (NEMESIS_EVERY=lo-hi to change), each kind in turn from a shuffled bag.
 CHAOS_BROKER=rabbitmq runs it on a RabbitMQ node of the run's own (never the
 machine's), with a rabbitmq_restart nemesis; Redis is then only the cache and
-redis_restart is a cache outage. CHAOS_SEED replays a soak.
+redis_restart is a cache outage. CHAOS_SEED replays a soak. CHAOS_NEMESES=a,b runs
+only those nemeses (a figure of one, or a rerun of a failure);
+CHAOS_BROKER_BLACKHOLE_S lengthens beat_broker_blackhole's outage.
 """
 
 from __future__ import annotations
@@ -39,12 +41,19 @@ from tests.support.procs import processes, wait_for
 from tests.support.worker_support import purge
 
 BROKER = os.environ.get("CHAOS_BROKER", "redis")
-NEMESES = harness.nemeses(BROKER)
+NEMESES = harness.nemeses(BROKER, only=os.environ.get("CHAOS_NEMESES", ""))
 LEAD_S = 8.0  # first nemesis after the cluster is warm and jobs are flowing
 DURATION = float(os.environ.get("DURATION", "0"))
 SHORT = DURATION < 300
-# Short: every nemesis once, the workload outlasting the last one.
-SPREAD_S = LEAD_S + len(NEMESES) * harness.NEMESIS_EVERY_S + 12 if SHORT else DURATION
+# Short: every nemesis once, the workload outlasting the last one (and the time a
+# lengthened nemesis takes beyond its default).
+SPREAD_S = (
+    LEAD_S + len(NEMESES) * harness.NEMESIS_EVERY_S + 12 + harness.lengthened_s(NEMESES)
+    if SHORT
+    else DURATION
+)
+# Beat faults that take partitions over: the failover figure needs one of them.
+FAILOVERS = [k for k in NEMESES if k.startswith("beat_") and k not in harness.NOT_FAILOVER]
 EVERY = os.environ.get("NEMESIS_EVERY", "" if SHORT else "60-180")
 SEED = int(os.environ.get("CHAOS_SEED", str(time.time_ns() % 2**31)))
 
@@ -241,17 +250,21 @@ def test_chaos_run(chaos_results: dict[str, Any]) -> None:
             assert not during["api"]["traceback_in_body"], during
             assert during["readyz"]["status"] == 503, during
             assert after["api"]["status"] == 200, after
-    assert fo["max_s"] is not None
-    assert fo["max_s"] <= fo["bound_s"] + fo["slack_s"], fo
+    if FAILOVERS:  # (CHAOS_NEMESES may leave every failover out)
+        assert fo["max_s"] is not None
+        assert fo["max_s"] <= fo["bound_s"] + fo["slack_s"], fo
 
 
 def test_beat_broker_blackhole_keeps_or_hands_over_its_leases(
     chaos_results: dict[str, Any],
 ) -> None:
     """A beat whose broker link goes silent mid-publish must keep renewing its leases
-    (within two thirds of the lease) or release them: never frozen until a takeover
-    fences it (issue 16, defect 1). Judged on the chaos run's own beat_broker_blackhole
-    (PostgreSQL's view)."""
+    (within two thirds of the lease) until it hands them over, and release them then:
+    never frozen until a takeover fences it (issue 16, defect 1). What came due in its
+    partitions while the link was dead reaches the target within the issue-32 target
+    (p99 <= 10 s): past BEAT_PUBLISH_STALL_S another beat publishes it (issue 32,
+    item 5). Judged on the chaos run's own beat_broker_blackhole (PostgreSQL's view,
+    and the ledger's)."""
     faults = [f for f in chaos_results["faults"] if f["kind"] == "beat_broker_blackhole"]
     if not faults:
         pytest.skip("the chaos run did not run beat_broker_blackhole")
@@ -260,6 +273,11 @@ def test_beat_broker_blackhole_keeps_or_hands_over_its_leases(
         assert gap is not None and gap <= harness.RENEWAL_GAP_BOUND_S, f
         assert f["stale_writes_rejected"] == 0, f  # nothing of it fenced after the heal
         assert f["stuck_after_heal"] == 0, f
+    for b in chaos_results["broker_blackhole"]:
+        effect = b["effect_lateness_s"]
+        assert b["without_effect"] == 0, b
+        if effect["n"]:
+            assert effect["p99"] <= harness.HANDOVER_LATENESS_TARGET_S, b
 
 
 def test_a_partitioned_beat_still_exits_on_sigterm(chaos_results: dict[str, Any]) -> None:

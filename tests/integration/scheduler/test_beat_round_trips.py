@@ -81,6 +81,7 @@ def test_the_fence_lets_renewal_through_but_not_a_takeover(beat: Beat) -> None:
         "rejected": 0,
         "fired": 0,
         "published": 0,
+        "failing": False,
         "ttl": 30,
     }
     with transaction.atomic():
