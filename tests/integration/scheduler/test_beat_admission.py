@@ -98,9 +98,18 @@ def cluster(tmp_path: Path, ledger: Ledger) -> Iterator[Callable[..., list[Proc]
     purge(settings.CELERY_BROKER_URL)
 
 
-def schedule_to(principal: Principal, url: str, *, timeout_s: int = 30, **data: Any) -> Schedule:
+def schedule_to(
+    principal: Principal,
+    url: str,
+    *,
+    timeout_s: int = 30,
+    partition: int | None = None,
+    **data: Any,
+) -> Schedule:
     """A schedule calling the loopback ledger: saved with a placeholder target (the
-    save-time SSRF check refuses loopback) and repointed in the same transaction."""
+    save-time SSRF check refuses loopback) and repointed in the same transaction —
+    onto `partition` too when given, so a test decides which beat owns it instead of
+    the schedule's random id."""
     with transaction.atomic():
         if "run_at" in data:
             schedule, _ = services.job_create(
@@ -116,6 +125,10 @@ def schedule_to(principal: Principal, url: str, *, timeout_s: int = 30, **data: 
             target={"type": "http", "url": url, "method": "POST", "timeout_s": timeout_s},
             timeout_s=timeout_s,
         )
+        if partition is not None:
+            Schedule.objects.filter(pk=schedule.pk).update(partition=partition)
+            Execution.objects.filter(schedule=schedule).update(partition=partition)
+            schedule.partition = partition
     return schedule
 
 

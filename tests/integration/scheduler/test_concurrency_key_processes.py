@@ -105,11 +105,23 @@ def test_one_key_one_holder_across_two_beats_skip_and_replace(
     )
     other = make_principal(other_tenant)
     at = db_now() + timedelta(seconds=2)
+    # Two of the key's jobs on a partition of each beat: left to their random ids, all
+    # four land on one beat's partitions one time in eight.
+    by_owner = owners()
+    first = {owner: number for number, owner in sorted(by_owner.items(), reverse=True)}
+    spread = sorted(first.values())
     same = [
-        keyed_job(admin_principal, f"{ledger.url}/a42", f"q{i}", 42, "queue", run_at=at)
+        keyed_job(
+            admin_principal,
+            f"{ledger.url}/a42",
+            f"q{i}",
+            42,
+            "queue",
+            run_at=at,
+            partition=spread[i % 2],
+        )
         for i in range(4)
     ]
-    by_owner = owners()
     assert len({by_owner[s.partition] for s in same}) == 2, "the key spans both beats"
     alongside = [
         keyed_job(admin_principal, f"{ledger.url}/a7", "other-key", 7, "queue", run_at=at),
