@@ -12,7 +12,7 @@ from django.conf import settings
 from django.db import connection
 
 from tests.support.console_support import World, build_world
-from tests.support.faultproxy import FaultProxy, database_target
+from tests.support.faultproxy import FaultProxy, database_target, proxied
 from tests.support.procs import Proc, processes
 from tests.support.worker_support import purge
 
@@ -44,3 +44,11 @@ def db_proxy() -> Iterator[FaultProxy]:
     through the proxy, which the test makes slow, refuse, reset or black-hole."""
     with FaultProxy(database_target(connection.settings_dict)) as proxy:
         yield proxy
+
+
+@pytest.fixture(scope="module")
+def module_db_proxy(django_db_setup: Any, django_db_blocker: Any) -> Iterator[FaultProxy]:
+    """`db_proxy` for a whole module: in front of the test database for a server the
+    module starts once (its tests cut and heal the link, each leaving it healed)."""
+    with django_db_blocker.unblock(), proxied(database_target(connection.settings_dict)) as p:
+        yield p

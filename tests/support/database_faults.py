@@ -11,7 +11,7 @@ from django.db import connection
 from psycopg import sql
 
 from tests.support.faultproxy import FaultProxy
-from tests.support.procs import db_conninfo
+from tests.support.procs import db_conninfo, wait_for
 
 
 def _alter_database(action: str) -> None:
@@ -36,3 +36,17 @@ def read_only(proxy: FaultProxy) -> Iterator[None]:
         yield
     finally:
         _alter_database("ALTER DATABASE {} RESET default_transaction_read_only")
+
+
+def end_backend(pid: int) -> None:
+    """End server process `pid` (a session the server terminates, as a restart or a
+    switchover does) and wait until PostgreSQL no longer lists it."""
+    with psycopg.connect(db_conninfo(), autocommit=True) as other:
+        other.execute("SELECT pg_terminate_backend(%s)", [pid])
+        wait_for(
+            lambda: (
+                not other.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", [pid]).fetchone()
+            ),
+            timeout=10,
+            what="the backend to end",
+        )

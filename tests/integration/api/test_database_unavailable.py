@@ -1,5 +1,5 @@
 """The web while the database is away, through a real gunicorn whose every database
-connection goes through a fault proxy: cut off, the API answers 503 with the
+connection goes through a fault module_db_proxy: cut off, the API answers 503 with the
 configured Retry-After in its error shape, the console a plain 503 page, /readyz 503
 naming the reason; a read-only database (what a standby or a demoted primary is)
 refuses writes with 503 and still serves reads; and after each fault the next
@@ -25,7 +25,7 @@ from tenants import services as tenant_services
 from tenants.roles import Role
 from tests.support.console_support import TARGET, client_for, user
 from tests.support.database_faults import read_only
-from tests.support.faultproxy import FaultProxy, database_target, proxied
+from tests.support.faultproxy import FaultProxy
 from tests.support.procs import WebServer, processes
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -35,21 +35,15 @@ CSRF = "k" * 32  # a CSRF secret of our own, as cookie and header both
 
 
 @pytest.fixture(scope="module")
-def proxy(django_db_setup: Any, django_db_blocker: Any) -> Iterator[FaultProxy]:
-    with django_db_blocker.unblock(), proxied(database_target(connection.settings_dict)) as p:
-        yield p
-
-
-@pytest.fixture(scope="module")
 def server(
-    proxy: FaultProxy, django_db_blocker: Any, tmp_path_factory: pytest.TempPathFactory
+    module_db_proxy: FaultProxy, django_db_blocker: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[WebServer]:
     with django_db_blocker.unblock(), processes(tmp_path_factory.mktemp("web")) as start:
         yield WebServer(
             start,
             WEB_WORKERS="1",
             WEB_THREADS="1",
-            DATABASE_URL=proxy.database_url(connection.settings_dict),
+            DATABASE_URL=module_db_proxy.database_url(connection.settings_dict),
             DB_UNAVAILABLE_RETRY_AFTER_S=RETRY_AFTER,
             API_RATE_LIMIT="1000000/min",
         )
@@ -87,8 +81,8 @@ class Visitor:
 
 
 @pytest.fixture
-def visitor(server: WebServer, proxy: FaultProxy) -> Iterator[Visitor]:
-    proxy.pass_()
+def visitor(server: WebServer, module_db_proxy: FaultProxy) -> Iterator[Visitor]:
+    module_db_proxy.pass_()
     tenant = tenant_services.tenant_create(slug="billing", name="Billing")
     _, token = tenant_services.token_issue(tenant=tenant, name="ci", role=Role.ADMIN)
     person = user("olga")
@@ -99,7 +93,7 @@ def visitor(server: WebServer, proxy: FaultProxy) -> Iterator[Visitor]:
     assert status == 201, created
     found.schedule_id = created["id"]
     yield found
-    proxy.pass_()
+    module_db_proxy.pass_()
 
 
 def _definition(name: str) -> dict[str, Any]:
@@ -122,7 +116,7 @@ def _readyz(server: WebServer) -> tuple[int, dict[str, Any]]:
 
 
 def test_cut_off_from_the_database_the_api_the_console_and_readyz_answer_503(
-    visitor: Visitor, server: WebServer, proxy: FaultProxy
+    visitor: Visitor, server: WebServer, module_db_proxy: FaultProxy
 ) -> None:
     assert _readyz(server) == (
         200,
@@ -132,7 +126,7 @@ def test_cut_off_from_the_database_the_api_the_console_and_readyz_answer_503(
             "checks": {"database": "ok", "migrations": "ok", "broker": "ok"},
         },
     )
-    proxy.refuse()
+    module_db_proxy.refuse()
 
     unavailable = {
         "error": {
@@ -167,7 +161,7 @@ def test_cut_off_from_the_database_the_api_the_console_and_readyz_answer_503(
     status, _, raw = server.request("GET", "/healthz")
     assert (status, json.loads(raw)) == (200, {"status": "ok"})  # the process is alive
 
-    proxy.pass_()
+    module_db_proxy.pass_()
     assert visitor.api("GET", "/v1/schedules")[0] == 200
     assert visitor.page("GET", "/")[0] == 200
     assert _readyz(server)[0] == 200
@@ -191,10 +185,10 @@ WRITES: dict[str, tuple[Callable[[Visitor], tuple[int, dict[str, str], Any]], in
 
 @pytest.mark.parametrize("kind", WRITES)
 def test_a_read_only_database_refuses_writes_with_503_and_the_next_connection_is_new(
-    kind: str, visitor: Visitor, server: WebServer, proxy: FaultProxy
+    kind: str, visitor: Visitor, server: WebServer, module_db_proxy: FaultProxy
 ) -> None:
     write, success = WRITES[kind]
-    with read_only(proxy):
+    with read_only(module_db_proxy):
         # Reads are served, a never-used token's bookkeeping write notwithstanding.
         _, fresh = tenant_services.token_issue(
             tenant=Schedule.objects.get(pk=visitor.schedule_id).tenant, name="new", role=Role.VIEWER

@@ -1,6 +1,6 @@
 """The Python client and schedctl through the database outages of a PostgreSQL
 fail-over, against a gunicorn whose every database connection goes through a fault
-proxy: a request cut off while its COMMIT was on the server (a 503 that did not
+module_db_proxy: a request cut off while its COMMIT was on the server (a 503 that did not
 mean "nothing done"), a simulated planned switchover under load, and schedctl
 riding out an outage or giving up with a clear error."""
 
@@ -27,7 +27,7 @@ from tests.support.client_support import (
     make_tenant,
 )
 from tests.support.database_faults import read_only
-from tests.support.faultproxy import FaultProxy, database_target, proxied
+from tests.support.faultproxy import FaultProxy
 from tests.support.procs import WebServer, wait_for
 
 from scheduler_client import Client, Unavailable  # isort: skip
@@ -39,41 +39,37 @@ UNREACHABLE = "the database cannot be reached; retry after 2 s"
 
 
 @pytest.fixture(scope="module")
-def proxy(django_db_setup: Any, django_db_blocker: Any) -> Iterator[FaultProxy]:
-    with django_db_blocker.unblock(), proxied(database_target(connection.settings_dict)) as p:
-        yield p
-
-
-@pytest.fixture(scope="module")
 def server(
-    proxy: FaultProxy, django_db_blocker: Any, tmp_path_factory: pytest.TempPathFactory
+    module_db_proxy: FaultProxy, django_db_blocker: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[WebServer]:
     with (
         django_db_blocker.unblock(),
         live_server(
             tmp_path_factory.mktemp("web"),
-            DATABASE_URL=proxy.database_url(connection.settings_dict),
+            DATABASE_URL=module_db_proxy.database_url(connection.settings_dict),
         ) as web,
     ):
         yield web
 
 
 @pytest.fixture
-def owner(db: Any, proxy: FaultProxy, monkeypatch: pytest.MonkeyPatch) -> Iterator[Tenant]:
+def owner(
+    db: Any, module_db_proxy: FaultProxy, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Tenant]:
     for name in ("SCHEDCTL_RETRIES", "SCHEDCTL_RETRY_TIMEOUT"):
         monkeypatch.delenv(name, raising=False)
-    proxy.pass_()
+    module_db_proxy.pass_()
     yield make_tenant("billing")
-    proxy.pass_()
+    module_db_proxy.pass_()
 
 
-def heal_on_503(proxy: FaultProxy) -> Recorder:
+def heal_on_503(module_db_proxy: FaultProxy) -> Recorder:
     """A recording transport that heals the proxy once the client has seen a 503."""
-    return Recorder(on_response=lambda r: proxy.pass_() if r.status_code == 503 else None)
+    return Recorder(on_response=lambda r: module_db_proxy.pass_() if r.status_code == 503 else None)
 
 
 def cut_while_committing(
-    proxy: FaultProxy, call: Callable[[], Any], made: Callable[[], bool]
+    module_db_proxy: FaultProxy, call: Callable[[], Any], made: Callable[[], bool]
 ) -> Any:
     """Run `call` (in a thread) and cut the web's database link right after its COMMIT
     reached the server, once `made()` sees the row committed: the server did the work,
@@ -86,25 +82,25 @@ def cut_while_committing(
         except Exception as exc:
             outcome["result"] = exc
 
-    proxy.arm(b"COMMIT", then="blackhole")  # the COMMIT goes through; its answer is held
+    module_db_proxy.arm(b"COMMIT", then="blackhole")  # the COMMIT goes through; its answer is held
     thread = threading.Thread(target=run)
     thread.start()
-    assert proxy.armed.wait(30), "no COMMIT went to the database"
+    assert module_db_proxy.armed.wait(30), "no COMMIT went to the database"
     wait_for(made, timeout=10, what="the row to be committed")
-    proxy.refuse()
+    module_db_proxy.refuse()
     thread.join(60)
     assert not thread.is_alive()
     return outcome["result"]
 
 
 def test_a_keyed_job_cut_off_while_committing_is_sent_again_and_made_once(
-    server: WebServer, owner: Tenant, proxy: FaultProxy
+    server: WebServer, owner: Tenant, module_db_proxy: FaultProxy
 ) -> None:
     key = "close-2026-11-30"
-    recorder = heal_on_503(proxy)
+    recorder = heal_on_503(module_db_proxy)
     with Client(server.url, owner.token, transport=recorder) as client:
         job = cut_while_committing(
-            proxy,
+            module_db_proxy,
             lambda: client.create_job({"idempotency_key": key, "target": TARGET}),
             lambda: Schedule.objects.filter(idempotency_key=key).exists(),
         )
@@ -114,12 +110,12 @@ def test_a_keyed_job_cut_off_while_committing_is_sent_again_and_made_once(
 
 
 def test_a_post_without_a_key_cut_off_while_committing_is_not_sent_again(
-    server: WebServer, owner: Tenant, proxy: FaultProxy
+    server: WebServer, owner: Tenant, module_db_proxy: FaultProxy
 ) -> None:
-    recorder = heal_on_503(proxy)
+    recorder = heal_on_503(module_db_proxy)
     with Client(server.url, owner.token, transport=recorder) as client:
         error = cut_while_committing(
-            proxy,
+            module_db_proxy,
             lambda: client.create_schedule(definition("nightly")),
             lambda: Schedule.objects.filter(name="nightly").exists(),
         )
@@ -162,7 +158,7 @@ def _drive(server: WebServer, token: str, n: int, load: Load, stop: threading.Ev
 
 
 def test_a_planned_switchover_loses_no_client_request(
-    server: WebServer, owner: Tenant, proxy: FaultProxy
+    server: WebServer, owner: Tenant, module_db_proxy: FaultProxy
 ) -> None:
     """The primary's side of a switchover, as the web sees it: its sessions end and new
     ones are read-only (demoted), then it takes no connections (stopping, no primary
@@ -176,11 +172,11 @@ def test_a_planned_switchover_loses_no_client_request(
     for thread in threads:
         thread.start()
     time.sleep(1.0)  # steady traffic first
-    with read_only(proxy):
+    with read_only(module_db_proxy):
         time.sleep(1.0)
-        proxy.refuse()
+        module_db_proxy.refuse()
         time.sleep(1.5)
-    proxy.pass_()
+    module_db_proxy.pass_()
     time.sleep(1.5)  # traffic on the "new primary"
     stop.set()
     for thread in threads:
@@ -215,13 +211,16 @@ def schedctl(*argv: str) -> tuple[int, str, str]:
 
 
 def test_schedctl_waits_out_an_outage_and_says_so(
-    server: WebServer, owner: Tenant, proxy: FaultProxy
+    server: WebServer, owner: Tenant, module_db_proxy: FaultProxy
 ) -> None:
-    proxy.refuse()  # resets the web's connections: counted from here on
-    refused = proxy.resets
+    module_db_proxy.refuse()  # resets the web's connections: counted from here on
+    refused = module_db_proxy.resets
     # Healed once the web's new connection was refused: its 503 is on the way by then.
     healer = threading.Thread(
-        target=lambda: (wait_for(lambda: proxy.resets > refused, timeout=30), proxy.pass_())
+        target=lambda: (
+            wait_for(lambda: module_db_proxy.resets > refused, timeout=30),
+            module_db_proxy.pass_(),
+        )
     )
     healer.start()
     code, out, err = schedctl("--url", server.url, "--token", owner.token, "ls")
@@ -234,9 +233,9 @@ def test_schedctl_waits_out_an_outage_and_says_so(
 
 
 def test_schedctl_gives_up_with_a_clear_error_when_the_outage_outlasts_its_retries(
-    server: WebServer, owner: Tenant, proxy: FaultProxy
+    server: WebServer, owner: Tenant, module_db_proxy: FaultProxy
 ) -> None:
-    proxy.refuse()
+    module_db_proxy.refuse()
     code, _, err = schedctl("--url", server.url, "--token", owner.token, "--retries", "1", "ls")
     assert code == 1
     *retried, last = err.splitlines()

@@ -22,7 +22,7 @@ from tests.support.client_support import (
     live_server,
     make_tenant,
 )
-from tests.support.faultproxy import FaultProxy, database_target, proxied
+from tests.support.faultproxy import FaultProxy
 from tests.support.net import free_port
 from tests.support.procs import WebServer
 
@@ -36,34 +36,28 @@ RATE = "3/10s"
 
 
 @pytest.fixture(scope="module")
-def proxy(django_db_setup: Any, django_db_blocker: Any) -> Iterator[FaultProxy]:
-    with django_db_blocker.unblock(), proxied(database_target(connection.settings_dict)) as p:
-        yield p
-
-
-@pytest.fixture(scope="module")
 def server(
-    proxy: FaultProxy,
+    module_db_proxy: FaultProxy,
     django_db_blocker: Any,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[WebServer]:
-    """gunicorn whose database connections all go through the fault proxy."""
+    """gunicorn whose database connections all go through the fault module_db_proxy."""
     with (
         django_db_blocker.unblock(),
         live_server(
             tmp_path_factory.mktemp("web"),
             API_RATE_LIMIT=RATE,
-            DATABASE_URL=proxy.database_url(connection.settings_dict),
+            DATABASE_URL=module_db_proxy.database_url(connection.settings_dict),
         ) as web,
     ):
         yield web
 
 
 @pytest.fixture
-def owner(db: Any, proxy: FaultProxy) -> Iterator[Tenant]:
-    proxy.pass_()
+def owner(db: Any, module_db_proxy: FaultProxy) -> Iterator[Tenant]:
+    module_db_proxy.pass_()
     yield make_tenant("billing")
-    proxy.pass_()
+    module_db_proxy.pass_()
 
 
 def _exhaust(server: WebServer, token: str) -> Throttled:
@@ -129,10 +123,10 @@ def test_every_method_is_retried_on_429(server: WebServer, owner: Tenant) -> Non
 
 
 def test_a_503_while_the_database_is_away_is_retried_for_idempotent_requests_only(
-    server: WebServer, owner: Tenant, proxy: FaultProxy
+    server: WebServer, owner: Tenant, module_db_proxy: FaultProxy
 ) -> None:
     with Client(server.url, owner.token, max_retries=0) as once:
-        proxy.refuse()
+        module_db_proxy.refuse()
         with pytest.raises(Unavailable) as raised:
             once.request("GET", "/v1/schedules")
     assert raised.value.status == 503 and raised.value.code == "unavailable"
@@ -152,7 +146,9 @@ def test_a_503_while_the_database_is_away_is_retried_for_idempotent_requests_onl
 
     # A job with its idempotency key is. The proxy heals as soon as the client has
     # seen the 503: the retry must succeed, and create the job once.
-    recorder = Recorder(on_response=lambda r: proxy.pass_() if r.status_code == 503 else None)
+    recorder = Recorder(
+        on_response=lambda r: module_db_proxy.pass_() if r.status_code == 503 else None
+    )
     with Client(server.url, owner.token, transport=recorder) as client:
         job = client.create_job({"idempotency_key": "after-the-outage", "target": TARGET})
     assert recorder.statuses() == [503, 201]

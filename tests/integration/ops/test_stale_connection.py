@@ -6,13 +6,12 @@ that is still up costs no round trip to check."""
 
 from __future__ import annotations
 
-import psycopg
 import pytest
 from celery.signals import task_prerun
 from django.db import connection
 
 from core.db import core_sql
-from tests.support.procs import db_conninfo, wait_for
+from tests.support.database_faults import end_backend
 from tests.support.round_trips import counting
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -22,15 +21,7 @@ def test_a_connection_ended_by_the_server_is_replaced_before_the_next_task() -> 
     assert connection.settings_dict["CONN_HEALTH_CHECKS"]
     assert core_sql.scalar("ping") == 1
     pid = connection.connection.info.backend_pid
-    with psycopg.connect(db_conninfo(), autocommit=True) as other:
-        other.execute("SELECT pg_terminate_backend(%s)", [pid])
-        wait_for(
-            lambda: (
-                not other.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", [pid]).fetchone()
-            ),
-            timeout=10,
-            what="the backend to end",
-        )
+    end_backend(pid)
     task_prerun.send(sender=None)  # what a worker does before each task (config/celery_app.py)
     assert core_sql.scalar("ping") == 1
     assert connection.connection.info.backend_pid != pid

@@ -8,7 +8,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import psycopg
 import pytest
 from django.db import connection
 
@@ -16,7 +15,7 @@ from dispatch import services
 from dispatch.models import Execution
 from dispatch.scheduler.loop import Beat
 from tenants.roles import Principal
-from tests.support.procs import db_conninfo, wait_for
+from tests.support.database_faults import end_backend
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("empty_broker")]
 TARGET = {"type": "http", "url": "https://billing.internal/hook"}
@@ -27,18 +26,6 @@ def beat_config() -> dict[str, Any]:
     return {"name": "reconnect-beat", "cycle_s": 0.2, "lookahead_s": 2}
 
 
-def _end_backend(pid: int) -> None:
-    with psycopg.connect(db_conninfo(), autocommit=True) as other:
-        other.execute("SELECT pg_terminate_backend(%s)", [pid])
-        wait_for(
-            lambda: (
-                not other.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", [pid]).fetchone()
-            ),
-            timeout=10,
-            what="the backend to end",
-        )
-
-
 def test_a_lost_connection_drops_the_load_watermark(beat: Beat, admin_principal: Principal) -> None:
     job, _ = services.job_create(actor=admin_principal, data={"target": TARGET, "name": "r1"})
     deadline = time.monotonic() + 20
@@ -46,7 +33,7 @@ def test_a_lost_connection_drops_the_load_watermark(beat: Beat, admin_principal:
         assert time.monotonic() < deadline
         beat.cycle()
     assert beat._horizon is not None  # loaded incrementally from here on
-    _end_backend(connection.connection.info.backend_pid)
+    end_backend(connection.connection.info.backend_pid)
     beat.cycle()  # the statement fails on the ended connection; the beat reconnects
     assert beat._horizon is None
     # And it goes on firing on its new connection.
