@@ -9,13 +9,20 @@ read `h1:5432,h2` as a port), so a host list is taken apart here and handed to
 Django as libpq wants it: HOST `h1,h2`, PORT `5432,5433`, and the URL's query in
 OPTIONS (Django's backend passes both lists and every option to libpq unchanged).
 
-Two defaults apply to a multi-host URL only, each overridden by the URL's own query:
+These defaults apply to a multi-host URL only, each overridden by the URL's own query:
 
 * `target_session_attrs=read-write` — every process of the platform writes, and
   libpq's own default (`any`) would settle on the first standby that answers;
 * `connect_timeout=5` — per host: a dead machine that answers nothing (no RST)
   would otherwise hold each new connection for the kernel's whole SYN retry
-  (about two minutes) before the next host is tried.
+  (about two minutes) before the next host is tried;
+* `keepalives_idle=10`, `keepalives_interval=5`, `keepalives_count=3` and
+  `tcp_user_timeout=15000` (ms) — an established connection to a primary that
+  vanished without a reset (power or network lost: nothing closes its sockets) fails
+  within about 25 s instead of waiting out TCP's retransmissions (15 minutes or more),
+  so the process reconnects to the new primary. A slow query is not cut short: the
+  server's kernel answers keepalives and acknowledges what it was sent, whatever
+  PostgreSQL is doing.
 """
 
 from __future__ import annotations
@@ -27,10 +34,22 @@ from urllib.parse import quote, unquote, urlencode
 import dj_database_url
 
 SCHEMES = ("postgres://", "postgresql://")
-MULTI_HOST_DEFAULTS: dict[str, Any] = {"target_session_attrs": "read-write", "connect_timeout": 5}
+MULTI_HOST_DEFAULTS: dict[str, Any] = {
+    "target_session_attrs": "read-write",
+    "connect_timeout": 5,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 15000,
+}
 # The OPTIONS a URL of `url_of` carries back: libpq connection parameters only
 # (settings.py adds `options` for the session limits; each process sets those itself).
-_URL_OPTIONS = ("target_session_attrs", "connect_timeout", "sslmode", "application_name")
+_URL_OPTIONS = (
+    *MULTI_HOST_DEFAULTS,
+    "keepalives",
+    "sslmode",
+    "application_name",
+)
 
 
 class BadDatabaseUrl(ValueError):

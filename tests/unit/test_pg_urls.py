@@ -26,21 +26,27 @@ def test_a_host_list_becomes_libpq_host_and_port_lists() -> None:
     assert config["OPTIONS"]["target_session_attrs"] == "read-write"
 
 
-def test_a_host_list_defaults_to_the_writable_host_and_a_per_host_connect_timeout() -> None:
+def test_a_host_list_defaults_to_the_writable_host_and_bounded_tcp_waits() -> None:
     assert pg_urls.parse(CLUSTER)["OPTIONS"] == {
         "target_session_attrs": "read-write",
         "connect_timeout": 5,
+        "keepalives_idle": 10,
+        "keepalives_interval": 5,
+        "keepalives_count": 3,
+        "tcp_user_timeout": 15000,
     }
 
 
 def test_the_urls_own_options_win_over_the_defaults() -> None:
     options = pg_urls.parse(
         CLUSTER + "?target_session_attrs=primary&connect_timeout=2&sslmode=verify-full"
+        "&tcp_user_timeout=0"
     )["OPTIONS"]
-    assert options == {
+    assert options == pg_urls.MULTI_HOST_DEFAULTS | {
         "target_session_attrs": "primary",
         "connect_timeout": 2,
         "sslmode": "verify-full",
+        "tcp_user_timeout": 0,
     }
 
 
@@ -96,10 +102,13 @@ def test_unreadable_urls_are_refused_naming_the_fault(url: str) -> None:
 
 
 def test_url_of_round_trips_a_host_list_and_its_connection_options() -> None:
-    url = "postgresql://sched:s%40cret@db1.internal:5432,db2.internal:5433/scheduler?target_session_attrs=read-write&connect_timeout=5"
+    url = "postgresql://sched:s%40cret@db1.internal:5432,db2.internal:5433/scheduler?target_session_attrs=read-write&connect_timeout=5&keepalives_idle=10&keepalives_interval=5&keepalives_count=3&tcp_user_timeout=15000"
     config = pg_urls.parse(url)
     config["OPTIONS"]["options"] = "-c idle_in_transaction_session_timeout=60000"
     assert pg_urls.url_of(config) == url
+    # A child process gets the same TCP bounds as its parent, even the defaults.
+    short = pg_urls.parse(CLUSTER)
+    assert pg_urls.parse(pg_urls.url_of(short))["OPTIONS"] == short["OPTIONS"]
     assert pg_urls.parse(pg_urls.url_of(config))["HOST"] == "db1.internal,db2.internal"
 
 
