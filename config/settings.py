@@ -306,6 +306,10 @@ BEAT_LOOKAHEAD_S = BEAT_STAGE_AHEAD_S
 BEAT_BATCH = get_int("BEAT_BATCH", 1000)
 # Queued but unclaimed this long: the broker lost the message; publish it again.
 QUEUED_REPUBLISH_S = float(get("QUEUED_REPUBLISH_S", "60") or 60)
+# How long a worker whose delivery met an unavailable database (a restart, a fail-over)
+# waits for a writable one before it acknowledges the message and leaves the run to
+# the beat's re-publish (dispatch/tasks.py).
+WORKER_DB_WAIT_S = float(get("WORKER_DB_WAIT_S", "30") or 30)
 SWEEP_INTERVAL_S = float(get("SWEEP_INTERVAL_S", "2") or 2)
 # How often an idle step of the control pump (each beat runs every step, backfills,
 # bulk operations, the late scan, the alert sender, on a thread of its own) looks for

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import re
 import select
+import time
 from collections.abc import Mapping
 from datetime import datetime
 from enum import StrEnum
@@ -313,6 +314,26 @@ def forget_connection(*, at_request_end: bool = False) -> None:
         connection.close_at = 0.0  # close_if_unusable_or_obsolete() closes it at request end
     else:
         connection.close()
+
+
+def wait_for_writable(timeout_s: float, *, interval_s: float = 0.5) -> bool:
+    """Wait up to `timeout_s` until a new connection reaches a server that takes writes
+    (through a multi-host DATABASE_URL: the new primary of a fail-over); whether one
+    did. For a process that can do nothing without the database and should not drop
+    its work meanwhile (a worker's delivery). Errors other than "unavailable" raise."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        forget_connection()
+        try:
+            if write_problem() is None:
+                return True
+        except DatabaseError as exc:
+            if unavailable_reason(exc) is None:
+                raise
+        if time.monotonic() + interval_s > deadline:
+            forget_connection()
+            return False
+        time.sleep(interval_s)
 
 
 def write_problem() -> Unavailable | None:

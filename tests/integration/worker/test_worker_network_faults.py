@@ -3,6 +3,8 @@ worker process and PostgreSQL), and a target host that does not resolve (issue 1
 
 * a completion lost to a connection reset is retried on a fresh connection, not
   acknowledged and forgotten (the job would run again a lease later);
+* a delivery that finds the database away waits for it and runs, rather than being
+  acknowledged and left to the beat's re-publish (WORKER_DB_WAIT_S);
 * a claim whose reply came back after the lease was revoked makes no call;
 * a worker busy with a long job holds no second message another worker could run;
 * a target name that does not resolve is a retryable failure, never a crash.
@@ -103,6 +105,51 @@ def test_completion_lost_to_a_connection_reset_is_retried_and_the_job_runs_once(
     assert kinds(execution).count("attempt_succeeded") == 1
     assert "fencing_rejected" not in kinds(execution)
     assert "database error" not in w1.output()  # never acknowledged as lost
+
+
+def test_a_delivery_that_finds_the_database_away_waits_for_it_and_runs(
+    start_worker: Callable[..., Proc],
+    ledger: Ledger,
+    db_proxy: FaultProxy,
+    admin_principal: Principal,
+) -> None:
+    """A restart or fail-over while messages wait: each delivery the worker takes
+    meanwhile used to be acknowledged as a database error, its run left to the beat's
+    re-publish (QUEUED_REPUBLISH_S, a minute). Now the worker waits for the database
+    (WORKER_DB_WAIT_S) and runs it: the calls arrive once it is back, from these
+    deliveries (no beat runs here to re-publish anything), each once."""
+    w1 = start_worker(
+        "w1",
+        queues="default.short",
+        concurrency=2,
+        WORKER_ID="w1",
+        TARGET_TEST_ALLOW=ledger.allow_entry,
+        DATABASE_URL=db_proxy.database_url(connection.settings_dict),
+        WORKER_DB_WAIT_S="30",
+    )
+    executions = [
+        make_execution(make_schedule(admin_principal, target(ledger), retry=QUICK_RETRY))
+        for _ in range(4)
+    ]
+    db_proxy.refuse()  # every connection reset, every new one refused
+    for execution in executions:
+        publish(execution.id, 1, queue="default.short")
+    wait_for(
+        lambda: w1.output().count("waiting up to 30 s for it") >= 2,
+        timeout=20,
+        what="both pool slots to wait for the database",
+    )
+    time.sleep(2.0)  # away a while longer: the other two messages stay in the broker
+    db_proxy.pass_()
+    wait_for(lambda: len(ledger.requests) >= 4, timeout=30, what="the four calls")
+    for execution in executions:
+        wait_for(final(execution), timeout=20, what="the completion")
+        execution.refresh_from_db()
+        assert (execution.state, execution.attempt) == ("succeeded", 1), w1.output()
+    assert sorted(h["x-execution-id"] for h in calls(ledger)) == sorted(
+        str(e.id) for e in executions
+    )
+    assert "database error" not in w1.output()  # none acknowledged as lost
 
 
 def test_completion_gives_up_after_finish_retry_s_and_the_lease_rescues_it(
