@@ -29,11 +29,12 @@ from django.db.models import F
 
 from dispatch import services
 from dispatch.models import BeatNode, Execution, ExecutionEvent, Schedule, SchedulerPartition
+from dispatch.services.jobs import BATCH_MAX, job_create_batch
 from tenants.models import Tenant
 from tenants.roles import Principal
 from tests.chaos.servers import OwnRabbit, OwnRedis, Postgres
 from tests.support.faultproxy import FaultProxy, database_target
-from tests.support.ledger import Ledger
+from tests.support.ledger import Ledger, calls_under_revoked_token
 from tests.support.procs import ROOT, Proc, beat_cmd, wait_for, worker_cmd
 from tests.support.worker_support import db_now
 
@@ -1052,6 +1053,36 @@ def _job_to(
     return str(job.id)
 
 
+def create_held_jobs(principal: Principal, tenant: Tenant, *, count: int, url: str) -> list[str]:
+    """`count` oracle jobs calling `url`, held out of the due index (no next run) until
+    the caller sets one instant for all: a burst the beats meet at once, as at the top
+    of a minute. Made in the API's batches (POST /v1/jobs:batch's service)."""
+    tenant.quota.max_schedules = count + 100
+    tenant.quota.max_concurrent = count + 100
+    tenant.quota.save()
+    far = db_now() + timedelta(days=365)
+    placeholder = {"type": "http", "url": "https://billing.internal/hook"}
+    ids: list[str] = []
+    for first in range(0, count, BATCH_MAX):
+        items: list[dict[str, Any] | Any] = [
+            {"idempotency_key": f"held-{i}", "run_at": far, "target": placeholder, "retry": RETRY}
+            for i in range(first, min(count, first + BATCH_MAX))
+        ]
+        with transaction.atomic():
+            results = job_create_batch(actor=principal, items=items)
+            made = [str(r.job.id) for r in results if r.status == 201 and r.job is not None]
+            if len(made) != len(items):
+                raise AssertionError(f"batch at {first}: {[r.error for r in results if r.error]}")
+            # Repointed at the ledger (it cannot pass the save-time SSRF check), held back.
+            Schedule.objects.filter(pk__in=made).update(
+                target={"type": "http", "url": url, "method": "POST", "timeout_s": 10},
+                timeout_s=10,
+                next_run_at=None,
+            )
+        ids += made
+    return ids
+
+
 # Hostile jobs run beside the oracle's: each must end as its policy says without
 # slowing the others (docs/explanation/failure-contract.md, "What a run asserts"; the
 # poison job: C6).
@@ -1234,14 +1265,7 @@ def check(
         token = (data or {}).get("fencing_token")
         if token is not None:
             bumps[str(eid)].append((created.timestamp(), int(token)))
-    revoked_calls = []
-    for req in ledger.requests:
-        headers = {k.lower(): v for k, v in req["headers"].items()}
-        eid, token = headers.get("x-execution-id", ""), headers.get("x-fencing-token", "")
-        if not req["path"].startswith("/effect") or not token.isdigit():
-            continue
-        if any(at < req["at"] and newer > int(token) for at, newer in bumps.get(eid, [])):
-            revoked_calls.append(f"{eid}@{token}")
+    revoked_calls = calls_under_revoked_token(ledger.requests, bumps)
 
     # Fire lateness: first publish minus due time.
     lateness = {

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ CLIENT_DIR = ROOT / "clients" / "python"
 if str(CLIENT_DIR) not in sys.path:  # the package as the repository has it
     sys.path.insert(0, str(CLIENT_DIR))
 
-from scheduler_client.client import KEEPALIVE_EXPIRY_S  # noqa: E402  # isort: skip
+from scheduler_client.client import KEEPALIVE_EXPIRY_S, Client  # noqa: E402  # isort: skip
 
 TARGET = {"type": "http", "url": "https://billing.internal/hook", "method": "POST"}
 
@@ -103,3 +104,39 @@ class Recorder(httpx.HTTPTransport):
 
     def statuses(self) -> list[int | None]:
         return [e.status for e in self.exchanges]
+
+
+@dataclass
+class Load:
+    """One client's requests during a database fault, and what became of them."""
+
+    recorder: Recorder = field(default_factory=Recorder)
+    keys: list[str] = field(default_factory=list)  # jobs the client was told it made
+    failures: list[Exception] = field(default_factory=list)
+    slowest_s: float = 0.0
+
+
+def drive(
+    url: str,
+    token: str,
+    name: str,
+    load: Load,
+    stop: threading.Event,
+    job: Callable[[str], dict[str, Any]] = lambda key: {"idempotency_key": key, "target": TARGET},
+) -> None:
+    """Create a keyed job (`job(key)` its body), read it back, list the jobs; again
+    until `stop`. The client's default retry limits: a fail-over must fit in them."""
+    with Client(url, token, transport=load.recorder) as client:
+        i = 0
+        while not stop.is_set():
+            i += 1
+            key = f"{name}-{i}"
+            started = time.monotonic()
+            try:
+                made = client.create_job(job(key))
+                load.keys.append(key)
+                assert client.get_job(made.id).id == made.id
+                client.request("GET", "/v1/jobs", params={"limit": 5})
+            except Exception as exc:
+                load.failures.append(exc)
+            load.slowest_s = max(load.slowest_s, time.monotonic() - started)

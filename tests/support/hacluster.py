@@ -7,11 +7,21 @@ on loopback, in a temporary folder, on free ports — never the machine's server
         cluster.wait_leader(other_than=...)
         cluster.start_node(name)          # back as a standby (pg_rewind if it must)
         cluster.switchover()              # planned: Patroni's REST API
+        cluster.cut_off(name)             # a network partition: its links to the cluster
+        cluster.heal(name)                #   black-holed, its clients' direct links kept
     # torn down: nothing it started is left running (checked, not assumed)
 
 Patroni runs with synchronous_mode on (a commit is acknowledged once the sync standby
 has it, so a promotion loses nothing acknowledged), ttl 10, loop_wait 1 and
-retry_timeout 4 (Patroni wants loop_wait + 2 * retry_timeout <= ttl). PostgreSQL
+retry_timeout 4 (Patroni wants loop_wait + 2 * retry_timeout <= ttl).
+
+Each node reaches the cluster through fault proxies of the suite's own
+(tests/support/faultproxy.py): its Patroni's link to etcd, and the addresses it
+advertises to the other node — its PostgreSQL's (the standby replicates and rewinds
+through it) and its REST API's. Black-holing the three cuts a node off from the
+cluster while its PostgreSQL stays reachable on its own port, which is what the
+platform's URL names: a partition in which a client could still write to an old
+primary. PostgreSQL
 refuses to run as root, so Patroni (and the postgres it starts) runs as the
 `postgres` user through setpriv; etcd runs as whoever runs the tests. The Debian
 packages `patroni` and `etcd-server` provide the programs (`.ci/run` installs them).
@@ -37,6 +47,7 @@ from typing import Any
 import psycopg
 import yaml
 
+from tests.support.faultproxy import FaultProxy
 from tests.support.net import free_port
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
@@ -114,6 +125,9 @@ class Node:
     log: Any = None
     # Every postmaster this node ran (a restart in place gets a new one), for teardown.
     postmasters: set[int] = field(default_factory=set)
+    # Its links to the rest of the cluster (see the module's docstring): to etcd, and
+    # the PostgreSQL and REST API addresses it advertises to the other nodes.
+    links: dict[str, FaultProxy] = field(default_factory=dict)
 
     @property
     def data_dir(self) -> Path:
@@ -122,6 +136,9 @@ class Node:
     @property
     def api(self) -> str:
         return f"http://127.0.0.1:{self.api_port}"
+
+    def advertised(self, link: str) -> str:
+        return f"127.0.0.1:{self.links[link].port}"
 
     def postmaster_pid(self) -> int | None:
         try:
@@ -157,6 +174,12 @@ class HACluster:
             f"pg{i}": Node(f"pg{i}", free_port(), free_port(), self.base / f"pg{i}")
             for i in range(1, nodes + 1)
         }
+        for node in self.nodes.values():
+            node.links = {
+                "etcd": FaultProxy(("127.0.0.1", self.etcd_port)),
+                "postgresql": FaultProxy(("127.0.0.1", node.pg_port)),
+                "restapi": FaultProxy(("127.0.0.1", node.api_port)),
+            }
 
     # --- life cycle ----------------------------------------------------------------------
 
@@ -230,9 +253,11 @@ class HACluster:
             "log": {"level": "INFO"},
             "restapi": {
                 "listen": f"127.0.0.1:{node.api_port}",
-                "connect_address": f"127.0.0.1:{node.api_port}",
+                "connect_address": node.advertised("restapi"),
             },
-            "etcd3": {"hosts": [f"127.0.0.1:{self.etcd_port}"]},
+            # use_proxies: keep to the address given; etcd's member list would name the
+            # real port and so bypass the node's link.
+            "etcd3": {"hosts": [node.advertised("etcd")], "use_proxies": True},
             "bootstrap": {
                 "dcs": {
                     "ttl": TTL,
@@ -254,6 +279,9 @@ class HACluster:
                             # A test cluster: a shorter checkpoint distance keeps the
                             # data directories small; fsync stays on (a kill must be real).
                             "max_wal_size": "64MB",
+                            # When each row was committed: which node accepted a write
+                            # after which moment (a cut-off old primary must accept none).
+                            "track_commit_timestamp": "on",
                         },
                     },
                 },
@@ -266,7 +294,7 @@ class HACluster:
             },
             "postgresql": {
                 "listen": f"127.0.0.1:{node.pg_port}",
-                "connect_address": f"127.0.0.1:{node.pg_port}",
+                "connect_address": node.advertised("postgresql"),
                 "data_dir": str(node.data_dir),
                 "bin_dir": str(PG_BIN),
                 "pgpass": str(node.dir / "pgpass"),
@@ -319,6 +347,8 @@ class HACluster:
             if node.log is not None:
                 node.log.close()
                 node.log = None
+            for proxy in node.links.values():
+                proxy.close()
         if self.etcd is not None:
             if self.etcd.poll() is None:
                 self.etcd.terminate()
@@ -374,6 +404,19 @@ class HACluster:
             node.proc.wait(10)
         self._wait(lambda: not any(_alive(v) for v in victims), 10, f"{name} to die")
 
+    def cut_off(self, name: str) -> None:
+        """Node `name` loses the cluster, not its clients: its links to etcd and from
+        the other node black-holed, every process alive. As a primary it can no longer
+        renew the leader key (Patroni demotes it) nor hear from its sync standby (a
+        commit waits), and the standby is promoted once the key lapses."""
+        for proxy in self.nodes[name].links.values():
+            proxy.blackhole()
+
+    def heal(self, name: str) -> None:
+        """Node `name`'s links forward again (it rejoins; as an old primary, rewound)."""
+        for proxy in self.nodes[name].links.values():
+            proxy.pass_()
+
     def _kill_tree(self, pid: int) -> None:
         for victim in [pid, *_children(pid)]:
             with contextlib.suppress(ProcessLookupError):
@@ -403,6 +446,25 @@ class HACluster:
             raise AssertionError(f"switchover refused: {exc.code} {exc.read()!r}") from None
         return self.wait_leader(other_than=leader, timeout=timeout)
 
+    def configure(self, **dcs: Any) -> None:
+        """Change cluster-wide settings (Patroni's dynamic configuration, kept in etcd:
+        `synchronous_mode`, `maximum_lag_on_failover`...) through the leader's REST API,
+        as `patronictl edit-config` does; each node applies them on its next loop."""
+        leader = self.leader()
+        if leader is None:
+            raise AssertionError("no leader to configure the cluster through")
+        req = urllib.request.Request(
+            f"{self.nodes[leader].api}/config",
+            data=json.dumps(dcs).encode(),
+            method="PATCH",
+            headers={"Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=10) as res:
+                res.read()
+        except urllib.error.HTTPError as exc:
+            raise AssertionError(f"configuration refused: {exc.code} {exc.read()!r}") from None
+
     # --- state ---------------------------------------------------------------------------
 
     def members(self) -> list[dict[str, Any]]:
@@ -423,6 +485,27 @@ class HACluster:
             if member.get("role") == "leader" and member.get("state") == "running":
                 return str(member["name"])
         return None
+
+    def promoted_at(self, name: str, *, after: float, timeout: float = 30) -> float:
+        """When node `name` was promoted after `after` (epoch seconds): Patroni's timeline
+        history, which the new leader writes to etcd within a loop or two of its promotion."""
+        from datetime import datetime
+
+        def entry() -> list[Any] | None:
+            try:
+                history = _get(f"{self.nodes[name].api}/history", timeout=2) or []
+            except (OSError, ValueError):
+                return None
+            # [timeline, lsn, reason, timestamp, new leader]
+            mine = [
+                h
+                for h in history
+                if len(h) >= 5 and h[4] == name and datetime.fromisoformat(h[3]).timestamp() > after
+            ]
+            return mine[-1] if mine else None
+
+        found: list[Any] = self._wait(entry, timeout, f"{name}'s promotion in the history")
+        return datetime.fromisoformat(str(found[3])).timestamp()
 
     def sync_standby(self) -> str | None:
         for member in self.members():
@@ -463,6 +546,12 @@ class HACluster:
             ).items()
         )
         return f"postgresql://postgres@{hosts}/{dbname}?{query}"
+
+    def node_url(self, name: str, dbname: str) -> str:
+        """Node `name` alone, whatever its role: a client that stays on it."""
+        return (
+            f"postgresql://postgres@127.0.0.1:{self.nodes[name].pg_port}/{dbname}?connect_timeout=2"
+        )
 
     @staticmethod
     def writable(url: str) -> bool:

@@ -11,7 +11,6 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -20,9 +19,11 @@ from django.db import connection
 from dispatch.models import Schedule
 from tests.support.client_support import (
     TARGET,
+    Load,
     Recorder,
     Tenant,
     definition,
+    drive,
     live_server,
     make_tenant,
 )
@@ -128,35 +129,6 @@ def test_a_post_without_a_key_cut_off_while_committing_is_not_sent_again(
     assert Schedule.objects.filter(name="nightly").count() == 1
 
 
-@dataclass
-class Load:
-    """One client's requests during the switchover, and what became of them."""
-
-    recorder: Recorder = field(default_factory=Recorder)
-    keys: list[str] = field(default_factory=list)  # jobs the client was told it made
-    failures: list[Exception] = field(default_factory=list)
-    slowest_s: float = 0.0
-
-
-def _drive(server: WebServer, token: str, n: int, load: Load, stop: threading.Event) -> None:
-    """Create a keyed job, read it back, list the jobs; again until `stop`. The
-    client's default retry limits: a switchover must fit in them."""
-    with Client(server.url, token, transport=load.recorder) as client:
-        i = 0
-        while not stop.is_set():
-            i += 1
-            key = f"switchover-{n}-{i}"
-            started = time.monotonic()
-            try:
-                job = client.create_job({"idempotency_key": key, "target": TARGET})
-                load.keys.append(key)
-                assert client.get_job(job.id).id == job.id
-                client.request("GET", "/v1/jobs", params={"limit": 5})
-            except Exception as exc:
-                load.failures.append(exc)
-            load.slowest_s = max(load.slowest_s, time.monotonic() - started)
-
-
 def test_a_planned_switchover_loses_no_client_request(
     server: WebServer, owner: Tenant, module_db_proxy: FaultProxy
 ) -> None:
@@ -166,7 +138,9 @@ def test_a_planned_switchover_loses_no_client_request(
     loads = [Load() for _ in range(4)]
     stop = threading.Event()
     threads = [
-        threading.Thread(target=_drive, args=(server, owner.token, n, load, stop))
+        threading.Thread(
+            target=drive, args=(server.url, owner.token, f"switchover-{n}", load, stop)
+        )
         for n, load in enumerate(loads)
     ]
     for thread in threads:
