@@ -21,9 +21,10 @@ advertises to the other node — its PostgreSQL's (the standby replicates and re
 through it) and its REST API's. Black-holing the three cuts a node off from the
 cluster while its PostgreSQL stays reachable on its own port, which is what the
 platform's URL names: a partition in which a client could still write to an old
-primary. PostgreSQL
-refuses to run as root, so Patroni (and the postgres it starts) runs as the
-`postgres` user through setpriv; etcd runs as whoever runs the tests. The Debian
+primary.
+
+PostgreSQL refuses to run as root, so Patroni (and the postgres it starts) runs as
+the `postgres` user through setpriv; etcd runs as whoever runs the tests. The Debian
 packages `patroni` and `etcd-server` provide the programs (`.ci/run` installs them).
 """
 
@@ -75,7 +76,7 @@ def missing() -> str:
     return ""
 
 
-def _as_postgres(cmd: list[str]) -> list[str]:
+def as_postgres(cmd: list[str]) -> list[str]:
     return ["setpriv", f"--reuid={OS_USER}", f"--regid={OS_USER}", "--init-groups", *cmd]
 
 
@@ -321,7 +322,7 @@ class HACluster:
             node.log.close()
         node.log = open(self.base / f"{name}.log", "ab")  # noqa: SIM115 - closed in stop()
         node.proc = subprocess.Popen(
-            _as_postgres([PATRONI, str(node.dir / "patroni.yml")]),
+            as_postgres([PATRONI, str(node.dir / "patroni.yml")]),
             stdout=node.log,
             stderr=subprocess.STDOUT,
             cwd=node.dir,
