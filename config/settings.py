@@ -120,6 +120,37 @@ DATABASES["default"]["OPTIONS"].setdefault(
 )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# An optional streaming replica for the reads that tolerate a bounded staleness: the
+# console's lists, the runs page, the health pages and /metrics (core/replicas.py,
+# docs/how-to/replicas.md). Writes, claims, admission, the explainer and every read of
+# auth, sessions and tenants stay on the primary whatever this says.
+DATABASE_REPLICA_URL = get("DATABASE_REPLICA_URL")
+if DATABASE_REPLICA_URL:
+    if not DATABASE_REPLICA_URL.startswith(pg_urls.SCHEMES):
+        raise ImproperlyConfigured("DATABASE_REPLICA_URL must be a postgresql:// URL")
+    try:
+        DATABASES["replica"] = pg_urls.parse(
+            DATABASE_REPLICA_URL,
+            conn_max_age=get_int("DB_CONN_MAX_AGE", 60),
+            conn_health_checks=True,
+        )
+    except pg_urls.BadDatabaseUrl as exc:
+        raise ImproperlyConfigured(f"DATABASE_REPLICA_URL cannot be read: {exc}") from None
+    # A replica that does not answer must cost a page little: it is skipped after this.
+    DATABASES["replica"].setdefault("OPTIONS", {}).setdefault(
+        "connect_timeout", get_int("REPLICA_CONNECT_TIMEOUT_S", 2)
+    )
+    DATABASES["replica"]["OPTIONS"].setdefault(
+        "options", DATABASES["default"]["OPTIONS"]["options"]
+    )
+DATABASE_ROUTERS = ["core.replicas.ReplicaRouter"]
+# The staleness bound: a replica further behind than this is not read from.
+REPLICA_MAX_LAG_S = get_int("REPLICA_MAX_LAG_S", 10)
+# How often a web process asks the replica its lag, and how long it leaves an
+# unreachable one alone before asking again.
+REPLICA_PROBE_S = get_int("REPLICA_PROBE_S", 1)
+REPLICA_RETRY_S = get_int("REPLICA_RETRY_S", 10)
+
 
 def _cache_url() -> str:
     # The cache (throttles, rate limits) lives in Redis database 1, apart from a

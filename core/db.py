@@ -39,7 +39,14 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from django.db import DatabaseError, InterfaceError, OperationalError, connection
+from django.db import (
+    DEFAULT_DB_ALIAS,
+    DatabaseError,
+    InterfaceError,
+    OperationalError,
+    connection,
+    connections,
+)
 from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
 from psycopg import sql as pgsql
 from psycopg.pq import Format
@@ -86,29 +93,54 @@ class Statements:
     def __contains__(self, name: object) -> bool:
         return name in self.text
 
-    def _run(self, name: str, params: Params, *, binary: bool) -> CursorWrapper:
-        connection.ensure_connection()
-        raw: psycopg.Cursor[Any] = psycopg.Cursor(connection.connection, row_factory=namedtuple_row)
+    def _run(self, name: str, params: Params, *, binary: bool, using: str) -> CursorWrapper:
+        conn = connections[using]
+        conn.ensure_connection()
+        raw: psycopg.Cursor[Any] = psycopg.Cursor(conn.connection, row_factory=namedtuple_row)
         raw.format = Format.BINARY if binary else Format.TEXT
-        wrapper = CursorDebugWrapper if connection.queries_logged else CursorWrapper
-        cur = wrapper(raw, connection)
+        wrapper = CursorDebugWrapper if conn.queries_logged else CursorWrapper
+        cur = wrapper(raw, conn)
         cur.execute(self.text[name], params or {})
         return cur
 
-    def rows(self, name: str, params: Params = None, *, binary: bool = True) -> list[Any]:
-        with self._run(name, params, binary=binary) as cur:
+    # `using` names the database (Django's alias): the primary unless a read-only
+    # caller passes core.replicas.reads() — the runner never guesses what a statement does.
+
+    def rows(
+        self,
+        name: str,
+        params: Params = None,
+        *,
+        binary: bool = True,
+        using: str = DEFAULT_DB_ALIAS,
+    ) -> list[Any]:
+        with self._run(name, params, binary=binary, using=using) as cur:
             return list(cur.fetchall()) if cur.description else []
 
-    def one(self, name: str, params: Params = None, *, binary: bool = True) -> Any | None:
-        with self._run(name, params, binary=binary) as cur:
+    def one(
+        self,
+        name: str,
+        params: Params = None,
+        *,
+        binary: bool = True,
+        using: str = DEFAULT_DB_ALIAS,
+    ) -> Any | None:
+        with self._run(name, params, binary=binary, using=using) as cur:
             return cur.fetchone() if cur.description else None
 
-    def scalar(self, name: str, params: Params = None, *, binary: bool = True) -> Any:
-        row = self.one(name, params, binary=binary)
+    def scalar(
+        self,
+        name: str,
+        params: Params = None,
+        *,
+        binary: bool = True,
+        using: str = DEFAULT_DB_ALIAS,
+    ) -> Any:
+        row = self.one(name, params, binary=binary, using=using)
         return None if row is None else row[0]
 
     def execute(self, name: str, params: Params = None, *, binary: bool = True) -> int:
-        with self._run(name, params, binary=binary) as cur:
+        with self._run(name, params, binary=binary, using=DEFAULT_DB_ALIAS) as cur:
             count: int = cur.rowcount
             return count
 

@@ -10,6 +10,7 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from console.access import base_context, tenant_view
+from core.replicas import replica_reads
 from dispatch import selectors, services
 from dispatch.states import ExecutionState
 from tenants.roles import Principal, Role
@@ -45,6 +46,7 @@ def _dashboard_context(principal: Principal) -> dict[str, Any]:
 
 
 @require_GET
+@replica_reads
 @tenant_view(Role.VIEWER)
 def home(request: HttpRequest, principal: Principal) -> HttpResponse:
     ctx = base_context(request, principal, **_dashboard_context(principal))
@@ -52,6 +54,7 @@ def home(request: HttpRequest, principal: Principal) -> HttpResponse:
 
 
 @require_GET
+@replica_reads
 @tenant_view(Role.VIEWER)
 def dashboard_live(request: HttpRequest, principal: Principal) -> HttpResponse:
     ctx = base_context(request, principal, **_dashboard_context(principal))
@@ -62,6 +65,7 @@ UPCOMING_PAGE = 200
 
 
 @require_GET
+@replica_reads
 @tenant_view(Role.VIEWER)
 def upcoming(request: HttpRequest, principal: Principal) -> HttpResponse:
     """Every fire due in the next hour (the dashboard shows the first 50), by pages."""

@@ -12,6 +12,7 @@ from django.views.decorators.http import require_GET
 
 from console.access import base_context, tenant_view, viewer_zone
 from console.views.common import is_htmx
+from core.replicas import replica_reads
 from dispatch import selectors, services
 from tenants.roles import Principal, Role
 
@@ -21,6 +22,7 @@ DASHBOARD_PAST = 24
 
 
 @require_GET
+@replica_reads
 @tenant_view(Role.VIEWER)
 def schedules_by_health(request: HttpRequest, principal: Principal) -> HttpResponse:
     now = services.db_now()
@@ -40,6 +42,7 @@ def schedules_by_health(request: HttpRequest, principal: Principal) -> HttpRespo
 
 
 @require_GET
+@replica_reads
 @tenant_view(Role.VIEWER)
 def dashboard_health(request: HttpRequest, principal: Principal) -> HttpResponse:
     board = selectors.health_dashboard(

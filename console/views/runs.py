@@ -21,6 +21,7 @@ from django.views.decorators.http import require_GET
 from console import forms as console_forms
 from console.access import base_context, tenant_view, viewer_zone
 from console.views.common import is_htmx
+from core.replicas import replica_reads
 from dispatch import selectors
 from dispatch.exceptions import InvalidSchedule
 from dispatch.models import Schedule
@@ -96,6 +97,7 @@ def _total(counted: tuple[int, bool] | None) -> str:
 
 
 @require_GET
+@replica_reads
 @tenant_view(Role.VIEWER)
 def runs_page(request: HttpRequest, principal: Principal) -> HttpResponse:
     raw = _raw(request.GET)

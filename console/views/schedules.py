@@ -20,6 +20,7 @@ from console import control_forms
 from console import forms as console_forms
 from console.access import base_context, tenant_view, viewer_zone
 from console.views.common import is_htmx, next_url, schedule_or_404
+from core.replicas import replica_reads
 from dispatch import selectors, services
 from dispatch.exceptions import DispatchError, InvalidSchedule
 from dispatch.models import Backfill, Kind, Schedule
@@ -33,6 +34,7 @@ PICK_TARGET = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,40}")
 
 
 @require_GET
+@replica_reads
 @tenant_view(Role.VIEWER)
 def schedule_list(request: HttpRequest, principal: Principal) -> HttpResponse:
     q = request.GET.get("q", "").strip()[:200]

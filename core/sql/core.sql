@@ -24,3 +24,17 @@ SELECT 1 AS ok
 -- name: database_state
 -- Whether this session's server takes writes: a standby (in recovery) or a server set read-only does not (/readyz).
 SELECT pg_is_in_recovery() AS in_recovery, current_setting('transaction_read_only') = 'on' AS read_only
+
+-- name: replica_lag
+-- How far behind its primary this server's data is, in seconds (core/replicas.py): 0 when
+-- it is not a standby (a promoted replica is a primary) or has replayed everything it
+-- received while streaming; else the age of the last transaction it replayed (a paused
+-- replay, a lost stream), Infinity when it has replayed none.
+SELECT pg_is_in_recovery() AS standby,
+       CASE
+         WHEN NOT pg_is_in_recovery() THEN 0.0
+         WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn()
+              AND EXISTS (SELECT 1 FROM pg_stat_wal_receiver WHERE status = 'streaming') THEN 0.0
+         ELSE COALESCE(extract(epoch FROM clock_timestamp() - pg_last_xact_replay_timestamp())::float8,
+                       'Infinity'::float8)
+       END::float8 AS lag_s

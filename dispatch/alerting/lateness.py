@@ -15,6 +15,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from core.replicas import reads
 from dispatch.sql import sql
 from tenants.models import Tenant
 
@@ -24,7 +25,9 @@ BATCH = 100
 def late_now(*, tenant: Tenant, limit: int) -> list[Any]:
     """The tenant's `limit` longest-late occurrences (rows of `late_occurrences`)."""
     return sql.rows(
-        "late_occurrences", {"tenant_id": tenant.pk, "for_alerts": False, "batch": limit}
+        "late_occurrences",
+        {"tenant_id": tenant.pk, "for_alerts": False, "batch": limit},
+        using=reads(),
     )
 
 

@@ -20,7 +20,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-from core import redis_urls
+from core import redis_urls, replicas
+from core.replicas import reads
 from dispatch.queues import ALL_QUEUES
 from dispatch.selectors.ops import LAG_EXCLUDED_TRIGGERS
 from dispatch.sql import sql
@@ -44,7 +45,7 @@ def _histogram(name: str, doc: str, measure: str) -> HistogramMetricFamily:
         "excluded": LAG_EXCLUDED,
         "buckets": list(LAG_BUCKETS),
     }
-    row = sql.rows("metrics_lag", params)[0]  # aggregates: always one row
+    row = sql.rows("metrics_lag", params, using=reads())[0]  # aggregates: always one row
     metric = HistogramMetricFamily(name, doc)
     metric.add_metric(
         [],
@@ -74,7 +75,7 @@ class DatabaseCollector(Collector):
             "Executions scheduled in the last 24h by state",
             labels=["tenant", "state"],
         )
-        for row in sql.rows("metrics_executions_by_state", {"window_s": DAY_S}):
+        for row in sql.rows("metrics_executions_by_state", {"window_s": DAY_S}, using=reads()):
             states.add_metric([row.slug, row.state], row.n)
         yield states
 
@@ -86,13 +87,13 @@ class DatabaseCollector(Collector):
         limit = GaugeMetricFamily(
             "scheduler_tenant_max_concurrent", "Per-tenant concurrency quota", labels=["tenant"]
         )
-        for row in sql.rows("metrics_tenant_inflight"):
+        for row in sql.rows("metrics_tenant_inflight", using=reads()):
             usage.add_metric([row.slug], row.inflight)
             limit.add_metric([row.slug], row.max_concurrent)
         yield usage
         yield limit
 
-        beats = sql.rows("metrics_beats", {"alive_s": BEAT_ALIVE_S})[0]
+        beats = sql.rows("metrics_beats", {"alive_s": BEAT_ALIVE_S}, using=reads())[0]
         yield GaugeMetricFamily(
             "scheduler_beats_alive", "Beats with a recent heartbeat", value=beats.alive
         )
@@ -115,7 +116,7 @@ class DatabaseCollector(Collector):
             "for BEAT_PUBLISH_STALL_S with work due",
             value=beats.handovers,
         )
-        partitions = sql.rows("metrics_partitions")[0]
+        partitions = sql.rows("metrics_partitions", using=reads())[0]
         yield CounterMetricFamily(
             "scheduler_partition_ownership_changes",
             "Partition takeovers (sum of epochs)",
@@ -130,10 +131,28 @@ class DatabaseCollector(Collector):
             "Execution events in the last 24h by kind",
             labels=["kind"],
         )
-        for row in sql.rows("metrics_events_by_kind", {"window_s": DAY_S}):
+        for row in sql.rows("metrics_events_by_kind", {"window_s": DAY_S}, using=reads()):
             events.add_metric([row.kind], row.n)
         yield events
         yield from self._queue_depths()
+        yield from self._read_source()
+
+    def _read_source(self) -> Iterator[Any]:
+        """With a replica configured: where this scrape read from, and the replica's lag."""
+        source = replicas.current()
+        if source is None:
+            return
+        yield GaugeMetricFamily(
+            "scheduler_reads_from_replica",
+            "1 when this scrape read from the replica, 0 when from the primary",
+            value=1 if source.replica else 0,
+        )
+        if source.lag_s is not None:
+            yield GaugeMetricFamily(
+                "scheduler_replica_lag_seconds",
+                "The replica's replay lag in seconds when last probed (REPLICA_MAX_LAG_S is the bound)",
+                value=source.lag_s,
+            )
 
     def _queue_depths(self) -> Iterator[Any]:
         broker: str = settings.CELERY_BROKER_URL
@@ -154,6 +173,7 @@ class DatabaseCollector(Collector):
         yield depth
 
 
+@replicas.replica_reads
 def metrics_view(request: HttpRequest) -> HttpResponse:
     token: str = settings.METRICS_TOKEN
     if token:

@@ -35,6 +35,7 @@ from typing import Any
 
 from django.db.models import Count, Q
 
+from core.replicas import reads
 from dispatch.alerting.lateness import late_now
 from dispatch.models import Schedule
 from dispatch.selectors.calendars import schedule_filters
@@ -141,6 +142,7 @@ def schedule_health_many(
     rows = sql.rows(
         "schedule_health",
         _params(tenant, now, ids=[s.id for s in schedules], waiting=WAITING_STATES),
+        using=reads(),
     )
     by_id = {s.id: s for s in schedules}
     found: dict[uuid.UUID, ScheduleHealth] = {}
@@ -189,7 +191,9 @@ def schedules_by_health(
     page of an index; it is a bounded triage list instead. `full` loads what the API's
     output of a schedule needs (its tenant and upstreams)."""
     rows = sql.rows(
-        "schedule_health_rank", _params(tenant, now, limit=limit, failing_only=failing_only)
+        "schedule_health_rank",
+        _params(tenant, now, limit=limit, failing_only=failing_only),
+        using=reads(),
     )
     by_id = (
         Schedule.objects.select_related("tenant")
@@ -279,6 +283,7 @@ def status_grid(
                 "until": now,
                 "per_schedule": past,
             },
+            using=reads(),
         )
         for r in rows:
             grid[r.schedule_id].cells.append(
@@ -313,6 +318,7 @@ def recently_active_schedules(*, tenant: Tenant, now: datetime, limit: int) -> l
     rows = sql.rows(
         "recently_active_schedules",
         {"tenant_id": tenant.pk, "now": now, "scan": ACTIVE_SCAN, "limit": limit},
+        using=reads(),
     )
     by_id = Schedule.objects.in_bulk([r.schedule_id for r in rows])
     return [by_id[r.schedule_id] for r in rows if r.schedule_id in by_id]

@@ -10,6 +10,7 @@ from typing import Any
 from django.db.models import Count, Max, Q
 
 from core import redis_urls
+from core.replicas import reads
 from dispatch.models import BeatNode, Execution, ExecutionState, SchedulerPartition, Trigger
 from dispatch.queues import ALL_QUEUES
 from dispatch.sql import sql
@@ -27,7 +28,7 @@ def ops_fire_lag(*, since: datetime) -> dict[str, float | int | None]:
     """p50 / p99 / max of enqueued_at - due_at (seconds) for executions published since
     `since`, without catch-up, manual and backfill runs (`excluded` counts those)."""
     params = {"excluded": [str(t.value) for t in LAG_EXCLUDED_TRIGGERS], "since": since}
-    row = sql.rows("ops_fire_lag", params)[0]  # aggregates: always one row
+    row = sql.rows("ops_fire_lag", params, using=reads())[0]  # aggregates: always one row
     count, p50, p99, worst, excluded = row.timed, row.p50, row.p99, row.worst, row.excluded
     return {
         "count": int(count),

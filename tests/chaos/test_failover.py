@@ -31,8 +31,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -54,7 +52,7 @@ from tests.support.procs import (
     Proc,
     WebServer,
     beat_cmd,
-    child_env,
+    manage,
     processes,
     wait_for,
     worker_cmd,
@@ -109,16 +107,6 @@ def healthy(cluster: HACluster) -> HACluster:
         cluster.start_node(name)
     cluster.wait_healthy(timeout=120)
     return cluster
-
-
-def manage(*args: str, url: str, code: str = "") -> str:
-    """`manage.py` against the cluster (`shell -c code` when `code` is given): its stdout."""
-    cmd = [sys.executable, "manage.py", *args] + (["-c", code] if code else [])
-    env = child_env(DATABASE_URL=url)
-    out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    if out.returncode:
-        raise AssertionError(f"{' '.join(args)} failed:\n{out.stdout[-3000:]}{out.stderr[-3000:]}")
-    return out.stdout
 
 
 SEED = """

@@ -9,6 +9,8 @@ on loopback, in a temporary folder, on free ports — never the machine's server
         cluster.switchover()              # planned: Patroni's REST API
         cluster.cut_off(name)             # a network partition: its links to the cluster
         cluster.heal(name)                #   black-holed, its clients' direct links kept
+        cluster.pause_replay(name)        # a standby that receives WAL but applies none
+        cluster.resume_replay(name)       #   (the cluster in maintenance mode meanwhile)
     # torn down: nothing it started is left running (checked, not assumed)
 
 Patroni runs with synchronous_mode on (a commit is acknowledged once the sync standby
@@ -465,6 +467,33 @@ class HACluster:
                 res.read()
         except urllib.error.HTTPError as exc:
             raise AssertionError(f"configuration refused: {exc.code} {exc.read()!r}") from None
+
+    def pause_replay(self, name: str, timeout: float = 30) -> None:
+        """Stop standby `name` applying WAL (it keeps receiving it): a replica that falls
+        behind for as long as the test wants. Patroni resumes a paused replay on its
+        next loop unless the cluster is in maintenance mode, so that is set first."""
+        self.configure(pause=True)
+
+        def everyone_paused() -> bool:
+            with contextlib.suppress(OSError, ValueError):
+                return all(_get(f"{node.api}/patroni").get("pause") for node in self.nodes.values())
+            return False
+
+        self._wait(everyone_paused, timeout, "every node in maintenance mode")
+        with psycopg.connect(self.node_url(name, "postgres"), autocommit=True) as conn:
+            conn.execute("SELECT pg_wal_replay_pause()")
+
+            def paused() -> bool:
+                row = conn.execute("SELECT pg_get_wal_replay_pause_state()").fetchone()
+                return bool(row and row[0] == "paused")
+
+            # A pause request takes effect between two WAL records.
+            self._wait(paused, timeout, f"{name}'s replay to pause")
+
+    def resume_replay(self, name: str) -> None:
+        with psycopg.connect(self.node_url(name, "postgres"), autocommit=True) as conn:
+            conn.execute("SELECT pg_wal_replay_resume()")
+        self.configure(pause=False)
 
     # --- state ---------------------------------------------------------------------------
 

@@ -53,6 +53,17 @@ def child_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def manage(*args: str, url: str, code: str = "") -> str:
+    """`manage.py` against the database `url` (`shell -c code` when `code` is given): its
+    stdout; an AssertionError with its output when it fails."""
+    cmd = [sys.executable, "manage.py", *args] + (["-c", code] if code else [])
+    env = child_env(DATABASE_URL=url)
+    out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    if out.returncode:
+        raise AssertionError(f"{' '.join(args)} failed:\n{out.stdout[-3000:]}{out.stderr[-3000:]}")
+    return out.stdout
+
+
 class Proc:
     """A child process with its output captured to a file, stoppable and pausable."""
 
