@@ -13,10 +13,8 @@ import uuid
 from typing import Any
 
 from celery import shared_task
-from django.conf import settings
 from django.db import DatabaseError
 
-from core.db import unavailable_reason, wait_for_writable
 from dispatch.worker import alerts, ratelimit, runner
 
 log = logging.getLogger("dispatch.worker")
@@ -52,33 +50,12 @@ def run_execution(*args: Any, **kwargs: Any) -> str:
     try:
         return runner.run_execution(execution_id=execution_id, attempt=attempt)
     except DatabaseError as exc:
-        error = exc
-    reason = unavailable_reason(error)
-    if reason is not None and reason.reconnect:
-        # The database went away (a restart, a fail-over): wait for it rather than
-        # drop the delivery. Dropped, the run waited for the beat's re-publish
-        # (QUEUED_REPUBLISH_S), and a worker draining a burst's backlog during a
-        # 3 s outage dropped thousands (measured: a 36 s firing gap). Waiting holds
-        # this pool slot, so the worker stops taking messages it could not run.
-        # Running again is safe: the claim is fenced (it takes only a queued row at
-        # this attempt), so a claim that did commit is found running and ignored.
-        log.warning(
-            "execution %s attempt %s: %s; waiting up to %.0f s for it",
-            execution_id,
-            attempt,
-            reason.sentence,
-            settings.WORKER_DB_WAIT_S,
-        )
-        if wait_for_writable(settings.WORKER_DB_WAIT_S):
-            try:
-                return runner.run_execution(execution_id=execution_id, attempt=attempt)
-            except DatabaseError as again:
-                error = again
-    # Nothing is lost by acknowledging: an unclaimed row is re-published by the
-    # beat, a claimed one is rescued by the sweeper when its lease lapses.
-    ratelimit.count_delivery("db_error")
-    log.error("execution %s attempt %s: database error: %s", execution_id, attempt, error)
-    return "db_error"
+        # Nothing is lost by acknowledging: an unclaimed row is re-published by the
+        # beat, a claimed one is rescued by the sweeper when its lease lapses. (A claim
+        # that finds the database away waits for it first: runner.claim_waiting.)
+        ratelimit.count_delivery("db_error")
+        log.error("execution %s attempt %s: database error: %s", execution_id, attempt, exc)
+        return "db_error"
 
 
 @shared_task(name="dispatch.send_dead_notice", ignore_result=True, acks_late=True)
