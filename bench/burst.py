@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 import uuid
-import zlib
 from datetime import timedelta
 from typing import Any
 
@@ -31,6 +30,7 @@ from bench.procs import (
     wait_for_beats,
 )
 from dispatch.models import Execution, Schedule
+from dispatch.partitioning import partition_for
 from tenants.models import Tenant
 
 
@@ -57,7 +57,7 @@ def make_schedules(tenant: Tenant, n: int, *, due_in_s: float | None) -> None:
                 retry={},
                 priority="low",
                 duration_class="long",
-                partition=zlib.crc32(sid.bytes) % settings.SCHEDULER_PARTITIONS,
+                partition=partition_for(sid),
             )
         )
     with transaction.atomic():

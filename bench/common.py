@@ -21,6 +21,7 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from core.db import db_clock
+from dispatch.partitioning import LOGICAL_PARTITIONS
 from dispatch.queues import queue_name, queues_of
 from tenants.models import AuditEvent, Tenant, TenantQuota
 
@@ -289,7 +290,7 @@ def insert_schedules(
 
     `next_run_at` / `run_at` are SQL expressions over the row's series index
     `g.i` (0..n-1), its id `g.id` and `params`; they come from the benchmarks' code, never from input.
-    The partition is a hash of the id modulo SCHEDULER_PARTITIONS, like the
+    The partition is a hash of the id modulo LOGICAL_PARTITIONS, like the
     product's (crc32 there; PostgreSQL has hashtext): only its spread matters.
     """
     values = {
@@ -305,7 +306,7 @@ def insert_schedules(
         "misfire": misfire,
         "grace": grace_s,
         "jitter": jitter_s,
-        "parts": settings.SCHEDULER_PARTITIONS,
+        "parts": LOGICAL_PARTITIONS,
     } | (params or {})
     sql = f"""
         INSERT INTO dispatch_schedule

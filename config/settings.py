@@ -304,6 +304,9 @@ CELERY_TASK_DEFAULT_QUEUE = DEFAULT_QUEUE
 
 # --- Scheduling ---
 SCHEDULER_PARTITIONS = get_int("SCHEDULER_PARTITIONS", 16)
+if not 1 <= SCHEDULER_PARTITIONS <= 1024:
+    # Ranges of the 1,024 fixed logical partitions (dispatch/partitioning.py).
+    raise ImproperlyConfigured(f"SCHEDULER_PARTITIONS={SCHEDULER_PARTITIONS} must be 1 to 1024")
 DEFAULT_MISFIRE_GRACE_S = get_int("DEFAULT_MISFIRE_GRACE_S", 60)
 MAX_CATCH_UP = get_int("MAX_CATCH_UP", 100)
 PREVIEW_MAX_COUNT = get_int("PREVIEW_MAX_COUNT", 1000)

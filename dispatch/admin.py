@@ -37,7 +37,7 @@ class ExecutionAdmin(ReadOnlyAdmin):
 
 @admin.register(SchedulerPartition)
 class PartitionAdmin(ReadOnlyAdmin):
-    list_display = ("number", "owner", "lease_expires_at", "epoch")
+    list_display = ("number", "lo", "hi", "owner", "lease_expires_at", "epoch")
 
 
 @admin.register(ManagedCommand)

@@ -86,6 +86,7 @@ class Schedule(models.Model):
     idempotency_key = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001
     request_digest = models.CharField(max_length=64, blank=True)
     next_run_at = models.DateTimeField(null=True, blank=True)
+    # One of the fixed logical partitions (dispatch/partitioning.py): written once, at creation.
     partition = models.PositiveSmallIntegerField()
     created_at = models.DateTimeField(db_default=Now())
     updated_at = models.DateTimeField(db_default=Now())
@@ -422,22 +423,28 @@ class ExecutionEvent(models.Model):
 
 
 class SchedulerPartition(models.Model):
-    """A partition of the due index, leased by one beat at a time.
+    """A range of the due index's logical partitions, leased by one beat at a time
+    (dispatch/partitioning.py): it covers the schedules whose partition is in [lo, hi).
 
-    `epoch` is the partition's fencing token: bumped on every takeover; a
-    beat's writes are conditional on the epoch it was granted.
+    `epoch` is the range's fencing token: bumped on every takeover; a beat's writes
+    are conditional on the epoch it was granted.
     """
 
     number = models.PositiveSmallIntegerField(primary_key=True)
     owner = models.CharField(max_length=200, blank=True, db_default="")
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     epoch = models.BigIntegerField(default=0)
+    lo = models.PositiveSmallIntegerField(db_default=0)
+    hi = models.PositiveSmallIntegerField(db_default=0)
 
     class Meta:
         ordering = ["number"]
 
     def __str__(self) -> str:
-        return f"partition {self.number} ({self.owner or 'free'}, epoch {self.epoch})"
+        return (
+            f"partition range {self.number}: {self.lo}-{self.hi - 1} "
+            f"({self.owner or 'free'}, epoch {self.epoch})"
+        )
 
 
 class ManagedCommand(models.Model):

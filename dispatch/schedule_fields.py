@@ -7,7 +7,6 @@ naming the field.
 
 from __future__ import annotations
 
-import zlib
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -45,12 +44,6 @@ class ScheduleSpec:
 
     values: dict[str, Any] = field(default_factory=dict)
     depends_on: list[Schedule] | None = None
-
-
-def partition_for(schedule_id: UUID) -> int:
-    # Partition by a hash of the id, not by time, so a top-of-hour burst is
-    # spread across every beat rather than landing on one.
-    return zlib.crc32(schedule_id.bytes) % settings.SCHEDULER_PARTITIONS
 
 
 def clean_retry(value: Any) -> dict[str, Any]:

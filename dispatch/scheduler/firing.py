@@ -76,7 +76,7 @@ def fire_due(partitions: Partitions, *, lookahead_s: float, batch: int) -> tuple
             return 0, 0
         one_offs = store.fire_due_one_offs(
             numbers=numbers,
-            epochs=[partitions.owned[n] for n in numbers],
+            epochs=[partitions.covered[n] for n in numbers],
             lookahead=lookahead_s,
             batch=batch,
             fired_by=partitions.cfg.name,
@@ -102,7 +102,7 @@ def _fire_planned(
     if not due:
         return 0, 0
     until = now + timedelta(seconds=lookahead_s)
-    plan = _FirePlan(beat=partitions.cfg.name, epochs=partitions.owned)
+    plan = _FirePlan(beat=partitions.cfg.name, epochs=partitions.covered)
     # The batch's calendars in one query: an excluded local date has no occurrence.
     filters = schedule_filters(s.id for s in due if s.kind == Kind.CRON)
     # The overlap policy is not applied here: an occurrence is planned up to the
@@ -188,7 +188,7 @@ def record_paused(partitions: Partitions, numbers: list[int], *, batch: int) -> 
     if not rows:
         return 0
     now = db_clock()
-    plan = _FirePlan(beat=partitions.cfg.name, epochs=partitions.owned)
+    plan = _FirePlan(beat=partitions.cfg.name, epochs=partitions.covered)
     filters = schedule_filters(sched.id for sched, _, _ in rows)
     for sched, paused_by, paused_reason in rows:
         missed = cron.plan_misfire(

@@ -168,14 +168,19 @@ class Beat:
 
     @property
     def owned(self) -> dict[int, int]:
-        """partition -> epoch granted to us"""
+        """partition range -> epoch granted to us"""
         return self.partitions.owned
+
+    @property
+    def covered(self) -> dict[int, int]:
+        """logical partition -> its range's epoch: the rows this beat may load and write"""
+        return self.partitions.covered
 
     # --- lifecycle -----------------------------------------------------------------
 
     def start(self) -> None:
         self._configure_session()
-        store.ensure_partitions(count=self.cfg.partitions)
+        self.partitions.ensure()
         store.register_beat(name=self.cfg.name, hostname=socket.gethostname(), pid=os.getpid())
         self.keeper.tick()  # the database clock and the live beats before the first cycle
         self._open_listener()
@@ -183,9 +188,9 @@ class Beat:
 
         app.amqp.queues  # noqa: B018 - load Celery's producer machinery before the first due time
         log.info(
-            "beat %s started (%d partitions, lease %.1fs)",
+            "beat %s started (%d partition ranges, lease %.1fs)",
             self.cfg.name,
-            self.cfg.partitions,
+            self.partitions.ranges,
             self.cfg.lease_ttl_s,
         )
 
@@ -249,7 +254,7 @@ class Beat:
                         return
                     sweep_due = time.monotonic() - self._last_sweep >= self.cfg.sweep_interval_s
                     found = store.probe(
-                        numbers=sorted(self.owned),
+                        numbers=sorted(self.covered),
                         lookahead=self.cfg.lookahead_s,
                         since=self._horizon,
                         sweep=sweep_due,
@@ -333,10 +338,10 @@ class Beat:
         loaded: list[Pending] = []
         held, self._held = self._held, []
         for item in held:
-            if item.id not in self.in_heap and item.partition in self.owned:
+            if item.id not in self.in_heap and item.partition in self.covered:
                 self._push(item)
         items, mark = firing.load_pending(
-            sorted(self.owned),
+            sorted(self.covered),
             lookahead_s=self.cfg.lookahead_s,
             # Pages bounded: a 100k load's transient rows stay small beside the heap.
             limit=min(self.cfg.batch * 10, 10_000),
@@ -369,13 +374,13 @@ class Beat:
             if self.in_heap.get(item.id) is not item:
                 continue  # superseded by a later load of the same id
             del self.in_heap[item.id]
-            if item.partition in self.owned:
+            if item.partition in self.covered:
                 ready.append(item)
             else:
                 dropped.append(item.id)
         # What was admitted but could not be published last time keeps its slot: no
         # second admission, just another try (a duplicate message would be harmless).
-        retry = [p for p in self._unsent if p.partition in self.owned]
+        retry = [p for p in self._unsent if p.partition in self.covered]
         self._unsent = []
         published = self._send(retry) if retry else 0
         self._publish_blocked = False
@@ -457,7 +462,8 @@ class Beat:
                     )
                     return False
                 numbers = self.partitions.fence()
-                owed = [p for p in unsent if p.partition in numbers]
+                held = set(numbers)
+                owed = [p for p in unsent if p.partition in held]
                 handed_back = (
                     store.hand_back_unpublished(
                         ids=[p.id for p in owed],
@@ -613,14 +619,14 @@ class Beat:
     def _fenced(self) -> None:
         self.counters.stale_writes_rejected += 1
 
-    def _forget(self, number: int) -> None:
-        """A partition given up or lost: the next owner's sweep re-publishes its
+    def _forget(self, span: range) -> None:
+        """A partition range given up or lost: the next owner's sweep re-publishes its
         admitted executions (they are queued, unclaimed), and loads the rest."""
-        self._unsent = [p for p in self._unsent if p.partition != number]
-        self._held = [p for p in self._held if p.partition != number]
-        gone = [p.id for p in self.in_heap.values() if p.partition == number]
+        self._unsent = [p for p in self._unsent if p.partition not in span]
+        self._held = [p for p in self._held if p.partition not in span]
+        gone = [p.id for p in self.in_heap.values() if p.partition in span]
         if gone:
-            self.in_heap = {i: p for i, p in self.in_heap.items() if p.partition != number}
+            self.in_heap = {i: p for i, p in self.in_heap.items() if p.partition not in span}
             self.heap = [p for p in self.heap if self.in_heap.get(p.id) is p]
             heapq.heapify(self.heap)
             self._forget_prepared(gone)

@@ -1,5 +1,9 @@
 """A beat's partition leases: acquire, renew, release, the fence and the fair share.
 
+A lease is on a *range* of logical partitions (dispatch/partitioning.py): `owned`
+holds the ranges and their epochs, `covered` the logical partitions those ranges
+cover (what the beat's row statements ask for, each with its range's epoch).
+
 Every takeover bumps a partition's epoch (the fencing token). Every write
 transaction of the beat first runs `fence()`, which key-share-locks the
 partitions it still holds at the epochs it was granted: a beat whose epoch
@@ -39,11 +43,12 @@ class _Config(Protocol):
 
 
 class Partitions:
-    """The partitions this beat holds, partition -> epoch granted to it.
+    """The ranges this beat holds, range -> epoch granted to it (`owned`), and the
+    logical partitions they cover, partition -> its range's epoch (`covered`).
 
-    `on_drop(number)` runs for each partition given up or lost, so the beat
-    forgets the work it had loaded for it. `on_fenced()` runs once per
-    refused renewal or fence (a stale write rejected).
+    `on_drop(partitions)` runs for each range given up or lost, with the logical
+    partitions it covered, so the beat forgets the work it had loaded for them.
+    `on_fenced()` runs once per refused renewal or fence (a stale write rejected).
 
     `owned` changes only on the cycle's thread; the lease keeper reads it under
     `lock` and reports what it could not renew through `_lost`, which the cycle
@@ -54,11 +59,16 @@ class Partitions:
         self,
         config: _Config,
         *,
-        on_drop: Callable[[int], None],
+        on_drop: Callable[[range], None],
         on_fenced: Callable[[], None],
     ) -> None:
         self.cfg = config
         self.owned: dict[int, int] = {}
+        self.covered: dict[int, int] = {}
+        self._spans: dict[int, range] = {}  # range held -> the logical partitions it covers
+        # How many ranges the installation has (the table's, learnt at start; the
+        # configured count only sizes a new table).
+        self.ranges = config.partitions
         self.live_beats = 1
         self.lock = threading.Lock()
         # partition -> the latest local (monotonic) time its lease surely still
@@ -69,9 +79,34 @@ class Partitions:
         self._on_fenced = on_fenced
 
     def arrays(self) -> tuple[list[int], list[int]]:
+        """The ranges held and their epochs (the lease statements' arrays)."""
         with self.lock:
             numbers = sorted(self.owned)
             return numbers, [self.owned[n] for n in numbers]
+
+    def covering(self, numbers: list[int] | set[int]) -> list[int]:
+        """The logical partitions the held ranges `numbers` cover, in order."""
+        with self.lock:
+            return [p for n in sorted(numbers) for p in self._spans.get(n, ())]
+
+    def ensure(self) -> None:
+        """Create the installation's ranges if there are none; learn how many there are."""
+        self.ranges = store.ensure_partitions(count=self.cfg.partitions)
+        if self.ranges != self.cfg.partitions:
+            log.warning(
+                "beat %s: SCHEDULER_PARTITIONS=%d, but this installation's partitions are "
+                "leased in %d ranges: using those (`manage.py partition_ranges N` re-cuts them)",
+                self.cfg.name,
+                self.cfg.partitions,
+                self.ranges,
+            )
+
+    def _hold(self, grant: store.Grant) -> None:
+        # Under self.lock.
+        self.owned[grant.number] = grant.epoch
+        self._spans[grant.number] = span = range(grant.lo, grant.hi)
+        for p in span:
+            self.covered[p] = grant.epoch
 
     # --- what the lease keeper reports (any thread) -------------------------------------
 
@@ -130,20 +165,17 @@ class Partitions:
         if len(self.owned) < share:
             sent = time.monotonic()
             got = store.acquire_partitions(
-                count=self.cfg.partitions,
-                want=share - len(self.owned),
-                owner=self.cfg.name,
-                ttl=self.cfg.lease_ttl_s,
+                want=share - len(self.owned), owner=self.cfg.name, ttl=self.cfg.lease_ttl_s
             )
             with self.lock:
-                for number, epoch in got:
-                    self.owned[number] = epoch
-                    self._holds_until[number] = sent + self.cfg.lease_ttl_s
+                for grant in got:
+                    self._hold(grant)
+                    self._holds_until[grant.number] = sent + self.cfg.lease_ttl_s
             if got:
                 log.info(
-                    "beat %s acquired partitions %s",
+                    "beat %s acquired partition ranges %s",
                     self.cfg.name,
-                    sorted((n, e) for n, e in got),
+                    sorted((g.number, g.epoch, f"{g.lo}-{g.hi - 1}") for g in got),
                 )
             return len(got)
         return 0
@@ -157,7 +189,7 @@ class Partitions:
         """
         names = sorted(set(live) | {self.cfg.name})
         self.live_beats = len(names)
-        base, extra = divmod(self.cfg.partitions, len(names))
+        base, extra = divmod(self.ranges, len(names))
         return base + (1 if names.index(self.cfg.name) < extra else 0)
 
     def release_all(self) -> list[int]:
@@ -171,7 +203,8 @@ class Partitions:
         return numbers
 
     def fence(self) -> list[int]:
-        """Inside a transaction: key-share-lock our partitions at our epochs; drop any we lost."""
+        """Inside a transaction: key-share-lock our ranges at our epochs; drop any we lost.
+        Returns the logical partitions still ours (what the transaction may write)."""
         self.apply_lost()
         numbers, epochs = self.arrays()
         held = store.fence_partitions(numbers=numbers, epochs=epochs, owner=self.cfg.name)
@@ -179,18 +212,21 @@ class Partitions:
         if lost:
             self._on_fenced()
             self._lose(lost, why="epoch moved on or lease expired")
-        return sorted(held)
+        return self.covering(held)
 
     def drop(self, number: int) -> None:
         with self.lock:
             self.owned.pop(number, None)
             self._holds_until.pop(number, None)
-        self._on_drop(number)
+            span = self._spans.pop(number, range(0))
+            for p in span:
+                self.covered.pop(p, None)
+        self._on_drop(span)
 
     def _lose(self, numbers: set[int], *, why: str) -> None:
         for number in sorted(numbers):
             log.warning(
-                "beat %s: fencing — partition %d (epoch %d) lost: %s; its writes are rejected",
+                "beat %s: fencing — partition range %d (epoch %d) lost: %s; its writes are rejected",
                 self.cfg.name,
                 number,
                 self.owned.get(number, -1),
@@ -280,6 +316,9 @@ class LeaseKeeper:
             self._reported = totals
             self.partitions.renewed(numbers, epochs, kept.renewed, sent)
             self.live = kept.live
+            # The ranges may have been re-cut (manage.py partition_ranges): the fair
+            # share follows the table.
+            self.partitions.ranges = kept.ranges or self.partitions.ranges
             # Due-ness is judged on the database clock (failure contract C5:
             # docs/explanation/failure-contract.md); the local
             # clock only measures intervals, so a skewed host neither fires early nor late.

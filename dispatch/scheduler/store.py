@@ -16,7 +16,10 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
+from django.db import transaction
+
 from dispatch.models import ExecutionEvent, Schedule
+from dispatch.partitioning import LOGICAL_PARTITIONS
 from dispatch.services import schedule_snapshot
 from dispatch.sql import sql
 from dispatch.states import (
@@ -45,6 +48,8 @@ class Event(NamedTuple):
 class Grant(NamedTuple):
     number: int
     epoch: int
+    lo: int  # the logical partitions the range covers: [lo, hi)
+    hi: int
 
 
 class OneOffFiring(NamedTuple):
@@ -188,6 +193,7 @@ class Kept(NamedTuple):
     now: datetime  # the database clock
     renewed: set[int]
     live: list[str]
+    ranges: int  # how many partition ranges the installation has now
 
 
 def keep_leases(
@@ -219,7 +225,7 @@ def keep_leases(
             "ttl": ttl,
         },
     )
-    return Kept(row.now, set(row.renewed), list(row.live))
+    return Kept(row.now, set(row.renewed), list(row.live), int(row.ranges))
 
 
 class Probe(NamedTuple):
@@ -259,15 +265,28 @@ def beat_stopped(*, name: str) -> None:
 # --- partitions -----------------------------------------------------------------------
 
 
-def ensure_partitions(*, count: int) -> None:
-    sql.rows("partitions_ensure", {"count": count})
+def ensure_partitions(*, count: int) -> int:
+    """The lease ranges, created (`count` of them) if there are none: how many there are."""
+    with transaction.atomic():
+        sql.rows("partitions_ensure_lock")
+        ranges: int = sql.scalar(
+            "partitions_ensure", {"count": count, "logical": LOGICAL_PARTITIONS}
+        )
+    return ranges
 
 
-def acquire_partitions(*, count: int, want: int, owner: str, ttl: float) -> list[Grant]:
-    rows = sql.rows(
-        "partitions_acquire", {"count": count, "want": want, "owner": owner, "ttl": ttl}
-    )
-    return [Grant(r.number, r.epoch) for r in rows]
+def recut_partitions(*, count: int) -> int:
+    """Cut the logical partitions into `count` ranges, fencing every lease (beats take the
+    new ranges within a cycle or two); the new epoch."""
+    with transaction.atomic():
+        sql.execute("partitions_recut_lock")
+        rows = sql.rows("partitions_recut", {"count": count, "logical": LOGICAL_PARTITIONS})
+    return int(rows[0].epoch)
+
+
+def acquire_partitions(*, want: int, owner: str, ttl: float) -> list[Grant]:
+    rows = sql.rows("partitions_acquire", {"want": want, "owner": owner, "ttl": ttl})
+    return [Grant(r.number, r.epoch, r.lo, r.hi) for r in rows]
 
 
 def release_partitions(*, numbers: list[int], epochs: list[int], owner: str) -> set[int]:

@@ -19,7 +19,8 @@ from core.db import db_now
 from core.errors import AppError
 from dispatch.exceptions import IdempotencyConflict, InvalidSchedule, QuotaExceeded
 from dispatch.models import Schedule
-from dispatch.schedule_fields import clean_schedule, partition_for
+from dispatch.partitioning import partition_for
+from dispatch.schedule_fields import clean_schedule
 from dispatch.services.common import (
     WAKE_CHANNEL,
     WAKE_HORIZON,

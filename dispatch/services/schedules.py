@@ -14,7 +14,8 @@ from dispatch import lifecycle
 from dispatch.exceptions import InvalidSchedule, StateConflict, VersionConflict
 from dispatch.lifecycle import completion
 from dispatch.models import Execution, ExecutionState, Kind, Schedule
-from dispatch.schedule_fields import clean_schedule, partition_for
+from dispatch.partitioning import partition_for
+from dispatch.schedule_fields import clean_schedule
 from dispatch.services.calendars import (
     check_calendars_apply,
     choice_filter,

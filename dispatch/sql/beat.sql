@@ -9,6 +9,13 @@
 -- Comparisons against an indexed column use statement_timestamp() (the clock
 -- when the statement started), not clock_timestamp(): a volatile function
 -- cannot be an index bound, and the due index would be read in full.
+--
+-- `numbers` is the beat's logical partitions (up to 1,024). Where they bound an index
+-- scan it is `partition = ANY(numbers)`: one descent per element. Where a row found
+-- otherwise (by id, by lease expiry) is tested for membership it is
+-- `partition IN (SELECT unnest(numbers))`, a hashed set: these statements are
+-- prepared, and under a generic plan `= ANY` of a parameter array is a linear search
+-- of the array for every row (measured: 512 elements, 100k rows, 240 ms against 30).
 
 -- name: beat_session_limits
 -- A beat's session: a beat paused inside a transaction must not keep rows locked
@@ -52,7 +59,8 @@ SELECT clock_timestamp() AS now,
        (SELECT COALESCE(array_agg(number ORDER BY number), '{}') FROM renewed) AS renewed,
        (SELECT COALESCE(array_agg(name ORDER BY name), '{}') FROM dispatch_beatnode
          WHERE stopped_at IS NULL AND standby_since IS NULL
-           AND heartbeat_at > clock_timestamp() - make_interval(secs => %(ttl)s)) AS live
+           AND heartbeat_at > clock_timestamp() - make_interval(secs => %(ttl)s)) AS live,
+       (SELECT count(*) FROM dispatch_schedulerpartition) AS ranges
 
 -- name: beat_probe
 -- The cycle's first round trip, read-only (no fence needed): is anything of our
@@ -101,14 +109,14 @@ SELECT
                     SELECT link.to_schedule_id FROM dispatch_schedule_depends_on link
                     JOIN dispatch_schedule d ON d.id = link.from_schedule_id
                     WHERE d.deleted_at IS NULL AND NOT d.paused)
-              AND s.partition = ANY(%(numbers)s::int[])
+              AND s.partition IN (SELECT unnest(%(numbers)s::int[]))
               AND s.paused AND s.deleted_at IS NULL AND s.kind = 'cron'
               AND s.next_run_at < statement_timestamp() - make_interval(secs => s.misfire_grace_s)
         )
         OR EXISTS (
             SELECT 1 FROM dispatch_execution e
             JOIN dispatch_schedule s ON s.id = e.schedule_id
-            WHERE e.state = 'running' AND e.partition = ANY(%(numbers)s::int[])
+            WHERE e.state = 'running' AND e.partition IN (SELECT unnest(%(numbers)s::int[]))
               AND (e.lease_expires_at < now()
                    OR e.started_at + make_interval(secs => s.timeout_s + %(grace_s)s) < now())
         )
@@ -118,18 +126,49 @@ SELECT
 -- Graceful shutdown: no longer counted in anyone's fair share.
 UPDATE dispatch_beatnode SET stopped_at = clock_timestamp(), partitions = '[]'::jsonb WHERE name = %(name)s
 
+-- name: partitions_ensure_lock
+-- Beats starting together create the lease ranges one at a time (held to commit).
+SELECT pg_advisory_xact_lock(hashtext('dispatch_schedulerpartition'))
+
 -- name: partitions_ensure
--- Create partition rows 0..P-1 (idempotent).
-INSERT INTO dispatch_schedulerpartition (number, epoch)
-SELECT n, 0 FROM generate_series(0, %(count)s - 1) AS n
-ON CONFLICT (number) DO NOTHING
+-- Create the lease ranges when there are none: `count` rows, range n covering the
+-- logical partitions [n·L/count, (n+1)·L/count). An installation's ranges are the
+-- table's: a beat configured with another count uses them (dispatch/partitioning.py).
+-- Returns how many ranges there are.
+WITH created AS (
+    INSERT INTO dispatch_schedulerpartition (number, epoch, lo, hi)
+    SELECT n, 0, n * %(logical)s / %(count)s, (n + 1) * %(logical)s / %(count)s
+    FROM generate_series(0, %(count)s - 1) AS n
+    WHERE NOT EXISTS (SELECT 1 FROM dispatch_schedulerpartition)
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM created) + (SELECT count(*) FROM dispatch_schedulerpartition) AS ranges
+
+-- name: partitions_recut_lock
+-- Re-cutting the ranges waits for every fenced beat transaction in flight (their FOR KEY
+-- SHARE row locks) and holds every new fence, acquisition and renewal until it commits.
+LOCK TABLE dispatch_schedulerpartition IN EXCLUSIVE MODE
+
+-- name: partitions_recut
+-- Cut the logical partitions into `count` ranges (run under partitions_recut_lock): every
+-- lease cleared and every epoch above any granted before, so no beat's grant matches a
+-- new row — each beat drops its leases at its next fence or renewal and takes new ranges;
+-- rows beyond the count removed. No schedule or execution row is touched.
+WITH top AS (SELECT COALESCE(max(epoch), 0) + 1 AS epoch FROM dispatch_schedulerpartition),
+gone AS (DELETE FROM dispatch_schedulerpartition WHERE number >= %(count)s RETURNING number)
+INSERT INTO dispatch_schedulerpartition (number, owner, lease_expires_at, epoch, lo, hi)
+SELECT n, '', NULL, top.epoch, n * %(logical)s / %(count)s, (n + 1) * %(logical)s / %(count)s
+FROM generate_series(0, %(count)s - 1) AS n, top
+ON CONFLICT (number) DO UPDATE
+SET owner = '', lease_expires_at = NULL, epoch = EXCLUDED.epoch, lo = EXCLUDED.lo, hi = EXCLUDED.hi
+RETURNING number, epoch
 
 -- name: partitions_acquire
--- Take up to `want` free or expired partitions; each takeover bumps the epoch (the fencing token).
+-- Take up to `want` free or expired partition ranges; each takeover bumps the epoch (the
+-- fencing token). Returns each range's bounds: the logical partitions it covers.
 WITH candidates AS (
     SELECT number FROM dispatch_schedulerpartition
-    WHERE number < %(count)s
-      AND (owner = '' OR lease_expires_at IS NULL OR lease_expires_at < clock_timestamp())
+    WHERE (owner = '' OR lease_expires_at IS NULL OR lease_expires_at < clock_timestamp())
     ORDER BY number
     LIMIT %(want)s
     FOR UPDATE SKIP LOCKED
@@ -139,7 +178,7 @@ SET owner = %(owner)s, lease_expires_at = clock_timestamp() + make_interval(secs
     epoch = p.epoch + 1
 FROM candidates c
 WHERE p.number = c.number
-RETURNING p.number, p.epoch
+RETURNING p.number, p.epoch, p.lo, p.hi
 
 -- name: partitions_release
 -- Give partitions up (graceful shutdown or rebalancing) so another beat takes them at once.
@@ -189,7 +228,7 @@ UPDATE dispatch_execution e
 SET published_at = NULL
 FROM unnest(%(ids)s::uuid[], %(attempts)s::int[]) AS v(id, attempt)
 WHERE e.id = v.id AND e.attempt = v.attempt AND e.state = 'queued'
-  AND e.partition = ANY(%(numbers)s::int[])
+  AND e.partition IN (SELECT unnest(%(numbers)s::int[]))
 RETURNING e.id
 
 -- name: fence_partitions
@@ -416,7 +455,7 @@ FROM unnest(%(ids)s::uuid[], %(attempts)s::int[], %(queues)s::text[], %(ckeys)s:
      AS v(id, attempt, queue, ckey)
 WHERE e.id = v.id AND e.attempt = v.attempt
   AND e.state IN ('scheduled', 'retry_scheduled')
-  AND e.partition = ANY(%(numbers)s::int[])
+  AND e.partition IN (SELECT unnest(%(numbers)s::int[]))
 RETURNING e.id
 
 -- name: mark_held
@@ -507,7 +546,7 @@ WHERE s.id IN (
         SELECT link.to_schedule_id FROM dispatch_schedule_depends_on link
         JOIN dispatch_schedule d ON d.id = link.from_schedule_id
         WHERE d.deleted_at IS NULL AND NOT d.paused)
-  AND s.partition = ANY(%(numbers)s::int[])
+  AND s.partition IN (SELECT unnest(%(numbers)s::int[]))
   AND s.paused AND s.deleted_at IS NULL AND s.kind = 'cron'
   AND s.next_run_at < statement_timestamp() - make_interval(secs => s.misfire_grace_s)
 ORDER BY s.next_run_at

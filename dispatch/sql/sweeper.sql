@@ -16,7 +16,8 @@ SELECT e.id, e.tenant_id, e.schedule_id, e.attempt, e.fencing_token, e.lease_own
         OR e.started_at + make_interval(
                secs => COALESCE((e.target_override->>'timeout_s')::int, s.timeout_s) + %(grace_s)s
            ) < now())
-   AND (%(all_partitions)s OR e.partition = ANY(%(partitions)s::int[]))
+   -- A hashed set, not = ANY: see the note on `numbers` in beat.sql.
+   AND (%(all_partitions)s OR e.partition IN (SELECT unnest(%(partitions)s::int[])))
  ORDER BY e.lease_expires_at
  LIMIT %(limit)s
    FOR UPDATE OF e SKIP LOCKED

@@ -33,6 +33,7 @@ from dispatch.services.jobs import BATCH_MAX, job_create_batch
 from tenants.models import Tenant
 from tenants.roles import Principal
 from tests.chaos.servers import OwnRabbit, OwnRedis, Postgres
+from tests.support.beat_support import SHARED_EPOCHS, covered_by
 from tests.support.faultproxy import FaultProxy, database_target
 from tests.support.ledger import Ledger, calls_under_revoked_token
 from tests.support.procs import ROOT, Proc, beat_cmd, wait_for, worker_cmd
@@ -1239,10 +1240,7 @@ def check(
         kind="fencing_rejected", schedule_id__in=job_ids
     ).count()
     with connection.cursor() as cur:
-        cur.execute(
-            "SELECT partition, fired_epoch FROM dispatch_execution WHERE fired_epoch IS NOT NULL "
-            "GROUP BY 1, 2 HAVING count(DISTINCT fired_by) > 1"
-        )
+        cur.execute(SHARED_EPOCHS, {"ids": None})
         shared_epochs = [list(r) for r in cur.fetchall()]
     success_events = Counter(
         str(e)
@@ -1352,10 +1350,11 @@ def check(
         if not f.kind.startswith("beat_") or f.kind in NOT_FAILOVER:
             continue
         window_end = f.at + timedelta(seconds=FAILOVER_WINDOW_S)
+        covered = covered_by(f.partitions)
         hit = [
             lateness[str(r["id"])]
             for r in rows
-            if r["partition"] in f.partitions
+            if r["partition"] in covered
             and f.at <= r["due_at"] <= window_end
             and str(r["id"]) in lateness
         ]
@@ -1378,9 +1377,8 @@ def check(
         if f.kind != "beat_broker_blackhole":
             continue
         window_end = f.at + timedelta(seconds=f.notes.get("outage_s", 0))
-        due = [
-            r for r in rows if r["partition"] in f.partitions and f.at <= r["due_at"] <= window_end
-        ]
+        covered = covered_by(f.partitions)
+        due = [r for r in rows if r["partition"] in covered and f.at <= r["due_at"] <= window_end]
         effect = [
             first_effect[str(r["id"])] - r["due_at"].timestamp()
             for r in due

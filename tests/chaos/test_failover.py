@@ -44,6 +44,7 @@ import pytest
 from django.conf import settings
 
 from tests.support import hacluster
+from tests.support.beat_support import SHARED_EPOCHS
 from tests.support.client_support import Load, drive
 from tests.support.hacluster import HACluster
 from tests.support.ledger import Ledger, calls_under_revoked_token, ok
@@ -269,12 +270,7 @@ def verdict(url: str, ids: list[str], ledger: Ledger) -> dict[str, Any]:
     with psycopg.connect(url) as conn:
         # Fencing, as the chaos suite judges it: an epoch two beats fired under, an
         # attempt recorded as succeeded twice, a call under a superseded token.
-        shared_epochs = conn.execute(
-            "SELECT partition, fired_epoch FROM dispatch_execution"
-            " WHERE fired_epoch IS NOT NULL AND schedule_id::text = ANY(%s)"
-            " GROUP BY 1, 2 HAVING count(DISTINCT fired_by) > 1",
-            [ids],
-        ).fetchall()
+        shared_epochs = conn.execute(SHARED_EPOCHS, {"ids": ids}).fetchall()
         double_success = conn.execute(
             "SELECT execution_id FROM dispatch_executionevent"
             " WHERE kind = 'attempt_succeeded' AND schedule_id::text = ANY(%s)"

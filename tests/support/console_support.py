@@ -15,7 +15,7 @@ from django.test import Client
 
 from dispatch import services
 from dispatch.models import Execution, Schedule
-from dispatch.schedule_fields import partition_for
+from dispatch.partitioning import partition_for
 from dispatch.timing import cron
 from tenants import services as tenant_services
 from tenants.models import Tenant

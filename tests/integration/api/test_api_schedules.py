@@ -9,6 +9,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from dispatch.models import Execution, ExecutionEvent, Schedule
+from dispatch.partitioning import partition_for
 from tenants.models import AuditEvent
 
 pytestmark = pytest.mark.django_db
@@ -45,7 +46,7 @@ def test_seed_example_is_accepted_as_written(api: APIClient, seed_example: dict[
     assert next_run > datetime.now(UTC) and next_run.minute == 0 and next_run.hour in (22, 23)
     stored = Schedule.objects.get(pk=body["id"])
     assert stored.next_run_at == next_run
-    assert 0 <= stored.partition < 16
+    assert stored.partition == partition_for(stored.id)  # one of the fixed logical partitions
 
 
 def test_get_returns_etag_and_list_paginates_by_keyset(

@@ -9,12 +9,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
 
 from dispatch import calendars
 from dispatch.models import Calendar
 from tenants.models import Tenant
+from tests.support.migrations import migrate_to_latest, schema_at
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -30,15 +29,8 @@ MINUTELY_AND_STOCKTAKE = (
 
 @pytest.fixture
 def before_expanded() -> Iterator[Any]:
-    """The historical apps as of the migration before; the schema is migrated forward
-    again whatever the test does."""
-    executor = MigrationExecutor(connection)
-    executor.migrate(BEFORE)
-    try:
-        yield executor.loader.project_state(BEFORE).apps
-    finally:
-        executor = MigrationExecutor(connection)
-        executor.migrate(executor.loader.graph.leaf_nodes())
+    with schema_at(BEFORE) as apps:
+        yield apps
 
 
 def test_the_migration_keeps_every_calendar_and_fills_its_dates(
@@ -54,8 +46,7 @@ def test_the_migration_keeps_every_calendar_and_fills_its_dates(
     for name, sources in rows.items():
         old.objects.create(tenant_id=tenant.pk, name=name, sources=sources)
 
-    executor = MigrationExecutor(connection)
-    executor.migrate(executor.loader.graph.leaf_nodes())
+    migrate_to_latest()
 
     year = dt.datetime.now(dt.UTC).year
     stored = {c.name: c for c in Calendar.objects.all()}

@@ -12,7 +12,7 @@ from core.errors import AppError, constraint_name
 from dispatch import services
 from dispatch.exceptions import DispatchError, InvalidSchedule
 from dispatch.models import Schedule
-from dispatch.schedule_fields import partition_for
+from dispatch.partitioning import partition_for
 from tenants.exceptions import TenantsError
 from tenants.models import Tenant
 

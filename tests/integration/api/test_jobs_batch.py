@@ -14,7 +14,7 @@ from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from dispatch.models import ExecutionEvent, Schedule
-from dispatch.schedule_fields import partition_for
+from dispatch.partitioning import partition_for
 from dispatch.services.jobs import BATCH_MAX
 from tenants.models import AuditEvent, Tenant, TenantQuota
 from tenants.roles import Role

@@ -19,7 +19,7 @@ from rest_framework.test import APIClient
 from dispatch import selectors, services
 from dispatch.api.serializers import iso_z
 from dispatch.models import Alert, Schedule
-from dispatch.schedule_fields import partition_for
+from dispatch.partitioning import partition_for
 from dispatch.states import AUTO_PAUSE_ACTOR
 from tenants.models import Tenant
 from tenants.roles import Role

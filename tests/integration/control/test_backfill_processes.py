@@ -98,7 +98,7 @@ def platform(tmp_path: Path, ledger: Ledger) -> Iterator[Callable[[], None]]:
         worker = start("w1", worker_cmd(queues="default.short", concurrency=4, name="w1"), **env)
         wait_for(lambda: " ready." in worker.output(), timeout=40, what="worker ready")
         beat = start("beat", beat_cmd("--name", "bf-beat", "--cycle", "0.2"), **env)
-        wait_for(lambda: "acquired partitions" in beat.output(), timeout=40, what="beat up")
+        wait_for(lambda: "acquired partition ranges" in beat.output(), timeout=40, what="beat up")
 
         def check() -> None:
             for proc in (worker, beat):

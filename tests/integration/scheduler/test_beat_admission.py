@@ -21,6 +21,7 @@ from dispatch.models import Execution, ExecutionEvent, Schedule, SchedulerPartit
 from tenants.models import Tenant
 from tenants.roles import Principal
 from tests.conftest import make_principal
+from tests.support.beat_support import partition_owners
 from tests.support.ledger import Ledger
 from tests.support.procs import Proc, beat_cmd, processes, wait_for
 from tests.support.worker_support import db_now, purge, worker_processes
@@ -166,7 +167,7 @@ def test_tenant_cap_holds_across_three_beats(
         what="three beats sharing the partitions",
     )
     ids = jobs(admin_principal, ledger.url, 10, at=db_now() + timedelta(seconds=2), prefix="c")
-    by_owner = owners()
+    by_owner = partition_owners()
     assert len({by_owner[Schedule.objects.get(pk=i).partition] for i in ids}) >= 2
     wait_for(lambda: all_succeeded(ids), timeout=60, what="all ten jobs to succeed")
     assert gauge.peak <= 2, (gauge.peak, [b.output()[-2000:] for b in beats])

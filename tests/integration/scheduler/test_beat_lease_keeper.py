@@ -13,6 +13,7 @@ from django.db import connection, transaction
 from django.db.models import F
 
 from dispatch.models import BeatNode, SchedulerPartition
+from dispatch.partitioning import LOGICAL_PARTITIONS
 from dispatch.scheduler.loop import Beat
 from tests.support.beat_support import running_beat
 from tests.support.procs import wait_for
@@ -43,10 +44,11 @@ def test_leases_are_renewed_while_a_fenced_transaction_outlasts_them(beat: Beat)
     partitions are still ours, at the same epochs, when it commits."""
     epochs = dict(beat.owned)
     with transaction.atomic():
-        assert len(beat.partitions.fence()) == settings.SCHEDULER_PARTITIONS
+        # Every logical partition is covered by the ranges the fence still holds.
+        assert beat.partitions.fence() == list(range(LOGICAL_PARTITIONS))
         with connection.cursor() as cur:
             cur.execute("SELECT pg_sleep(%s)", [TTL * 1.5])
-        assert len(beat.partitions.fence()) == settings.SCHEDULER_PARTITIONS
+        assert beat.partitions.fence() == list(range(LOGICAL_PARTITIONS))
     assert held() == settings.SCHEDULER_PARTITIONS
     assert dict(SchedulerPartition.objects.values_list("number", "epoch")) == epochs
     assert beat.counters.stale_writes_rejected == 0

@@ -18,6 +18,7 @@ from dispatch import services
 from dispatch.models import BeatNode, Execution, SchedulerPartition
 from tenants.models import Tenant
 from tenants.roles import Principal
+from tests.support.beat_support import SHARED_EPOCHS
 from tests.support.procs import Proc, beat_cmd, wait_for
 from tests.support.worker_support import db_now
 
@@ -140,10 +141,7 @@ def assert_every_job_queued_once(schedule_ids: list[str], *, timeout: float) -> 
 
 def assert_no_epoch_shared_by_two_beats() -> None:
     with connection.cursor() as cur:
-        cur.execute(
-            "SELECT partition, fired_epoch FROM dispatch_execution WHERE fired_epoch IS NOT NULL "
-            "GROUP BY 1, 2 HAVING count(DISTINCT fired_by) > 1"
-        )
+        cur.execute(SHARED_EPOCHS, {"ids": None})
         assert cur.fetchall() == []
 
 

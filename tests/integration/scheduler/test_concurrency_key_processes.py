@@ -21,6 +21,7 @@ from tenants.models import Tenant
 from tenants.roles import Principal
 from tests.conftest import make_principal
 from tests.integration.scheduler.test_beat_admission import cluster, db_now, schedule_to
+from tests.support.beat_support import partition_owners
 from tests.support.ledger import Ledger
 from tests.support.procs import Proc, wait_for
 
@@ -107,7 +108,7 @@ def test_one_key_one_holder_across_two_beats_skip_and_replace(
     at = db_now() + timedelta(seconds=2)
     # Two of the key's jobs on a partition of each beat: left to their random ids, all
     # four land on one beat's partitions one time in eight.
-    by_owner = owners()
+    by_owner = partition_owners()  # logical partition -> beat
     first = {owner: number for number, owner in sorted(by_owner.items(), reverse=True)}
     spread = sorted(first.values())
     same = [

@@ -41,7 +41,7 @@ from tests.integration.scheduler.test_beat_processes import (
     owners,
     purge,
 )
-from tests.support.beat_support import running_beat
+from tests.support.beat_support import covered_by, running_beat
 from tests.support.faultproxy import FaultProxy
 from tests.support.ledger import Ledger
 from tests.support.procs import Proc, beat_cmd, wait_for
@@ -181,7 +181,8 @@ def test_a_beat_that_cannot_publish_hands_its_partitions_to_a_healthy_beat(
     jobs = jobs_to(
         admin_principal, tenant, f"{platform.ledger.url}/effect", count=JOBS, first_s=1, spread_s=5
     )
-    in_theirs = [j for j in jobs if j.partition in theirs]
+    theirs_covers = covered_by(theirs)
+    in_theirs = [j for j in jobs if j.partition in theirs_covers]
     assert in_theirs, "no job landed in the victim's partitions"
 
     def context() -> str:
@@ -276,9 +277,10 @@ def ghost(db: Any) -> BeatNode:
 
 
 def due_in(principal: Principal, partitions: list[int]) -> list[Schedule]:
-    """One-off jobs due now, until one lands in one of `partitions`."""
+    """One-off jobs due now, until one lands in one of the ranges `partitions`."""
     jobs: list[Schedule] = []
-    while not any(j.partition in partitions for j in jobs):
+    covered = covered_by(partitions)
+    while not any(j.partition in covered for j in jobs):
         data = {"name": f"due-{len(jobs)}", "target": TARGET}
         jobs.append(services.job_create(actor=principal, data=data)[0])
     return jobs
@@ -327,7 +329,7 @@ def test_a_hand_over_nobody_takes_is_taken_back_a_lease_later(
         node = BeatNode.objects.get(name="beat-a")
         assert node.standby_since is not None and node.handovers_total == 1
         assert beat.owned == {} and beat.stall.standby
-        ours = Execution.objects.filter(schedule__in=jobs, partition__in=mine)
+        ours = Execution.objects.filter(schedule__in=jobs, partition__in=covered_by(mine))
         # Admitted, never published: handed back, owed at once to the next owner.
         assert ours.filter(state="queued", published_at__isnull=True).exists()
         assert not SchedulerPartition.objects.filter(number__in=mine).exclude(owner="")

@@ -46,7 +46,7 @@ def test_rate_limited_host_serves_waiting_jobs_in_due_order_with_one_hold_each(
             beat_cmd("--name", "rl-beat", "--cycle", "0.2", "--lookahead", "2"),
             **env,
         )
-        wait_for(lambda: "acquired partitions" in beat.output(), timeout=40, what="beat up")
+        wait_for(lambda: "acquired partition ranges" in beat.output(), timeout=40, what="beat up")
         # Due a little ahead, so the beat publishes each at its own due time.
         for i in range(N):
             make_execution(schedule, due_in_s=1 + i * SPACING_S)
