@@ -21,6 +21,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 N = 10
 SPACING_S = 0.15  # due times: arrivals at ~6.7/s against a limit of 2/s
 RATE = "2/s"
+BURST = 2  # the per-host bucket holds one second of the rate
 
 
 def test_rate_limited_host_serves_waiting_jobs_in_due_order_with_one_hold_each(
@@ -73,11 +74,12 @@ def test_rate_limited_host_serves_waiting_jobs_in_due_order_with_one_hold_each(
     order = [r["headers"]["X-Execution-Id"] for r in by_arrival]
     arrived = {r["headers"]["X-Execution-Id"]: r["at"] for r in by_arrival}
     # First come, first served: a job that came later never reaches the host before one
-    # that came earlier. Slots are 0.5 s apart, so 0.1 s of slack only covers two calls
-    # of the initial burst (2 at once) racing each other on the wire.
+    # that came earlier. The first BURST in line take the full bucket's tokens at once, so
+    # their calls race each other on the wire (by 0.11 s on a loaded CI machine); every
+    # later slot is 0.5 s apart, and 0.1 s of slack is far inside that.
     in_line = sorted(came, key=came.__getitem__)
     for i, earlier in enumerate(in_line):
-        for later in in_line[i + 1 :]:
+        for later in in_line[max(i + 1, BURST) :]:
             assert arrived[later] >= arrived[earlier] - 0.1, (
                 f"{later} (came {came[later]:%S.%f}) overtook {earlier} "
                 f"(came {came[earlier]:%S.%f}): {order}"
