@@ -56,7 +56,10 @@ def test_a_daily_rule_without_end_fills_exactly_the_planning_years() -> None:
     assert calendars.stored_dates("daily", calendars.stored_expansion(dates)) == dates
 
 
-def test_a_rule_whose_filters_never_match_stops_at_the_step_cap() -> None:
+def test_a_rule_whose_filters_never_match_stops_at_the_step_cap(settings: Any) -> None:
+    # The step cap, not the time budget, must stop it: on a loaded CI machine 100,000
+    # steps took longer than the default 2 s budget.
+    settings.CALENDAR_EXPAND_BUDGET_S = 120
     # 30 February: dateutil would walk day by day to the year 9999 looking for one.
     never = "FREQ=DAILY;BYMONTH=2;BYMONTHDAY=30"
     assert refusal(ics(never)) == {
@@ -71,9 +74,12 @@ def test_a_rule_whose_filters_never_match_stops_at_the_step_cap() -> None:
     assert "steps to cover the planning years" in refusal(ics(disguised))["sources[0].content"][0]
 
 
-def test_a_stored_row_keeps_its_other_dates_and_loses_what_is_refused() -> None:
+def test_a_stored_row_keeps_its_other_dates_and_loses_what_is_refused(settings: Any) -> None:
     """A row saved before the bounds (the migration, the refresh and the dates API
     expand it leniently): the hostile events are left out, the rest expanded."""
+    # Each hostile event is refused by its own bound (the step cap), never by the time
+    # budget, which a loaded machine could reach first and which refuses the whole source.
+    settings.CALENDAR_EXPAND_BUDGET_S = 120
     content = ics("FREQ=MINUTELY", "FREQ=DAILY;BYMONTH=2;BYMONTHDAY=30", "", start="20270105")
     dates = calendars.expand(
         "old", [{"type": "ics", "content": content}], years=calendars.planning_years()
