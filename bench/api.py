@@ -39,6 +39,7 @@ from bench.common import (
     fetchall,
     percentile,
     ratio,
+    seq_scan_read,
     table,
     vacuum_analyze,
     wait_until,
@@ -371,7 +372,7 @@ def _explain(tenant: Tenant, cursor: str | None) -> dict[str, Any]:
     sql = next(q["sql"] for q in queries.captured_queries if '"dispatch_execution"' in q["sql"])
     plan, nodes = explain_analyze(sql)
     indexes = sorted({n["Index Name"] for n in nodes if "Index Name" in n})
-    seq = any(n["Node Type"] == "Seq Scan" for n in nodes)
+    seq = seq_scan_read(nodes)
     sort = any(n["Node Type"] in ("Sort", "Incremental Sort") for n in nodes)
     filtered = sum(int(n.get("Rows Removed by Filter", 0)) for n in nodes)
     top = plan[0]["Plan"]

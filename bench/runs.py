@@ -38,6 +38,7 @@ from bench.common import (
     fetchall,
     insert_schedules,
     percentile,
+    seq_scan_read,
     table,
     vacuum_analyze,
 )
@@ -353,7 +354,7 @@ def _explain(sql: str) -> dict[str, Any]:
     scans = [n for n in nodes if "Scan" in n["Node Type"]]
     return {
         "indexes": sorted({n["Index Name"] for n in nodes if "Index Name" in n}),
-        "seq_scan": any(n["Node Type"] == "Seq Scan" for n in nodes),
+        "seq_scan": seq_scan_read(nodes),
         "sort": any(n["Node Type"] in ("Sort", "Incremental Sort") for n in nodes),
         "rows_read": sum(
             int(n.get("Actual Rows", 0)) + int(n.get("Rows Removed by Filter", 0)) for n in scans

@@ -9,7 +9,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import api, backfill, burst, cronburst, e2e, flatten, limits, runs, scale, steady
+from bench import (
+    api,
+    backfill,
+    burst,
+    cronburst,
+    e2e,
+    flatten,
+    limits,
+    retention,
+    runs,
+    scale,
+    steady,
+)
 from bench.common import (
     MACHINE_KEY,
     dispatch_ceiling,
@@ -105,6 +117,12 @@ BENCHES: dict[str, Bench] = {
         report=backfill.report,
         summary=lambda d, o: backfill.summary(d),
     ),
+    "retention": Bench(
+        key=lambda o: retention.KEY,
+        run=lambda o: retention.run(o["n"], o["baseline_s"]),
+        report=retention.report,
+        summary=lambda d, o: retention.summary(d),
+    ),
 }
 ORDER = (
     "limits",
@@ -118,6 +136,7 @@ ORDER = (
     "runs",
     "flatten",
     "backfill",
+    "retention",
 )
 SUMMARY_KEYS = ["name", "figure", "value", "ceiling", "ratio"]
 

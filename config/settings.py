@@ -409,6 +409,16 @@ RETENTION_DAYS = get_int("RETENTION_DAYS", 30)
 RETENTION_MISFIRE_HORIZON_S = get_int("RETENTION_MISFIRE_HORIZON_S", 7 * 24 * 3600)
 RETENTION_ARCHIVE_DIR = get("RETENTION_ARCHIVE_DIR", "") or ""
 RETENTION_INTERVAL_S = get_int("RETENTION_INTERVAL_S", 3600)
+# Where execution history is archived, one day at a time (dispatch/history): an
+# s3://bucket/prefix URL, or file:///path. Empty: a local folder (RETENTION_ARCHIVE_DIR,
+# else the data folder's archive/), so the embedded platform archives with no setup.
+HISTORY_ARCHIVE_URL = get("HISTORY_ARCHIVE_URL", "") or ""
+# An S3-compatible server's address (MinIO, Ceph, ...); empty: AWS itself.
+HISTORY_ARCHIVE_S3_ENDPOINT = get("HISTORY_ARCHIVE_S3_ENDPOINT", "") or ""
+HISTORY_ARCHIVE_S3_REGION = get("HISTORY_ARCHIVE_S3_REGION", "us-east-1") or "us-east-1"
+# No S3 credential settings on purpose: boto3 reads AWS_ACCESS_KEY_ID /
+# AWS_SECRET_ACCESS_KEY (or a profile, or an instance role) itself, so the keys never
+# sit in django.conf.settings, which debug pages and `diffsettings` print.
 
 # --- Execution (workers) ---
 # Leases and fencing: a worker holds an execution for EXECUTION_LEASE_S and

@@ -32,7 +32,7 @@ from __future__ import annotations
 import re
 import select
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
@@ -93,15 +93,39 @@ class Statements:
     def __contains__(self, name: object) -> bool:
         return name in self.text
 
-    def _run(self, name: str, params: Params, *, binary: bool, using: str) -> CursorWrapper:
+    def _run(
+        self,
+        name: str,
+        params: Params,
+        *,
+        binary: bool,
+        using: str,
+        identifiers: Mapping[str, str] | None = None,
+        literals: Params = None,
+    ) -> CursorWrapper:
         conn = connections[using]
         conn.ensure_connection()
         raw: psycopg.Cursor[Any] = psycopg.Cursor(conn.connection, row_factory=namedtuple_row)
         raw.format = Format.BINARY if binary else Format.TEXT
         wrapper = CursorDebugWrapper if conn.queries_logged else CursorWrapper
         cur = wrapper(raw, conn)
-        cur.execute(self.text[name], params or {})
+        cur.execute(self.composed(name, identifiers, literals), params or {})
         return cur
+
+    def composed(
+        self, name: str, identifiers: Mapping[str, str] | None = None, literals: Params = None
+    ) -> str | pgsql.Composed:
+        """The statement's text, its `{name}` fields filled with `identifiers` quoted as
+        SQL identifiers and `literals` quoted as SQL literals: for what PostgreSQL cannot
+        bind a parameter into (a LISTEN channel, the tables and partition bounds of
+        DDL). Without either the text is used as it is."""
+        if identifiers is None and literals is None:
+            return self.text[name]
+        fields: dict[str, pgsql.Composable] = {
+            key: pgsql.Identifier(value) for key, value in (identifiers or {}).items()
+        }
+        fields.update({key: pgsql.Literal(value) for key, value in (literals or {}).items()})
+        return pgsql.SQL(self.text[name]).format(**fields)
 
     # `using` names the database (Django's alias): the primary unless a read-only
     # caller passes core.replicas.reads() — the runner never guesses what a statement does.
@@ -113,8 +137,9 @@ class Statements:
         *,
         binary: bool = True,
         using: str = DEFAULT_DB_ALIAS,
+        identifiers: Mapping[str, str] | None = None,
     ) -> list[Any]:
-        with self._run(name, params, binary=binary, using=using) as cur:
+        with self._run(name, params, binary=binary, using=using, identifiers=identifiers) as cur:
             return list(cur.fetchall()) if cur.description else []
 
     def one(
@@ -124,8 +149,9 @@ class Statements:
         *,
         binary: bool = True,
         using: str = DEFAULT_DB_ALIAS,
+        identifiers: Mapping[str, str] | None = None,
     ) -> Any | None:
-        with self._run(name, params, binary=binary, using=using) as cur:
+        with self._run(name, params, binary=binary, using=using, identifiers=identifiers) as cur:
             return cur.fetchone() if cur.description else None
 
     def scalar(
@@ -135,14 +161,52 @@ class Statements:
         *,
         binary: bool = True,
         using: str = DEFAULT_DB_ALIAS,
+        identifiers: Mapping[str, str] | None = None,
     ) -> Any:
-        row = self.one(name, params, binary=binary, using=using)
+        row = self.one(name, params, binary=binary, using=using, identifiers=identifiers)
         return None if row is None else row[0]
 
-    def execute(self, name: str, params: Params = None, *, binary: bool = True) -> int:
-        with self._run(name, params, binary=binary, using=DEFAULT_DB_ALIAS) as cur:
+    def execute(
+        self,
+        name: str,
+        params: Params = None,
+        *,
+        binary: bool = True,
+        identifiers: Mapping[str, str] | None = None,
+        literals: Params = None,
+    ) -> int:
+        """`identifiers` and `literals`: see composed()."""
+        with self._run(
+            name,
+            params,
+            binary=binary,
+            using=DEFAULT_DB_ALIAS,
+            identifiers=identifiers,
+            literals=literals,
+        ) as cur:
             count: int = cur.rowcount
             return count
+
+    def stream(
+        self,
+        name: str,
+        params: Params = None,
+        *,
+        identifiers: Mapping[str, str] | None = None,
+        itersize: int = 5000,
+    ) -> Iterator[Any]:
+        """The rows of a statement through a server-side cursor, `itersize` at a time:
+        for reads too large to hold in memory at once (a day of history). Runs on
+        the primary, inside the caller's transaction (a server-side cursor lives in
+        one)."""
+        conn = connections[DEFAULT_DB_ALIAS]
+        conn.ensure_connection()
+        with psycopg.ServerCursor(
+            conn.connection, f"stream_{name}", row_factory=namedtuple_row
+        ) as cur:
+            cur.itersize = itersize
+            cur.execute(self.composed(name, identifiers), params or {})
+            yield from cur
 
     def run_on(
         self,
@@ -159,13 +223,8 @@ class Statements:
         for the statements PostgreSQL cannot bind a parameter into (LISTEN's channel).
         Without them the text is run as it is, its `%(name)s` parameters bound.
         """
-        text: str | pgsql.Composed = self.text[name]
-        if identifiers is not None:
-            text = pgsql.SQL(self.text[name]).format(
-                **{key: pgsql.Identifier(value) for key, value in identifiers.items()}
-            )
         with conn.cursor(row_factory=namedtuple_row) as cur:
-            cur.execute(text, params)
+            cur.execute(self.composed(name, identifiers), params)
             return list(cur.fetchall()) if cur.description else []
 
 

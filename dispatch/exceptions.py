@@ -21,6 +21,10 @@ class NotFound(DispatchError, code="not_found", status=404):
     """No such schedule or execution for this tenant (another tenant's is missing too)."""
 
 
+class ArchiveUnavailable(DispatchError, code="archive_unavailable", status=503):
+    """The execution's day was archived and the archive could not be read just now."""
+
+
 class VersionConflict(DispatchError, code="conflict", status=409):
     """The definition changed since the version the edit was made on."""
 

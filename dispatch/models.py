@@ -9,6 +9,7 @@ from django.db.models import Q
 from django.db.models.functions import Now
 from django.utils import timezone
 
+from dispatch.history.ids import ExecutionIdField
 from dispatch.lifecycle import Completion, completion
 
 # The vocabulary lives in dispatch.states; re-exported for the model's callers.
@@ -194,7 +195,9 @@ class Execution(models.Model):
     write is conditional on it, so a stale worker's write matches no row.
     """
 
-    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    # Made from scheduled_for (dispatch/history/ids.py): the id names the day
+    # partition that holds the row, and the archived day once it is gone.
+    id = ExecutionIdField(primary_key=True, editable=False)
     # No single-column FK indexes: the unique (schedule, scheduled_for) and the
     # (tenant, scheduled_for, id) indexes serve the lookups and the FK checks, and
     # every extra index is paid on each of the beat's bulk inserts.
@@ -393,6 +396,9 @@ class ExecutionEvent(models.Model):
     schedule = models.ForeignKey(
         Schedule, on_delete=models.PROTECT, related_name="events", db_index=False
     )
+    # No database constraint: a foreign key to a partitioned table must name its
+    # whole key (id, scheduled_for). The ORM still cascades; retention drops an
+    # execution's day with its events' (migration 0023).
     execution = models.ForeignKey(
         Execution,
         null=True,
@@ -400,6 +406,7 @@ class ExecutionEvent(models.Model):
         on_delete=models.CASCADE,
         related_name="events",
         db_index=False,
+        db_constraint=False,
     )
     at = models.DateTimeField(db_default=Now())
     # One of dispatch.states.EventKind (plain column: SQL writers insert kinds too).
@@ -420,6 +427,29 @@ class ExecutionEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.at} {self.kind}"
+
+
+class ArchivedDay(models.Model):
+    """One UTC day of history written to object storage and dropped from the database
+    (dispatch/history/archive.py): where its files are and what they hold, verified.
+    An execution id carries its day (dispatch/history/ids.py), so a lookup of a gone
+    execution comes here to learn whether and where it was archived."""
+
+    day = models.DateField(primary_key=True)
+    # The manifest's location (s3://bucket/prefix/... or file:///...): it lists every
+    # file of the day with its rows and SHA-256.
+    manifest = models.CharField(max_length=1000)
+    executions = models.BigIntegerField()
+    events = models.BigIntegerField()
+    archived_at = models.DateTimeField(db_default=Now())
+    # Set once both day partitions are detached and dropped.
+    dropped_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["day"]
+
+    def __str__(self) -> str:
+        return f"history of {self.day} archived at {self.manifest}"
 
 
 class SchedulerPartition(models.Model):

@@ -238,6 +238,10 @@ class ExplainCode(models.TextChoices):
         "an occurrence of the expression on a date one of the schedule's calendars excludes",
     )
     NOT_CREATED_YET = "not_created_yet", "the schedule did not exist yet"
+    ARCHIVED = (
+        "archived",
+        "that day of history was archived to object storage and left the database",
+    )
     DELETED = "deleted", "the schedule had been deleted"
     COMPLETED = (
         "completed",

@@ -70,17 +70,28 @@ def control_state(principal: Principal, execution: Execution) -> dict[str, Any]:
 def execution_detail(
     request: HttpRequest, principal: Principal, execution_id: uuid.UUID
 ) -> HttpResponse:
-    execution = _execution_or_404(principal, execution_id)
-    events = list(selectors.execution_events(execution=execution))
+    # Once its day was archived and dropped, the same page is read back from the
+    # archive, saying so and where (dispatch/history/archive.py).
+    try:
+        record = selectors.execution_record(tenant=principal.tenant, execution_id=execution_id)
+    except NotFound:
+        raise Http404("execution not found") from None
+    execution, events = record.execution, record.events
+    if record.archived is None:
+        controls = control_state(principal, execution)
+    else:
+        why = "Its day of history was archived: re-run that occurrence with a backfill."
+        controls = {"can_cancel": False, "can_rerun": False, "cancel_why": why, "rerun_why": why}
     ctx = base_context(
         request,
         principal,
         execution=execution,
+        archived=record.archived,
         schedule=execution.schedule,
         timeline=selectors.execution_timeline(execution=execution, events=events),
         zone=execution.schedule.timezone,
         message=request.GET.get("done", "")[:200],
-        **control_state(principal, execution),
+        **controls,
     )
     if is_htmx(request) and request.headers.get("HX-Target") == "execution-live":
         return render(request, "console/execution_detail.html#live", ctx)

@@ -12,6 +12,7 @@ from rest_framework import serializers
 
 from core.api import inputs
 from dispatch.explain import CODE_MEANINGS
+from dispatch.history.archive import ArchivedExecution
 from dispatch.lifecycle import completion
 from dispatch.models import (
     DurationClass,
@@ -443,6 +444,15 @@ def event_out(ev: ExecutionEvent) -> dict[str, Any]:
     }
 
 
+def archived_out(where: ArchivedExecution) -> dict[str, Any]:
+    return {
+        "day": where.day.isoformat(),
+        "location": where.location,
+        "manifest": where.manifest,
+        "archived_at": iso_z(where.archived_at),
+    }
+
+
 def timeline_out(item: Any) -> dict[str, Any]:
     return {
         "at": iso_z(item.at),
@@ -587,7 +597,19 @@ class TimelineItemDoc(serializers.Serializer[Any]):
     data = serializers.JSONField(allow_null=True)  # type: ignore[assignment]
 
 
+class ArchivedDoc(serializers.Serializer[Any]):
+    day = serializers.DateField(help_text="the UTC day of history it was archived with")
+    location = serializers.CharField(help_text="its file: s3://bucket/... or file:///...")
+    manifest = serializers.CharField(help_text="the day's manifest (files, rows, SHA-256)")
+    archived_at = serializers.DateTimeField()
+
+
 class ExecutionDetailDoc(ExecutionOutDoc):
+    archived = ArchivedDoc(
+        allow_null=True,
+        help_text="null while the execution is in the database; once its day was archived"
+        " and dropped (retention), where it was read back from",
+    )
     events = EventDoc(many=True, help_text="the execution's events, oldest first")
     timeline = TimelineItemDoc(many=True, help_text="row steps and events, in time order")
 

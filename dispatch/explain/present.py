@@ -19,7 +19,7 @@ from dispatch.timing.durations import spell
 class Evidence:
     """A recorded fact the answer rests on: an execution, an event or an audit row."""
 
-    kind: str  # execution | event | audit | schedule | backfill
+    kind: str  # execution | event | audit | schedule | backfill | archive (a day's manifest)
     id: str
     label: str = ""
     execution_id: str | None = None  # for events: the execution they belong to

@@ -19,6 +19,7 @@ from zoneinfo import ZoneInfo
 from dispatch.explain import records
 from dispatch.explain.present import Evidence, Explanation, both, cap, clock, late, who
 from dispatch.explain.records import PauseInterval
+from dispatch.history.archive import archived_day_of_instant
 from dispatch.lifecycle import completion
 from dispatch.models import Execution, ExecutionEvent, ExecutionState, Kind, Schedule, Trigger
 from dispatch.selectors.calendars import schedule_filter
@@ -256,6 +257,18 @@ def _about_occurrence(
         return _about_execution(schedule, execution, at, now, zone, [])
 
     base = Explanation(ExplainCode.MISSING, "", at, occurrence=occurrence)
+    archived = archived_day_of_instant(occurrence)
+    if archived is not None:
+        # The decisions of that day left the database with it: say where they are,
+        # not that nothing happened.
+        base.code = ExplainCode.ARCHIVED
+        base.sentence = (
+            f"the history of {archived.day.isoformat()} (UTC), which holds the occurrence at"
+            f" {when}, was archived at {both(archived.archived_at, zone)} and left the"
+            f" database: its execution and events are in {archived.manifest}"
+        )
+        base.evidence = [Evidence("archive", archived.day.isoformat(), archived.manifest)]
+        return base
     created_at = schedule.created_at
     if created_at is not None and occurrence < created_at:
         base.code = ExplainCode.NOT_CREATED_YET

@@ -21,6 +21,7 @@ from django.db import transaction
 from core import faults
 from core.db import db_clock
 from dispatch.alerting import decision
+from dispatch.history.ids import execution_id
 from dispatch.queues import queue_name
 from dispatch.scheduler import dependencies, store
 from dispatch.scheduler.partitions import Partitions
@@ -276,7 +277,7 @@ class _FirePlan:
         reason: str = "",
     ) -> None:
         sid, tid, partition = sched.id, sched.tenant_id, sched.partition
-        self.ids.append(uuid.uuid4())
+        self.ids.append(execution_id(scheduled_for))
         self.schedule_ids.append(sid)
         self.tenant_ids.append(tid)
         self.partitions.append(partition)

@@ -56,8 +56,9 @@ from django.db import connection, transaction
 from config import telemetry
 from core import faults
 from core.db import db_clock, listen, notify
+from dispatch.history import maintenance as history_maintenance
 from dispatch.queues import DEFAULT_QUEUE
-from dispatch.scheduler import firing, retention, store, sweeper
+from dispatch.scheduler import firing, store, sweeper
 from dispatch.scheduler.admission import Admission
 from dispatch.scheduler.control import ControlPump
 from dispatch.scheduler.firing import Pending
@@ -560,8 +561,10 @@ class Beat:
         return republished + len(resumed) + recorded + rescued
 
     def maybe_retention(self) -> int:
-        """One beat (the owner of partition 0) purges expired history now and then:
-        executions purged."""
+        """One beat (the owner of partition 0), now and then: keeps the history's day
+        partitions a week ahead, archives and drops the expired days
+        (dispatch/history/), then purges row by row what lies before the days:
+        executions purged that way."""
         if (
             0 not in self.owned
             or time.monotonic() - self._last_retention < settings.RETENTION_INTERVAL_S
@@ -569,7 +572,7 @@ class Beat:
             return 0
         self._last_retention = time.monotonic()
         archive = Path(settings.RETENTION_ARCHIVE_DIR) if settings.RETENTION_ARCHIVE_DIR else None
-        return retention.purge(now=db_clock(), archive_dir=archive).executions
+        return history_maintenance.run(now=db_clock(), archive_dir=archive).purged.executions
 
     def report_counters(self) -> int:
         """Heartbeat with the counters now (the keeper's round trip, renewals included):

@@ -1,5 +1,11 @@
-"""History retention: executions (with their events) older than the retention
-period are deleted in small batches, optionally archived as JSON lines first.
+"""History retention, row by row: what the day partitions do not cover.
+
+Expired history leaves a whole UTC day at a time — archived to object storage,
+verified, detached and dropped (dispatch/history/archive.py). What is left for
+this module are the rows before the oldest day partition (in the `_before`
+catch-all: an occurrence of an already dropped day, written by a backfill or a
+long catch-up): they are deleted in small batches, optionally archived as JSON
+lines first.
 
 Only final executions go (succeeded, dead, skipped, cancelled), and never an
 occurrence key inside the misfire horizon: a key that could still be fired
@@ -26,6 +32,7 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
+from dispatch.history.partitions import first_kept_start
 from dispatch.sql import sql
 from dispatch.states import FINAL_STATES, AuditAction, EventKind, state_values
 
@@ -51,12 +58,18 @@ def purge(
     from tenants.models import Tenant
 
     result = PurgeResult(jobs_expired=expire_jobs(batch=batch, max_batches=max_batches))
+    first_kept = first_kept_start()
     for tenant in Tenant.objects.select_related("quota").all():
         days = (
             getattr(getattr(tenant, "quota", None), "retention_days", None)
             or settings.RETENTION_DAYS
         )
+        # Rows of the day partitions leave a day at a time, archived and dropped
+        # (dispatch/history/archive.py); row by row goes only what lies before them:
+        # an occurrence of an expired day written after its day was dropped.
         cutoff = cutoff_for(now=now, retention_days=days)
+        if first_kept is not None:
+            cutoff = min(cutoff, first_kept)
         for _ in range(max_batches):
             deleted = _purge_batch(
                 tenant_id=tenant.pk,

@@ -10,8 +10,8 @@ from django.db.models import F
 from django.db.models.functions import Now
 
 from core.db import db_clock, notify
-from core.errors import constraint_name
 from dispatch.exceptions import TriggerLimited
+from dispatch.history.partitions import violates_occurrence_key
 from dispatch.models import Execution, ExecutionState, Overlap, Trigger
 from dispatch.services.common import WAKE_CHANNEL, live_schedule, record_audit, record_event
 from dispatch.states import IN_FLIGHT_STATES, AuditAction, EventData, EventKind, ReasonCode
@@ -128,7 +128,7 @@ def _trigger(*, actor: Principal, schedule_id: uuid.UUID | str) -> tuple[Executi
                 )
             break
         except IntegrityError as exc:
-            if constraint_name(exc) != "execution_one_per_occurrence":
+            if not violates_occurrence_key(exc):
                 raise
     audit = record_audit(
         actor,

@@ -101,7 +101,7 @@ WITH inserted AS (
     INSERT INTO dispatch_execution
         (id, schedule_id, tenant_id, partition, scheduled_for, due_at, trigger, attempt, state,
          fencing_token, reason_code, reason, created_at, backfill_id)
-    SELECT gen_random_uuid(), %(schedule_id)s, %(tenant_id)s, %(partition)s, v.scheduled_for,
+    SELECT dispatch_execution_id(v.scheduled_for), %(schedule_id)s, %(tenant_id)s, %(partition)s, v.scheduled_for,
            statement_timestamp(), %(trigger)s, 1, %(state)s, 0, '', '', clock_timestamp(),
            %(backfill_id)s
     FROM unnest(%(scheduled_fors)s::timestamptz[]) AS v(scheduled_for)

@@ -274,7 +274,7 @@ WITH due AS (
     INSERT INTO dispatch_execution
         (id, schedule_id, tenant_id, partition, scheduled_for, due_at, trigger, attempt, state,
          fencing_token, reason_code, reason, created_at, fired_by, fired_epoch)
-    SELECT gen_random_uuid(), d.id, d.tenant_id, d.partition, d.run_at, d.run_at,
+    SELECT dispatch_execution_id(d.run_at), d.id, d.tenant_id, d.partition, d.run_at, d.run_at,
            CASE WHEN d.late_s > d.misfire_grace_s AND d.misfire <> 'skip' THEN 'catch_up' ELSE 'api' END,
            1,
            CASE WHEN d.late_s > d.misfire_grace_s AND d.misfire = 'skip' THEN 'skipped' ELSE 'scheduled' END,

@@ -39,7 +39,7 @@ WITH finished AS (
     INSERT INTO dispatch_execution
         (id, schedule_id, tenant_id, partition, scheduled_for, due_at, trigger, attempt, state,
          fencing_token, reason_code, reason, created_at, fired_by)
-    SELECT gen_random_uuid(), v.dependent_id, v.tenant_id, v.partition, v.scheduled_for,
+    SELECT dispatch_execution_id(v.scheduled_for), v.dependent_id, v.tenant_id, v.partition, v.scheduled_for,
            GREATEST(v.scheduled_for, clock_timestamp()), 'dependency', 1, v.state,
            0, v.reason_code, v.reason, clock_timestamp(), 'dependency'
     FROM decided v

@@ -138,6 +138,10 @@ OPTIONS: dict[str, list[tuple[str, Any, Any, Any, str]]] = {
         ("n", int, 10_000, 10_000, "occurrences backfilled (BACKFILL_MAX_OCCURRENCES at most)"),
         ("max-concurrent", int, 100, 100, "the backfill's max_concurrent (1..100)"),
     ],
+    "retention": [
+        ("n", int, 1_000_000, 1_000_000, "executions in the expired day (two events each)"),
+        ("baseline-s", float, 20, 20, "seconds of the firing probe with no retention running"),
+    ],
 }
 HELP = {
     "limits": "raw ceilings (claim, Redis LPUSH, RabbitMQ confirms) and the beat's own figures",
@@ -151,6 +155,7 @@ HELP = {
     "runs": "the runs page's filtered execution list and capped total on a big table",
     "flatten": "top-of-the-minute burst without and with jitter spreading",
     "backfill": "a backfill's plan time and its create rate through the control pump (in-process)",
+    "retention": "one expired day leaving: archive + detach + drop vs DELETE, under a firing probe",
 }
 
 

@@ -96,6 +96,9 @@ class Execution(Model):
     reason: str | None = None
     concurrency_key: str | None = None  # the rendered key it holds (set at admission)
     timeline: list[dict[str, Any]] | None = None  # GET /v1/executions/{id} only
+    # GET /v1/executions/{id} only: where it was read back from once its day of
+    # history was archived (day, location, manifest, archived_at); None before.
+    archived: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,6 @@
-"""`python manage.py retention`: delete (optionally archive) expired execution history now.
+"""`python manage.py retention`: the history's maintenance pass now — day partitions
+kept ahead, expired days archived and dropped, what lies before them deleted (and
+optionally archived as JSON lines) row by row (dispatch/history/maintenance.py).
 
 Beats also run it every RETENTION_INTERVAL_S (the beat that owns partition 0)."""
 
@@ -10,12 +12,12 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
-from dispatch.scheduler import retention
+from dispatch.history import maintenance
 from dispatch.services import db_now
 
 
 class Command(BaseCommand):
-    help = "Delete execution history older than the retention period (batched)."
+    help = "Archive and drop expired days of execution history; delete what lies before them."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--batch", type=int, default=1000)
@@ -23,5 +25,16 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **opts: Any) -> None:
         archive = Path(opts["archive_dir"]) if opts["archive_dir"] else None
-        result = retention.purge(now=db_now(), batch=opts["batch"], archive_dir=archive)
+        done = maintenance.run(now=db_now(), archive_dir=archive, batch=opts["batch"])
+        for name in done.created:
+            self.stdout.write(f"created partition {name}")
+        for day in done.days:
+            if day.dropped:
+                self.stdout.write(
+                    f"archived and dropped {day.day}: {day.executions} executions,"
+                    f" {day.events} events"
+                )
+            else:
+                self.stdout.write(f"kept {day.day}: {day.waiting}")
+        result = done.purged
         self.stdout.write(f"deleted {result.executions} executions and {result.events} events")

@@ -15,6 +15,7 @@ from dispatch.selectors.ops import LAG_EXCLUDED_TRIGGERS
 from dispatch.sql import queries
 from tenants.models import Tenant
 from tests.conftest import make_principal
+from tests.support.plans import names_any
 
 pytestmark = pytest.mark.django_db
 
@@ -93,10 +94,10 @@ def test_metrics_lag_is_a_range_scan_of_its_time_index(measure: str, index: str)
             "buckets": [0.1, 1.0, 10.0],
         },
     )
-    assert index in plan, plan
-    other = {"execution_enqueued_at", "execution_started_at"} - {index}
+    assert names_any(plan, index), plan
+    (other,) = {"execution_enqueued_at", "execution_started_at"} - {index}
     # The other measure's branch is a false one-time filter: it reads no index either.
-    assert "One-Time Filter: false" in plan or other.isdisjoint(plan.split()), plan
+    assert "One-Time Filter: false" in plan or not names_any(plan, other), plan
 
 
 def test_ops_fire_lag_uses_the_enqueued_at_index() -> None:
@@ -107,4 +108,4 @@ def test_ops_fire_lag_uses_the_enqueued_at_index() -> None:
             "since": "2026-01-01T00:00:00Z",
         },
     )
-    assert "execution_enqueued_at" in plan, plan
+    assert names_any(plan, "execution_enqueued_at"), plan

@@ -93,7 +93,14 @@ def platform(tmp_path: Path, ledger: Ledger) -> Iterator[Callable[[], None]]:
     """A worker (4 slots: more than any backfill here may use) and a beat whose
     control pump looks for work every 0.2 s; `check()` fails if either died."""
     purge(settings.CELERY_BROKER_URL)
-    env = {"TARGET_TEST_ALLOW": ledger.allow_entry, "CONTROL_INTERVAL_S": "0.2"}
+    # The backfilled days are fixed (the 2026 fall-back) and now older than the default
+    # 30 days of history: the beat's retention pass would purge the final rows a test
+    # writes before its backfill reads them (CI saw the dead runs created again).
+    env = {
+        "TARGET_TEST_ALLOW": ledger.allow_entry,
+        "CONTROL_INTERVAL_S": "0.2",
+        "RETENTION_DAYS": "36500",
+    }
     with processes(tmp_path) as start:
         worker = start("w1", worker_cmd(queues="default.short", concurrency=4, name="w1"), **env)
         wait_for(lambda: " ready." in worker.output(), timeout=40, what="worker ready")

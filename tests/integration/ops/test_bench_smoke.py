@@ -82,8 +82,9 @@ def nothing_left_behind() -> None:
 def test_bench_all_smoke(tmp_path: Path) -> None:
     fresh_indexes()
     out = tmp_path / "bench.json"
-    # flatten, runs and backfill have tests of their own below; scaling runs the cron burst.
-    skip = "flatten,runs,backfill,cronburst"
+    # flatten, runs, backfill and retention have tests of their own below; scaling runs
+    # the cron burst.
+    skip = "flatten,runs,backfill,retention,cronburst"
     printed = bench(out, "all", "--skip", skip, *TINY, timeout=360)
     data = json.loads(out.read_text())
 
@@ -295,4 +296,25 @@ def test_bench_backfill_smoke(tmp_path: Path) -> None:
     assert r["skip_existing_per_s"] == ratio_of(200, r["skip_existing_pump_s"])
     assert ordered(r["pump_round_p50_ms"], r["pump_round_max_ms"])
     assert "create_rows_per_s" in printed
+    nothing_left_behind()
+
+
+def test_bench_retention_smoke(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    printed = bench(out, "retention", "--n", "3000", "--baseline-s", "1", timeout=300)
+    r = json.loads(out.read_text())["retention"]
+    assert r["n"] == 3000 and r["events"] == 6000
+    # The whole day archived (one file per table: one tenant) and dropped...
+    assert r["archive"]["dropped"] is True and r["archive"]["waiting"] == ""
+    assert r["archive"]["files"] == 2 and r["archive"]["bytes"] > 0
+    # ...and the same rows again, deleted row by row.
+    assert (r["delete"]["executions"], r["delete"]["events"]) == (3000, 6000)
+    for phase in ("baseline", "archive", "delete"):
+        p = r[phase]
+        assert p["cycles"] > 0 and measured(p["p50_ms"], p["p99_ms"], p["max_ms"])
+        assert ordered(p["p50_ms"], p["p99_ms"], p["max_ms"])
+    for phase in ("archive", "delete"):
+        assert measured(r[phase]["seconds"])
+        assert r[phase]["p99_ratio"] == ratio_of(r[phase]["p99_ms"], r["baseline"]["p99_ms"])
+    assert "archive + detach + drop" in printed
     nothing_left_behind()

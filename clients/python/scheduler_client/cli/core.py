@@ -108,6 +108,26 @@ def cmd_get(args: argparse.Namespace, ctx: Context) -> int:
     return 0
 
 
+def cmd_execution(args: argparse.Namespace, ctx: Context) -> int:
+    execution = ctx.client.get_execution(args.execution_id)
+    if ctx.json:
+        ctx.emit_json(execution.raw)
+        return 0
+    if execution.archived:
+        where = execution.archived
+        ctx.print(
+            f"archived: its day ({where['day']}, UTC) left the database at"
+            f" {where['archived_at']}; read back from {where['location']}"
+        )
+    shown = {
+        k: v
+        for k, v in execution.raw.items()
+        if v not in (None, [], {}) and k not in ("archived", "events")
+    }
+    ctx.out.write(yaml.safe_dump(shown, sort_keys=False, allow_unicode=True))
+    return 0
+
+
 def _definition_from_args(args: argparse.Namespace) -> dict[str, Any]:
     if args.file:
         loaded = definitions.parse_document(*definitions.read_text(args.file))
@@ -314,6 +334,12 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     p = subparsers.add_parser("get", help="one schedule, every field")
     p.add_argument("schedule", **ref)
     p.set_defaults(handler=cmd_get)
+
+    p = subparsers.add_parser(
+        "execution", help="one execution with its timeline (archived ones too)"
+    )
+    p.add_argument("execution_id")
+    p.set_defaults(handler=cmd_execution)
 
     p = subparsers.add_parser("create", help="create a schedule (from -f FILE and/or flags)")
     p.add_argument("-f", "--file", help="a definition as YAML or JSON ('-': stdin)")

@@ -1,0 +1,1 @@
+"""Execution history: partitions by day, archive to object storage."""
