@@ -416,6 +416,11 @@ HISTORY_ARCHIVE_URL = get("HISTORY_ARCHIVE_URL", "") or ""
 # An S3-compatible server's address (MinIO, Ceph, ...); empty: AWS itself.
 HISTORY_ARCHIVE_S3_ENDPOINT = get("HISTORY_ARCHIVE_S3_ENDPOINT", "") or ""
 HISTORY_ARCHIVE_S3_REGION = get("HISTORY_ARCHIVE_S3_REGION", "us-east-1") or "us-east-1"
+# The share of the time the archive pass works (0 < duty <= 1): it rests between chunks
+# so its scan of a day leaves the database's CPUs to the firing path (1: no rest).
+HISTORY_ARCHIVE_DUTY = float(get("HISTORY_ARCHIVE_DUTY", "0.25") or 0.25)
+if not 0 < HISTORY_ARCHIVE_DUTY <= 1:
+    raise ImproperlyConfigured("HISTORY_ARCHIVE_DUTY must be more than 0 and at most 1")
 # No S3 credential settings on purpose: boto3 reads AWS_ACCESS_KEY_ID /
 # AWS_SECRET_ACCESS_KEY (or a profile, or an instance role) itself, so the keys never
 # sit in django.conf.settings, which debug pages and `diffsettings` print.

@@ -30,18 +30,20 @@ later ones with it: the catch-all can only grow up to the first day kept).
 
 from __future__ import annotations
 
+import functools
 import gzip
 import hashlib
 import io
 import json
 import logging
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import OperationalError, transaction
 from django.utils import timezone
 
 from dispatch.history import ids
@@ -67,8 +69,33 @@ _DAY_ROWS = {EXECUTIONS.name: "history_day_executions", EVENTS.name: "history_da
 _TOPIC = {EXECUTIONS.name: "executions", EVENTS.name: "events"}
 
 
+# Each detach, drop and attach waits at most DDL_LOCK_TIMEOUT_MS for its locks, and is
+# tried DDL_TRIES times DDL_PAUSE_S apart. Dropping a detached day takes an ACCESS
+# EXCLUSIVE lock on the tables its foreign keys reference (schedules, tenants,
+# backfills: PostgreSQL removes the key's triggers there), and while such a request
+# waits, every later reader of those tables queues behind it: a short timeout bounds
+# what the firing path can feel to that much, now and then.
+DDL_LOCK_TIMEOUT_MS = 100
+# The pass works at most HISTORY_ARCHIVE_DUTY of the time: after each PACE_ROWS rows
+# read (and lines verified) it rests in proportion to how long they took. Reading a day
+# is a full scan the database's CPUs serve beside the firing path's statements; this
+# keeps the scan to a share of a CPU (as vacuum's cost delay does for its own work).
+PACE_ROWS = 5000
+# gzip's fastest level: JSON lines of one day shrink nearly as well as at the default
+# (6), for a fraction of the CPU the beats' machine shares with the pass.
+ARCHIVE_GZIP_LEVEL = 1
+DDL_TRIES = 60
+DDL_PAUSE_S = 0.5
+LOCK_NOT_AVAILABLE = "55P03"
+
+
 class ArchiveMismatch(Exception):
     """What the store gave back is not what the database holds: nothing is dropped."""
+
+
+class LockNotGranted(Exception):
+    """A detach, drop or attach did not get its locks in DDL_TRIES short tries: the
+    day stays (archived and recorded) for the next pass to finish."""
 
 
 @dataclass
@@ -134,6 +161,10 @@ def retire_day(day: date, store: ObjectStore) -> DayResult:
     """Steps 1-4 for one day; repeatable (an archived day is not written again)."""
     result = DayResult(day)
     record = ArchivedDay.objects.filter(day=day).first()
+    if record is not None and not _archive_holds(record):
+        # Rows came into the day after it was archived (a day carved out again and
+        # written to): archived again, whole, before anything is dropped.
+        record = None
     if record is None:
         unfinished = sql.scalar(
             "history_day_unfinished",
@@ -151,11 +182,26 @@ def retire_day(day: date, store: ObjectStore) -> DayResult:
             return result
     result.archived = True
     result.executions, result.events = record.executions, record.events
-    for table in TABLES:
-        _detach_and_drop(table, day)
+    try:
+        for table in TABLES:
+            _with_short_lock_waits(functools.partial(_detach_and_drop, table, day))
+    except LockNotGranted as exc:
+        result.waiting = str(exc)
+        log.warning("history: %s archived but not dropped yet: %s", day, exc)
+        return result
     ArchivedDay.objects.filter(day=day, dropped_at__isnull=True).update(dropped_at=timezone.now())
     result.dropped = True
     return result
+
+
+def _archive_holds(record: ArchivedDay) -> bool:
+    """Whether the day's partitions, where still held, have the rows its archive counted."""
+    held = {p.name for t in TABLES for p in days(t)}
+    for table, archived in ((EXECUTIONS, record.executions), (EVENTS, record.events)):
+        name = table.day_partition(record.day)
+        if name in held and sql.scalar("history_day_count", identifiers={"name": name}) != archived:
+            return False
+    return True
 
 
 def archive_day(day: date, store: ObjectStore, result: DayResult) -> ArchivedDay:
@@ -197,7 +243,10 @@ def _write_tenants(
     """One file per tenant, streamed from a server-side cursor and compressed as it
     comes (a day of one tenant can be millions of rows)."""
     current: _TenantFile | None = None
-    for row in sql.stream(_DAY_ROWS[table.name], identifiers={"name": partition}):
+    pace = _Pace()
+    rows = sql.stream(_DAY_ROWS[table.name], identifiers={"name": partition}, itersize=PACE_ROWS)
+    for row in rows:
+        pace.tick()
         if current is None or row.tenant_id != current.tenant_id:
             if current is not None:
                 yield current.put(store)
@@ -214,7 +263,9 @@ class _TenantFile:
         self.rows = 0
         self.digest = hashlib.sha256()
         self.buffer = io.BytesIO()
-        self.gz = gzip.GzipFile(fileobj=self.buffer, mode="wb", compresslevel=6, mtime=0)
+        self.gz = gzip.GzipFile(
+            fileobj=self.buffer, mode="wb", compresslevel=ARCHIVE_GZIP_LEVEL, mtime=0
+        )
 
     def add(self, line: str) -> None:
         data = (line + "\n").encode()
@@ -245,8 +296,46 @@ def _verify(store: ObjectStore, archived: ArchivedFile) -> None:
             f"{store.url(archived.key)}: read back {len(lines)} rows that do not match"
             f" the {archived.rows} written"
         )
+    pace = _Pace()
     for line in lines:
+        pace.tick()
         json.loads(line)
+
+
+class _Pace:
+    """Rests after every PACE_ROWS steps as long as they took, times (1 - duty) / duty."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+        self.since = time.monotonic()
+
+    def tick(self) -> None:
+        self.steps += 1
+        if self.steps % PACE_ROWS:
+            return
+        busy = time.monotonic() - self.since
+        duty = settings.HISTORY_ARCHIVE_DUTY
+        time.sleep(busy * (1 - duty) / duty)
+        self.since = time.monotonic()
+
+
+def _with_short_lock_waits(step: Callable[[], None]) -> None:
+    """`step` (repeatable: it checks where an interrupted try left off) under a short
+    lock timeout, tried again while the timeout is what stops it."""
+    for _ in range(DDL_TRIES):
+        sql.execute("history_ddl_lock_timeout", literals={"ms": DDL_LOCK_TIMEOUT_MS})
+        try:
+            step()
+            return
+        except OperationalError as exc:
+            if getattr(exc.__cause__, "sqlstate", None) != LOCK_NOT_AVAILABLE:
+                raise
+        finally:
+            sql.execute("history_ddl_lock_timeout_reset")
+        time.sleep(DDL_PAUSE_S)
+    raise LockNotGranted(
+        f"its locks were not granted within {DDL_LOCK_TIMEOUT_MS} ms in {DDL_TRIES} tries"
+    )
 
 
 def _detach_and_drop(table: HistoryTable, day: date) -> None:

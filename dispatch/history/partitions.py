@@ -106,7 +106,9 @@ def first_kept_start() -> datetime | None:
 def ensure_ahead(today: date) -> list[str]:
     """Day partitions up to AHEAD_DAYS after `today` for every history table, when
     fewer than EXTEND_BELOW_DAYS are left: the partitions created. A lock not
-    granted within two seconds leaves it to the next pass (logged)."""
+    granted within 100 ms leaves it to the next pass (logged): the detach of the
+    upper catch-all takes the whole table, and a firing path queued behind a lock
+    request that waits would wait with it. The days ahead leave many passes to try."""
     created: list[str] = []
     for table in TABLES:
         existing = days(table)

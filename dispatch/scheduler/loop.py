@@ -26,7 +26,7 @@ Each cycle
      services/schedules.py) are simply not admitted: they are gone;
   5. sweeps: re-publishes queued rows nobody claimed, rescues expired worker
      leases (sweeper.py), resumes schedules whose pause ended, and now and then
-     purges expired history (retention.py).
+     starts the history's maintenance pass in a child process (dispatch/history).
 A beat that has had work due and published nothing for BEAT_PUBLISH_STALL_S hands
 its partitions over to a beat that can publish and stands by until its broker
 answers again (the rule: handover.py).
@@ -42,11 +42,11 @@ import os
 import select
 import signal
 import socket
+import subprocess
 import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -55,7 +55,7 @@ from django.db import connection, transaction
 
 from config import telemetry
 from core import faults
-from core.db import db_clock, listen, notify
+from core.db import listen, notify
 from dispatch.history import maintenance as history_maintenance
 from dispatch.queues import DEFAULT_QUEUE
 from dispatch.scheduler import firing, store, sweeper
@@ -74,6 +74,8 @@ log = logging.getLogger("dispatch.beat")
 # the next chunk is admitted: the first messages of a 100k burst leave after one
 # chunk's admission, not after all of it.
 ADMIT_CHUNK = 5000
+# A maintenance pass still running when the beat stops gets this long to end on SIGTERM.
+MAINTENANCE_STOP_S = 10.0
 # The wake-up channel's payload a beat sends when it hands its partitions over or takes
 # part again: the others re-read the live beats at once (not at their next renewal)
 # and take, or hand back, partitions on that cycle.
@@ -155,6 +157,8 @@ class Beat:
         self.stopping = False
         self._last_sweep = 0.0
         self._last_retention = 0.0
+        # The history maintenance pass this beat started last (maybe_retention).
+        self.maintenance: subprocess.Popen[bytes] | None = None
         self._fired_since_load = True
         self._listen: psycopg.Connection[Any] | None = None
         self._publishers: dict[str, Publisher] = {}
@@ -230,6 +234,20 @@ class Beat:
             log.exception("beat %s: error during shutdown", self.cfg.name)
         if self._listen is not None:
             self._listen.close()
+        self._stop_maintenance()
+
+    def _stop_maintenance(self) -> None:
+        """A pass still running stops with the beat (each step of it is repeatable:
+        the next pass finishes what this one left)."""
+        child = self.maintenance
+        if child is None or child.poll() is not None:
+            return
+        child.terminate()
+        try:
+            child.wait(MAINTENANCE_STOP_S)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
 
     # --- one cycle -------------------------------------------------------------------
 
@@ -561,18 +579,19 @@ class Beat:
         return republished + len(resumed) + recorded + rescued
 
     def maybe_retention(self) -> int:
-        """One beat (the owner of partition 0), now and then: keeps the history's day
-        partitions a week ahead, archives and drops the expired days
-        (dispatch/history/), then purges row by row what lies before the days:
-        executions purged that way."""
+        """One beat (the owner of partition 0), now and then: the history's maintenance
+        pass (day partitions a week ahead, expired days archived and dropped, what lies
+        before them purged: dispatch/history/maintenance.py) in a child process, so
+        the pass never holds this loop or its interpreter. 1 when one was started."""
         if (
             0 not in self.owned
             or time.monotonic() - self._last_retention < settings.RETENTION_INTERVAL_S
+            or (self.maintenance is not None and self.maintenance.poll() is None)
         ):
             return 0
         self._last_retention = time.monotonic()
-        archive = Path(settings.RETENTION_ARCHIVE_DIR) if settings.RETENTION_ARCHIVE_DIR else None
-        return history_maintenance.run(now=db_clock(), archive_dir=archive).purged.executions
+        self.maintenance = history_maintenance.spawn()
+        return 1
 
     def report_counters(self) -> int:
         """Heartbeat with the counters now (the keeper's round trip, renewals included):

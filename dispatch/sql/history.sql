@@ -13,7 +13,7 @@ ORDER BY c.relname
 
 -- name: history_lock_timeout
 -- Give up (and try again on the next maintenance pass) rather than queue the firing path behind a lock wait.
-SET LOCAL lock_timeout = '2s'
+SET LOCAL lock_timeout = '100ms'
 
 -- name: history_detach
 -- A partition out of its table (ACCESS EXCLUSIVE on the table, in the caller's transaction).
@@ -87,3 +87,21 @@ WHERE c.conrelid = %(name)s::regclass AND c.contype = 'c'
 -- name: history_drop_check
 -- One such constraint gone.
 ALTER TABLE {name} DROP CONSTRAINT {constraint}
+
+-- name: history_maintenance_try_lock
+-- One maintenance pass at a time across the platform (dispatch/history/maintenance.py):
+-- a session lock, held across the pass's own transactions and DDL, never waited for.
+SELECT pg_try_advisory_lock(4246, 0) AS granted
+
+-- name: history_maintenance_unlock
+-- The pass is over.
+SELECT pg_advisory_unlock(4246, 0) AS released
+
+-- name: history_ddl_lock_timeout
+-- A detach, drop or attach gives up after this long instead of queueing the firing path
+-- behind its lock request (archive.py tries again, then leaves it to the next pass).
+SET lock_timeout = {ms}
+
+-- name: history_ddl_lock_timeout_reset
+-- Back to the session's default.
+RESET lock_timeout

@@ -140,7 +140,7 @@ OPTIONS: dict[str, list[tuple[str, Any, Any, Any, str]]] = {
     ],
     "retention": [
         ("n", int, 1_000_000, 1_000_000, "executions in the expired day (two events each)"),
-        ("baseline-s", float, 20, 20, "seconds of the firing probe with no retention running"),
+        ("baseline-s", float, 60, 60, "seconds of the firing probe with no retention running"),
     ],
 }
 HELP = {
