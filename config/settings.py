@@ -461,6 +461,11 @@ COMMAND_SANDBOX_BWRAP = get("COMMAND_SANDBOX_BWRAP", "bwrap") or "bwrap"
 COMMAND_SANDBOX_UID = get_int("COMMAND_SANDBOX_UID", 65534)
 COMMAND_SANDBOX_GID = get_int("COMMAND_SANDBOX_GID", 65534)
 COMMAND_SANDBOX_TMP_MB = get_int("COMMAND_SANDBOX_TMP_MB", 64)
+# Workload identity (dispatch/identity): the platform's public base URL, the `iss` of
+# every run's identity token and where verifiers find /.well-known/openid-configuration;
+# and the secret the stored signing keys are sealed under (default: SECRET_KEY).
+PLATFORM_URL = (get("PLATFORM_URL", "http://127.0.0.1:8000") or "").rstrip("/")
+WORKLOAD_IDENTITY_KEY_SECRET = get("WORKLOAD_IDENTITY_KEY_SECRET", "") or ""
 # Token bucket per target host, shared by every worker through Redis: "N/s|min|hour".
 TARGET_RATE_PER_HOST = get("TARGET_RATE_PER_HOST", "50/s") or "50/s"
 

@@ -3,6 +3,7 @@ from django.urls import URLPattern, URLResolver, include, path
 from drf_spectacular.views import SpectacularJSONAPIView, SpectacularSwaggerSplitView
 from rest_framework.permissions import AllowAny
 
+from dispatch.api import identity
 from dispatch.ops import health, metrics
 from tenants.login import AdminLoginForm
 
@@ -35,6 +36,12 @@ urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("metrics", metrics.metrics_view, name="metrics"),
+    path(
+        ".well-known/openid-configuration",
+        identity.openid_configuration,
+        name="openid-configuration",
+    ),
+    path(".well-known/jwks.json", identity.jwks, name="jwks"),
     path("", include("console.urls")),
 ]
 

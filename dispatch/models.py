@@ -452,6 +452,30 @@ class ArchivedDay(models.Model):
         return f"history of {self.day} archived at {self.manifest}"
 
 
+class IdentityKey(models.Model):
+    """One signing key of the platform's workload identity (dispatch/identity): the
+    key that signs each run's OIDC token from `signs_from` until the next key's
+    `signs_from`, published in the JWKS from its creation until the last token it
+    signed has expired (dispatch/selectors/identity.py holds that rule).
+
+    The private half is stored sealed (AES-GCM under WORKLOAD_IDENTITY_KEY_SECRET,
+    dispatch/identity/keys.py): a database dump alone cannot mint a token."""
+
+    kid = models.CharField(primary_key=True, max_length=64)
+    algorithm = models.CharField(max_length=8)
+    # The public half as a JWK (RFC 7517), exactly as the JWKS serves it.
+    public_jwk = models.JSONField()
+    sealed_private_key = models.BinaryField()
+    signs_from = models.DateTimeField(unique=True)
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        ordering = ["signs_from"]
+
+    def __str__(self) -> str:
+        return f"identity key {self.kid} ({self.algorithm}, signs from {self.signs_from})"
+
+
 class SchedulerPartition(models.Model):
     """A range of the due index's logical partitions, leased by one beat at a time
     (dispatch/partitioning.py): it covers the schedules whose partition is in [lo, hi).

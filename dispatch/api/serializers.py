@@ -29,10 +29,11 @@ from dispatch.timing import cron
 # Schedule.version is a PositiveIntegerField; a larger number could never match.
 MAX_VERSION = 2**31 - 1
 TARGET_HELP = (
-    'one of {"type": "http", "url", "method", "headers", "body", "timeout_s"}, '
-    '{"type": "queue", "routing_key", "exchange", "broker", "body", "timeout_s"} or '
-    '{"type": "command", "command", "args", "env", "timeout_s"}; credentials only as secret '
-    'references {"secret": "vault:kv/<tenant>/path#key"}'
+    'one of {"type": "http", "url", "method", "headers", "body", "timeout_s", "auth"}, '
+    '{"type": "queue", "routing_key", "exchange", "broker", "body", "timeout_s", "auth"} or '
+    '{"type": "command", "command", "args", "env", "timeout_s", "auth"}; credentials only as '
+    'secret references {"secret": "vault:kv/<tenant>/path#key"}; "auth": {"type": "oidc", '
+    '"audience"} adds a workload identity token per run'
 )
 RETRY_HELP = (
     '{"max_attempts": 1..100, "backoff": "exponential"|"fixed", "initial_s": 0..86400, '

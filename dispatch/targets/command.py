@@ -26,6 +26,7 @@ from typing import Any
 
 from django.conf import settings
 
+from config import telemetry
 from dispatch.targets.command_spec import (
     RESERVED_ENV,
     Placeholder,
@@ -103,6 +104,12 @@ def run(ctx: RunContext) -> Outcome:
     )
     for name, ref in (cfg.get("env") or {}).items():
         env[name] = ctx.secret(ref["secret"])
+    token = ctx.identity_token()
+    if token is not None:
+        env["SCHED_IDENTITY_TOKEN"] = token
+    # The command joins the execution's trace: TRACEPARENT / TRACESTATE, the
+    # environment names OpenTelemetry's propagators read for processes.
+    env.update({name.upper(): value for name, value in telemetry.inject({}).items()})
 
     sandboxed = settings.COMMAND_SANDBOX == "bwrap"
     try:

@@ -36,18 +36,25 @@ from datetime import UTC, date, datetime
 from typing import Any
 
 from dispatch.exceptions import InvalidSchedule
-from dispatch.targets.common import clean_secret_ref, clean_str, clean_timeout, require_keys
+from dispatch.targets.common import (
+    clean_auth,
+    clean_secret_ref,
+    clean_str,
+    clean_timeout,
+    require_keys,
+)
 from dispatch.targets.sandbox import SANDBOX_TMP
 from tenants.models import Tenant
 
-KEYS = {"type", "command", "args", "env", "timeout_s"}
+KEYS = {"type", "command", "args", "env", "timeout_s", "auth"}
 ENV_NAME = re.compile(r"^[A-Z][A-Z0-9_]{0,63}$")
 # Names an operator may not declare as tenant-settable: set by the platform, or
 # able to change what the command (or its interpreter, loader, libc) loads or runs.
 # The environment is an allow-list; this is the second line behind it.
 RESERVED_ENV = re.compile(
     r"^(PATH|HOME|LANG|LANGUAGE|LC_.*|TZ|TZDIR|LD_.*|GCONV_PATH|LOCPATH|NLSPATH|MALLOC_.*"
-    r"|GLIBC_.*|HOSTALIASES|RES_OPTIONS|LOCALDOMAIN|TMPDIR|SCHED_.*|IFS|SHELL|ENV|BASH_ENV"
+    r"|GLIBC_.*|HOSTALIASES|RES_OPTIONS|LOCALDOMAIN|TMPDIR|SCHED_.*|TRACEPARENT|TRACESTATE"
+    r"|IFS|SHELL|ENV|BASH_ENV"
     r"|BASH_FUNC_.*|SHELLOPTS|BASHOPTS|PS4|PROMPT_COMMAND|CDPATH|PYTHON.*|PERL.*|RUBY.*"
     r"|GEM_.*|NODE_.*|NPM_.*|JAVA_.*|_JAVA_OPTIONS|JDK_.*|CLASSPATH|GIT_.*|SSH_.*|LUA_.*"
     r"|TCL.*|PHP.*|R_LIBS.*|R_PROFILE.*|R_ENVIRON.*|DOTNET_.*|CORECLR_.*|COMPLUS_.*|GOFLAGS"
@@ -323,6 +330,9 @@ def clean(config: dict[str, Any], *, tenant: Tenant) -> dict[str, Any]:
     }
     if env:
         cleaned["env"] = env
+    auth = clean_auth(config, default_audience=None)
+    if auth is not None:
+        cleaned["auth"] = auth
     return cleaned
 
 

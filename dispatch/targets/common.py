@@ -211,3 +211,35 @@ def clean_str(
     if len(value) > max_len:
         raise InvalidSchedule.field(f"target.{key}", f"must be at most {max_len} characters")
     return value
+
+
+AUTH_TYPES = ("oidc",)
+MAX_AUDIENCE = 512
+
+
+def clean_auth(config: dict[str, Any], *, default_audience: str | None) -> dict[str, str] | None:
+    """`target.auth`: `{"type": "oidc", "audience": ...}` asks for a workload identity
+    token per attempt (dispatch/identity). The audience defaults to `default_audience`
+    (an HTTP target's origin); kinds without one must name it. Stored resolved, so
+    the definition shows the audience every token will carry."""
+    auth = config.get("auth")
+    if auth is None:
+        return None
+    if not isinstance(auth, dict):
+        raise InvalidSchedule.field("target.auth", 'must be an object: {"type": "oidc"}')
+    require_keys(auth, allowed={"type", "audience"}, prefix="target.auth")
+    if auth.get("type") not in AUTH_TYPES:
+        raise InvalidSchedule.field("target.auth.type", f"must be one of {', '.join(AUTH_TYPES)}")
+    audience = auth.get("audience", default_audience)
+    if audience is None:
+        raise InvalidSchedule.field(
+            "target.auth.audience", "is required for this target type (it has no URL to default to)"
+        )
+    if not isinstance(audience, str) or not audience.strip():
+        raise InvalidSchedule.field("target.auth.audience", "must be a non-empty string")
+    if len(audience) > MAX_AUDIENCE or any(ord(c) < 32 or ord(c) == 127 for c in audience):
+        raise InvalidSchedule.field(
+            "target.auth.audience",
+            f"must be at most {MAX_AUDIENCE} characters, with no control characters",
+        )
+    return {"type": "oidc", "audience": audience}

@@ -1,7 +1,9 @@
 """HTTP callback targets.
 
-Definition: {"type": "http", "url", "method", "headers", "body", "timeout_s"}.
-Header values are strings, or secret references for anything credential-like.
+Definition: {"type": "http", "url", "method", "headers", "body", "timeout_s", "auth"}.
+Header values are strings, or secret references for anything credential-like;
+`auth` {"type": "oidc", "audience"} adds the run's workload identity token as
+`Authorization: Bearer` (dispatch/identity; the audience defaults to the URL's origin).
 
 At run time (`run`) every request carries X-Execution-Id, X-Scheduled-For,
 X-Attempt, X-Fencing-Token and an HMAC signature, goes only to addresses
@@ -33,6 +35,7 @@ from config import telemetry
 from dispatch.exceptions import InvalidSchedule
 from dispatch.targets import netguard
 from dispatch.targets.common import (
+    clean_auth,
     clean_secret_ref,
     clean_str,
     clean_timeout,
@@ -43,7 +46,7 @@ from dispatch.targets.runtime import Aborted, Outcome, RunContext
 from dispatch.timing import retry
 from tenants.models import Tenant
 
-KEYS = {"type", "url", "method", "headers", "body", "timeout_s"}
+KEYS = {"type", "url", "method", "headers", "body", "timeout_s", "auth"}
 METHODS = {"GET", "POST", "PUT", "PATCH", "DELETE"}
 MAX_URL = 2048
 MAX_BODY = 16 * 1024
@@ -233,7 +236,28 @@ def clean(config: dict[str, Any], *, tenant: Tenant) -> dict[str, Any]:
     }
     if body is not None:
         cleaned["body"] = body
+    auth = clean_auth(config, default_audience=origin(url))
+    if auth is not None:
+        cleaned["auth"] = auth
+        for name in headers:
+            if name.lower() == "authorization":
+                raise InvalidSchedule.field(
+                    f"target.headers.{name}",
+                    "is set by target.auth (the run's identity token); remove one of the two",
+                )
     return cleaned
+
+
+def origin(url: str) -> str:
+    """The URL's origin (RFC 6454: scheme, host, and the port unless the scheme's
+    default), the audience an identity token for it carries by default."""
+    parts = urlsplit(url)
+    host = (parts.hostname or "").lower()
+    if ":" in host:
+        host = f"[{host}]"
+    default_port = 443 if parts.scheme == "https" else 80
+    port = f":{parts.port}" if parts.port not in (None, default_port) else ""
+    return f"{parts.scheme}://{host}{port}"
 
 
 # --- Execution (workers) ---------------------------------------------------
@@ -475,6 +499,9 @@ def run(ctx: RunContext) -> Outcome:
                 reason_code="bad_header",
             )
         headers[name] = resolved
+    token = ctx.identity_token()
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
     timestamp = int(time.time())
     if content_type and not any(k.lower() == "content-type" for k in headers):
         headers["Content-Type"] = content_type

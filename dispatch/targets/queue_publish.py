@@ -1,6 +1,9 @@
 """Message targets: publish to a tenant-owned exchange/queue on a configured broker.
 
-Definition: {"type": "queue", "broker": "default", "exchange": "<tenant>.x", "routing_key", "body"}.
+Definition: {"type": "queue", "broker": "default", "exchange": "<tenant>.x", "routing_key",
+"body", "timeout_s", "auth"}; `auth` {"type": "oidc", "audience"} adds the run's workload
+identity token as the message header `authorization: Bearer <token>` (dispatch/identity).
+Every message carries the attempt's trace context (`traceparent`, `tracestate`) as headers.
 (Named queue_publish.py: a module named `queue` would shadow the standard library.)
 """
 
@@ -12,13 +15,14 @@ from typing import Any
 
 from django.conf import settings
 
+from config import telemetry
 from dispatch.exceptions import InvalidSchedule
-from dispatch.targets.common import clean_str, clean_timeout, require_keys
+from dispatch.targets.common import clean_auth, clean_str, clean_timeout, require_keys
 from dispatch.targets.runtime import Aborted, Outcome, RunContext
 from tenants.models import Tenant
 from tenants.naming import RESERVED_SLUGS
 
-KEYS = {"type", "broker", "exchange", "routing_key", "body", "timeout_s"}
+KEYS = {"type", "broker", "exchange", "routing_key", "body", "timeout_s", "auth"}
 NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,200}$")
 
 
@@ -43,7 +47,7 @@ def clean(config: dict[str, Any], *, tenant: Tenant) -> dict[str, Any]:
     body = config.get("body", {})
     if not isinstance(body, (dict, list, str)):
         raise InvalidSchedule.field("target.body", "must be a string or JSON")
-    return {
+    cleaned = {
         "type": "queue",
         "broker": broker,
         "exchange": exchange,
@@ -51,6 +55,10 @@ def clean(config: dict[str, Any], *, tenant: Tenant) -> dict[str, Any]:
         "body": body,
         "timeout_s": clean_timeout(config, default=30),
     }
+    auth = clean_auth(config, default_audience=None)
+    if auth is not None:
+        cleaned["auth"] = auth
+    return cleaned
 
 
 def namespace_problem(
@@ -128,12 +136,17 @@ def run(ctx: RunContext) -> Outcome:
             f"not published: {problem[0]} {problem[1]}", retryable=False, reason_code="namespace"
         )
     message = message_for(ctx)
-    headers = {
+    headers: dict[str, Any] = {
         "execution_id": ctx.execution_id,
         "attempt": ctx.attempt,
         "run": ctx.run,
         "fencing_token": ctx.fencing_token,
     }
+    token = ctx.identity_token()
+    if token is not None:
+        headers["authorization"] = f"Bearer {token}"
+    # The consumer joins the execution's trace (W3C traceparent / tracestate).
+    telemetry.inject(headers)
     timeout = max(0.5, ctx.remaining())
     try:
         with Connection(

@@ -18,6 +18,8 @@ from functools import lru_cache
 from typing import Any
 from urllib.parse import quote, quote_plus
 
+from dispatch.identity.keys import KeyUnavailable
+
 REDACTED = "[redacted]"
 EVENT_MESSAGE_MAX = 1000
 # Below this many bytes a secret is redacted verbatim only: its derived forms
@@ -92,6 +94,10 @@ class RunContext:
     # 1 + the occurrence's re-runs: a duplicate delivery repeats (execution_id, run);
     # a deliberate re-run comes with the next run number.
     run: int = 1
+    schedule_id: str = ""
+    # Mints the attempt's workload identity token for an audience (dispatch/identity):
+    # set by the worker; raises KeyUnavailable when no key can sign.
+    mint_identity: Callable[[RunContext, str], str] | None = None
     started: float = field(default_factory=time.monotonic)
     abort_reason: str = ""
     secret_values: list[str] = field(default_factory=list)
@@ -129,6 +135,22 @@ class RunContext:
         # text is several times longer than the secret), so it is whole at a cut.
         longest = _redactor(tuple(self.secret_values)).longest
         return Capture(self.excerpt_bytes, keep_tail=keep_tail, slack=max(256, longest + 16))
+
+    # --- workload identity ---
+
+    def identity_token(self) -> str | None:
+        """The attempt's identity token when the target asks for one (`target.auth`),
+        else None. Redacted like a secret from everything stored: it is a credential
+        for as long as it lives."""
+        auth = self.target.get("auth")
+        if not auth:
+            return None
+        if self.mint_identity is None:
+            raise KeyUnavailable("this worker has no workload identity signer")
+        token = self.mint_identity(self, str(auth["audience"]))
+        if token not in self.secret_values:
+            self.secret_values.append(token)
+        return token
 
     # --- abort ---
 

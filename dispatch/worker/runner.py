@@ -42,6 +42,8 @@ from config import telemetry
 from config.logs import log_context
 from core import faults
 from core.db import unavailable_reason, wait_for_writable
+from dispatch.identity import tokens as identity_tokens
+from dispatch.identity.keys import KeyUnavailable
 from dispatch.states import CLAIMABLE_STATES, FINAL_STATES, EventKind, ExecutionState, ReasonCode
 from dispatch.targets import KINDS
 from dispatch.targets.runtime import (
@@ -249,6 +251,8 @@ def _context(claim: Claim) -> RunContext:
         scheduled_for=claim.scheduled_for,
         attempt=claim.attempt,
         run=claim.reruns + 1,
+        schedule_id=str(claim.schedule_id),
+        mint_identity=identity_tokens.mint,
         fencing_token=claim.fencing_token,
         tenant_id=claim.tenant_id,
         tenant_slug=claim.tenant_slug,
@@ -354,6 +358,13 @@ def _call(module: ModuleType, ctx: RunContext) -> Outcome:
             ctx.redact(exc.message),
             retryable=exc.retryable,
             reason_code="secret",
+            latency_ms=ctx.elapsed_ms(),
+        )
+    except KeyUnavailable as exc:
+        return Outcome.failure(
+            f"no workload identity token: {exc}",
+            retryable=True,
+            reason_code="identity_unavailable",
             latency_ms=ctx.elapsed_ms(),
         )
     except Aborted:

@@ -178,8 +178,11 @@ def worker_cmd(
 class WebServer:
     """gunicorn serving the project on a free loopback port (threads, so requests really overlap)."""
 
-    def __init__(self, start: Callable[..., Proc], name: str = "web", **env: str) -> None:
-        self.port = free_port()
+    def __init__(
+        self, start: Callable[..., Proc], name: str = "web", *, port: int = 0, **env: str
+    ) -> None:
+        # `port`: one chosen beforehand, when the server's own settings must name its URL.
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc = start(
             name,

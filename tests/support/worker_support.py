@@ -280,3 +280,18 @@ def hold_first_call(ledger: Ledger, seconds: float) -> Gate:
 
     ledger.respond = respond
     return called
+
+
+def run_queue_target(principal: Principal, target: dict[str, Any]) -> tuple[Execution, Any]:
+    """One execution of a queue target on the platform's (Redis) broker, run to its
+    end, and the message the tenant's queue received (acknowledged)."""
+    name = target["routing_key"]
+    with Connection(settings.CELERY_BROKER_URL) as conn:
+        conn.default_channel.client.delete(name)
+        execution = run_to_end(principal, target)
+        assert execution.state == "succeeded", execution.error
+        queue = conn.SimpleQueue(name)
+        message = queue.get(timeout=5)
+        message.ack()
+        queue.close()
+    return execution, message

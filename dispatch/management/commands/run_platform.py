@@ -62,6 +62,8 @@ class Command(BaseCommand):
         # login box; warnings and errors still show. LOG_LEVEL=INFO brings them back.
         env.setdefault("LOG_LEVEL", "WARNING")
         env["DJANGO_RUNSERVER_HIDE_WARNING"] = "true"
+        # The issuer of the runs' identity tokens is where this web answers.
+        env.setdefault("PLATFORM_URL", f"http://{opts['bind']}")
         celery_log = "INFO" if env["LOG_LEVEL"].upper() in ("DEBUG", "INFO") else "WARNING"
         if os.geteuid() == 0:
             # Containers and CI run as root; Celery's ten-line warning about it

@@ -8,8 +8,6 @@ import subprocess
 from typing import Any
 
 import pytest
-from django.conf import settings
-from kombu import Connection
 
 from dispatch.models import ExecutionEvent, ManagedCommand
 from tenants.roles import Principal
@@ -22,6 +20,7 @@ from tests.support.worker_support import (
     make_execution,
     make_schedule,
     publish,
+    run_queue_target,
     run_to_end,
 )
 
@@ -41,23 +40,16 @@ def worker_settings(module_ledger: Ledger) -> dict[str, Any]:
 
 
 def test_queue_target_publishes_the_ids_and_body(worker: Proc, admin_principal: Principal) -> None:
-    with Connection(settings.CELERY_BROKER_URL) as conn:
-        conn.default_channel.client.delete("billing.jobs")
-        execution = run_to_end(
-            admin_principal,
-            {
-                "type": "queue",
-                "broker": "default",
-                "exchange": "",
-                "routing_key": "billing.jobs",
-                "body": {"invoice": 42},
-            },
-        )
-        assert execution.state == "succeeded", execution.error
-        queue = conn.SimpleQueue("billing.jobs")
-        message = queue.get(timeout=5)
-        message.ack()
-        queue.close()
+    execution, message = run_queue_target(
+        admin_principal,
+        {
+            "type": "queue",
+            "broker": "default",
+            "exchange": "",
+            "routing_key": "billing.jobs",
+            "body": {"invoice": 42},
+        },
+    )
     assert message.payload == {
         "execution_id": str(execution.id),
         "scheduled_for": execution.scheduled_for.isoformat().replace("+00:00", "Z"),
