@@ -3,8 +3,7 @@ discovery document and the key set, unauthenticated like any OIDC issuer's, so a
 target verifies a run's token with a standard library and nothing else.
 
 The key set may be cached for JWKS_MAX_AGE_S: a key made by `identity_keys rotate`
-is published that long (and longer) before it signs, and libraries that meet an
-unknown `kid` (PyJWT's PyJWKClient among them) fetch the set again.
+is published twice that long before it signs (unless the operator says `--ahead 0`).
 """
 
 from __future__ import annotations

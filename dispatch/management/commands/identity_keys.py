@@ -4,8 +4,8 @@
 The new key is published at once and signs from `--ahead` seconds on (default: twice
 the time a verifier may cache the key set); the current key signs until then and is
 published until the last token it signed has expired. `--ahead 0` switches now, for a
-key that must stop signing at once: verifiers that cache the key set then fetch it
-again when they meet the new kid."""
+key that must stop signing at once: verifiers that cached the key set may refuse the
+new kid until they fetch the set again (docs/how-to/workload-identity.md)."""
 
 from __future__ import annotations
 
