@@ -76,6 +76,9 @@ _TOPIC = {EXECUTIONS.name: "executions", EVENTS.name: "events"}
 # waits, every later reader of those tables queues behind it: a short timeout bounds
 # what the firing path can feel to that much, now and then.
 DDL_LOCK_TIMEOUT_MS = 100
+DDL_TRIES = 60
+DDL_PAUSE_S = 0.5
+LOCK_NOT_AVAILABLE = "55P03"
 # The pass works at most HISTORY_ARCHIVE_DUTY of the time: after each PACE_ROWS rows
 # read (and lines verified) it rests in proportion to how long they took. Reading a day
 # is a full scan the database's CPUs serve beside the firing path's statements; this
@@ -84,9 +87,6 @@ PACE_ROWS = 5000
 # gzip's fastest level: JSON lines of one day shrink nearly as well as at the default
 # (6), for a fraction of the CPU the beats' machine shares with the pass.
 ARCHIVE_GZIP_LEVEL = 1
-DDL_TRIES = 60
-DDL_PAUSE_S = 0.5
-LOCK_NOT_AVAILABLE = "55P03"
 
 
 class ArchiveMismatch(Exception):

@@ -174,6 +174,8 @@ def test_command_cannot_see_or_touch_the_worker(worker: Proc, admin_principal: P
         "SCHED_ATTEMPT",
         "SCHED_RUN",
         "SCHED_FENCING_TOKEN",
+        # The attempt's trace context (its tracestate is empty, so not set).
+        "TRACEPARENT",
     }, names
     assert "procs=" in out and int(out.split("procs=")[1].split()[0]) < 10
     assert worker.alive() and set(pool_children(worker)) == children
