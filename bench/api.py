@@ -37,6 +37,7 @@ from bench.common import (
     execute,
     explain_analyze,
     fetchall,
+    history_days_back,
     percentile,
     ratio,
     seq_scan_read,
@@ -286,9 +287,11 @@ def _load(port: int, token: str, clients: int, work: list[tuple[str, str, Any]])
 
 
 def _history(tenant_id: int, rows: int) -> float:
-    """`rows` finished executions of the tenant's schedules, one a second going back in time."""
+    """`rows` finished executions of the tenant's schedules, one a second going back in
+    time, in day partitions (as a deployment keeping that much history holds them)."""
     t0 = time.perf_counter()
     base = fetchall("SELECT date_trunc('second', clock_timestamp())")[0][0]
+    history_days_back(rows)
     for start in range(0, rows, INSERT_CHUNK):
         execute(
             """

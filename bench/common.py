@@ -13,7 +13,7 @@ import platform
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -21,6 +21,7 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from core.db import db_clock
+from dispatch.history import partitions
 from dispatch.partitioning import LOGICAL_PARTITIONS
 from dispatch.queues import queue_name, queues_of
 from tenants.models import AuditEvent, Tenant, TenantQuota
@@ -284,6 +285,15 @@ def vacuum_analyze(*tables: str) -> None:
     the visibility map, and no dead index entries left by earlier runs' deletes."""
     for name in tables:
         execute(f"VACUUM (ANALYZE) {connection.ops.quote_name(name)}")
+
+
+def history_days_back(seconds: float) -> list[str]:
+    """Day partitions of history from `seconds` before now onwards, as a deployment
+    that keeps that much history has them (RETENTION_DAYS): rows built in the
+    past land in their days, not in the lower catch-all, so the list reads plan over
+    the partitions a real table of that age holds. The partitions created."""
+    oldest = db_now() - timedelta(seconds=seconds)
+    return partitions.reopen_days(partitions.day_of(oldest))
 
 
 def insert_schedules(

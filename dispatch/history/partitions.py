@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
+from time import monotonic
 
 from django.db import OperationalError, transaction
 
@@ -33,13 +35,23 @@ log = logging.getLogger("dispatch.history")
 
 AHEAD_DAYS = 7
 EXTEND_BELOW_DAYS = 3
+# Reads newest first (the runs page, GET /v1/executions, their capped totals) walk
+# history in windows of day partitions whose count doubles going back. A query
+# bounded on scheduled_for is planned over the partitions its bounds name, and an
+# unbounded one over all of them: planning opens every partition with its indexes
+# (~0.2 ms a partition here; a year kept is ~370). A page that fills in the first
+# window (today and the days ahead: most pages) costs one query over those; a
+# sparse filter costs one query per doubling. The days held are looked up at most
+# every HELD_DAYS_CACHE_S per process: a stale list only makes windows wider or
+# narrower, never leaves a row out (the windows always cover every instant).
+HELD_DAYS_CACHE_S = 60.0
+_held: tuple[float, list[date]] | None = None
 _DAY = re.compile(r"_p(\d{8})$")
 
 
 @dataclass(frozen=True)
 class HistoryTable:
     name: str
-    key: str  # the partition key column
 
     def day_partition(self, day: date) -> str:
         return f"{self.name}_p{day:%Y%m%d}"
@@ -53,8 +65,8 @@ class HistoryTable:
         return f"{self.name}_after"
 
 
-EXECUTIONS = HistoryTable("dispatch_execution", "scheduled_for")
-EVENTS = HistoryTable("dispatch_executionevent", "at")
+EXECUTIONS = HistoryTable("dispatch_execution")  # by scheduled_for
+EVENTS = HistoryTable("dispatch_executionevent")  # by at
 TABLES = (EXECUTIONS, EVENTS)
 
 
@@ -101,6 +113,45 @@ def first_kept_start() -> datetime | None:
     there, and the row-level purge stops there (a day partition leaves whole)."""
     held = days(EXECUTIONS)
     return day_start(held[0].day) if held else None
+
+
+def held_days() -> list[date]:
+    """The days with a partition of executions, oldest first (cached: HELD_DAYS_CACHE_S)."""
+    global _held
+    now = monotonic()
+    if _held is None or now - _held[0] > HELD_DAYS_CACHE_S:
+        _held = (now, [p.day for p in days(EXECUTIONS)])
+    return _held[1]
+
+
+def newest_first_windows(
+    now: datetime,
+    *,
+    held: Sequence[date],
+    upper: datetime | None = None,
+    lower: datetime | None = None,
+) -> Iterator[tuple[datetime | None, datetime | None]]:
+    """Contiguous [lo, hi) ranges of scheduled_for (None: unbounded) that together
+    cover everything at or below `upper` and at or above `lower`, newest first: from
+    the start of the top day (`upper`'s, else today's) upwards without bound (the
+    caller's filters bound the top), then 1, 2, 4 ... of the `held` days below it,
+    then everything older (the lower catch-all) without bound. The ranges only say
+    which partitions a query reads: rows are selected by the caller's filters, so any
+    `now` and any `held` give the same rows."""
+    top = day_of(upper if upper is not None else now)
+    below = [day for day in held if day < top]
+    lo = day_start(top)
+    hi: datetime | None = None
+    take = 1
+    while lower is None or lo > lower:
+        yield lo, hi
+        hi = lo
+        if not below:
+            break
+        lo = day_start(below[-take:][0])
+        del below[-take:]
+        take *= 2
+    yield None, hi
 
 
 def ensure_ahead(today: date) -> list[str]:

@@ -121,8 +121,8 @@ def _current_signer() -> _Signer:
 
 
 def forget_signer() -> None:
-    """Look the signing key up again at the next token (after a rotation in tests and
-    `identity_keys rotate`, which runs in its own process and cannot reach workers')."""
+    """Look the signing key up again at the next token. Only tests call it (to see a
+    rotation at once); a worker picks a rotation up within SIGNER_CACHE_S."""
     global _signer
     with _lock:
         _signer = None

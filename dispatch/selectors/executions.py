@@ -5,26 +5,31 @@ and the tenant's usage. Every query starts from the tenant."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
 from django.db.models import Count, Model, Q, QuerySet
+from django.utils import timezone
 
 from dispatch.exceptions import ArchiveUnavailable, InvalidSchedule, NotFound
 from dispatch.history.archive import ArchivedExecution, find_execution
 from dispatch.history.ids import occurrence_window
 from dispatch.history.objects import ObjectStoreError, store_from_settings
+from dispatch.history.partitions import held_days, newest_first_windows
 from dispatch.models import Execution, ExecutionEvent, ExecutionState
 from dispatch.selectors.paging import (
     MAX_PAGE,
     Page,
+    Windows,
     as_uuid,
     encode_cursor,
     keyset_after,
     keyset_page,
     keyset_through,
     tenant_object,
+    within,
 )
 from dispatch.states import IN_FLIGHT_STATES, Trigger
 from tenants.models import Tenant, TenantQuota
@@ -160,9 +165,23 @@ def execution_list(
     if with_schedule:
         qs = qs.select_related("schedule")
     if not flt.error:
-        page = keyset_page(qs, field="scheduled_for", cursor=cursor, limit=limit)
+        page = keyset_page(
+            qs, field="scheduled_for", cursor=cursor, limit=limit, windows=_windows(flt)
+        )
         return ExecutionPage(items=page.items, next_cursor=page.next_cursor)
     return _error_page(qs, flt.error, cursor=cursor, limit=limit)
+
+
+def _windows(flt: ExecutionFilter) -> Windows:
+    """The filter's reading windows of history, newest first (newest_first_windows)."""
+
+    def windows(upper: datetime | None) -> Iterator[tuple[datetime | None, datetime | None]]:
+        bounds = [at for at in (upper, flt.until) if at is not None]
+        return newest_first_windows(
+            timezone.now(), held=held_days(), upper=min(bounds) if bounds else None, lower=flt.since
+        )
+
+    return windows
 
 
 def _error_page(
@@ -197,7 +216,12 @@ def execution_count(*, tenant: Tenant, flt: ExecutionFilter) -> tuple[int, bool]
     if flt.error:
         return None
     qs = executions_matching(tenant=tenant, flt=flt).order_by()
-    n = qs[: COUNT_CAP + 1].count()
+    n = 0
+    for lo, hi in _windows(flt)(None):
+        window = within(qs, field="scheduled_for", lo=lo, hi=hi)
+        n += window[: COUNT_CAP + 1 - n].count()
+        if n > COUNT_CAP:
+            break
     return min(n, COUNT_CAP), n > COUNT_CAP
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 import uuid
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Generic, TypeVar
@@ -40,13 +41,29 @@ def _decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
         raise InvalidSchedule.field("cursor", "is not a cursor this API returned") from None
 
 
-def keyset_page(qs: QuerySet[M], *, field: str, cursor: str | None, limit: int) -> Page[M]:
-    """Keyset pagination on (field desc, id desc): each page costs the same, however deep."""
+# Ranges [lo, hi) of the keyset's field to read in turn, newest first, given the
+# page's upper bound (the cursor's value, or None): see keyset_page.
+Windows = Callable[[datetime | None], Iterable[tuple[datetime | None, datetime | None]]]
+
+
+def keyset_page(
+    qs: QuerySet[M], *, field: str, cursor: str | None, limit: int, windows: Windows | None = None
+) -> Page[M]:
+    """Keyset pagination on (field desc, id desc): each page costs the same, however deep.
+    With `windows` the page is read one range of `field` at a time until it is full
+    (a partitioned table: each query plans over the partitions of its range only)."""
     if not 1 <= limit <= MAX_PAGE:
         raise InvalidSchedule.field("limit", f"must be in 1..{MAX_PAGE}")
+    upper = None
     if cursor:
-        qs = keyset_after(qs, field=field, cursor=cursor)
-    rows = list(qs.order_by(f"-{field}", "-id")[: limit + 1])
+        upper, pk = _decode_cursor(cursor)
+        qs = _after(qs, field=field, at=upper, pk=pk)
+    ordered = qs.order_by(f"-{field}", "-id")
+    rows: list[M] = []
+    for lo, hi in windows(upper) if windows else [(None, None)]:
+        rows += within(ordered, field=field, lo=lo, hi=hi)[: limit + 1 - len(rows)]
+        if len(rows) > limit:
+            break
     items = rows[:limit]
     nxt = None
     if len(rows) > limit:
@@ -55,9 +72,22 @@ def keyset_page(qs: QuerySet[M], *, field: str, cursor: str | None, limit: int) 
     return Page(items=items, next_cursor=nxt)
 
 
+def within(qs: QuerySet[M], *, field: str, lo: datetime | None, hi: datetime | None) -> QuerySet[M]:
+    """The rows with lo <= field < hi (None: no bound on that side)."""
+    if lo is not None:
+        qs = qs.filter(**{f"{field}__gte": lo})
+    if hi is not None:
+        qs = qs.filter(**{f"{field}__lt": hi})
+    return qs
+
+
 def keyset_after(qs: QuerySet[M], *, field: str, cursor: str) -> QuerySet[M]:
     """The rows after a cursor in (field desc, id desc) order."""
     at, pk = _decode_cursor(cursor)
+    return _after(qs, field=field, at=at, pk=pk)
+
+
+def _after(qs: QuerySet[M], *, field: str, at: datetime, pk: uuid.UUID) -> QuerySet[M]:
     # The redundant `field <= at` is the index bound: the OR alone can only be
     # a filter, so deep pages would walk every row above the cursor.
     return qs.filter(

@@ -4,13 +4,16 @@ and days given back to the lower catch-all can be carved out again, rows include
 
 from __future__ import annotations
 
+import uuid
 from datetime import timedelta
 from itertools import pairwise
 from pathlib import Path
 
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
+from dispatch import selectors
 from dispatch.history import archive, partitions
 from dispatch.history.objects import FileStore
 from dispatch.models import Execution
@@ -78,3 +81,58 @@ def test_days_given_back_can_be_carved_out_again(
     for back in (2, 1):
         assert archive.retire_day(first - timedelta(days=back), FileStore(tmp_path)).dropped
     assert partitions.days(partitions.EXECUTIONS)[0].day == first
+
+
+def test_newest_first_reads_walk_the_days_and_miss_nothing(
+    admin_principal: Principal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runs page's read goes one window of days at a time (newest_first_windows):
+    every page, cursor and capped total must come out as one read of the whole table
+    would, across day partitions, the days ahead and both catch-alls."""
+    schedule = make_schedule(admin_principal, TARGET)
+    tenant = schedule.tenant
+    now = db_now()
+    partitions.reopen_days(partitions.day_of(now) - timedelta(days=40))
+    monkeypatch.setattr(partitions, "HELD_DAYS_CACHE_S", 0.0)  # the days just made, at once
+    assert len(list(partitions.newest_first_windows(now, held=partitions.held_days()))) == 8
+    offsets_h = [*range(-1100, 0, 37), *range(0, 60, 7), 24 * 30]  # 46 days back .. a month ahead
+    for h in offsets_h:
+        execution_row(schedule, now + timedelta(hours=h, seconds=h % 5), state="succeeded")
+    homes = {home_of(e) for e in Execution.objects.filter(tenant=tenant)}
+    assert {"dispatch_execution_before", "dispatch_execution_after"} <= homes and len(homes) > 20
+    everyone = list(
+        Execution.objects.filter(tenant=tenant)
+        .order_by("-scheduled_for", "-id")
+        .values_list("id", flat=True)
+    )
+
+    def walk(flt: selectors.ExecutionFilter) -> list[uuid.UUID]:
+        seen: list[uuid.UUID] = []
+        cursor = None
+        while True:
+            page = selectors.execution_list(tenant=tenant, cursor=cursor, limit=7, flt=flt)
+            seen += [e.id for e in page.items]
+            if page.next_cursor is None:
+                return seen
+            cursor = page.next_cursor
+
+    assert walk(selectors.ExecutionFilter()) == everyone
+    assert selectors.execution_count(tenant=tenant, flt=selectors.ExecutionFilter()) == (
+        len(everyone),
+        False,
+    )
+    since, until = now - timedelta(days=20), now + timedelta(hours=20)
+    bounded = selectors.execution_filter(since=since, until=until)
+    expected = list(
+        Execution.objects.filter(tenant=tenant, scheduled_for__gte=since, scheduled_for__lt=until)
+        .order_by("-scheduled_for", "-id")
+        .values_list("id", flat=True)
+    )
+    assert 0 < len(expected) < len(everyone)
+    assert walk(bounded) == expected
+    assert selectors.execution_count(tenant=tenant, flt=bounded) == (len(expected), False)
+
+    # A page that fills from today's window is one read of it, not one per window.
+    with CaptureQueriesContext(connection) as queries:
+        selectors.execution_list(tenant=tenant, limit=5)
+    assert len([q for q in queries if "dispatch_execution" in q["sql"]]) == 1

@@ -12,6 +12,7 @@ import math
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +22,19 @@ from django.db import connection
 
 from dispatch.models import BeatNode, Execution, Schedule
 from tenants.models import Tenant
+from tests.support.history import restore_days
 from tests.support.procs import ROOT, child_env
 
 pytestmark = [pytest.mark.system, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture(autouse=True)
+def days_back() -> Iterator[None]:
+    """The benches build history in the past in its day partitions (as a deployment
+    keeping that long has them): put back the layout a fresh test database has."""
+    yield
+    restore_days()
+
 
 TINY = [
     *("--limits-n", "300", "--limits-noop-n", "200"),
