@@ -14,6 +14,11 @@ anyway. The SQL writers use the same layout through the database function
 `dispatch_execution_id(timestamptz)` (migration 0023). Ids written before that
 migration are random (version 4): `occurrence_ms` answers None for them and
 lookups fall back to probing every partition.
+
+A version 7 id is taken at its word where the platform made it: the worker's
+claim reads only the millisecond its message's id names. So every writer of
+executions makes the id from the row's own scheduled_for (execution_id here,
+`dispatch_execution_id` in SQL), and nothing ever changes a row's scheduled_for.
 """
 
 from __future__ import annotations

@@ -110,16 +110,26 @@ class Admission:
                         (p.ckey[0] if p.ckey else "") if p.chain_start else None for p in to_send
                     ],
                     numbers=numbers,
+                    occurred=[p.scheduled_for for p in to_send],
                 )
             for reason, items in over_quota.items():
-                rows = store.mark_quota_exhausted(ids=[p.id for p in items], reason=reason)
+                rows = store.mark_quota_exhausted(
+                    ids=[p.id for p in items],
+                    reason=reason,
+                    occurred=[p.scheduled_for for p in items],
+                )
                 store.record_events(
                     store.Event(r.schedule_id, r.tenant_id, r.id, EventKind.QUOTA_EXHAUSTED, reason)
                     for r in rows
                 )
                 dependencies.propagate(execution_ids=[r.id for r in rows])
             for (code, reason), items in held.items():
-                rows = store.mark_held(ids=[p.id for p in items], code=str(code), reason=reason)
+                rows = store.mark_held(
+                    ids=[p.id for p in items],
+                    code=str(code),
+                    reason=reason,
+                    occurred=[p.scheduled_for for p in items],
+                )
                 store.record_events(
                     store.Event(r.schedule_id, r.tenant_id, r.id, _HELD_EVENT[code], reason)
                     for r in rows
@@ -129,6 +139,7 @@ class Admission:
                     ids=[p.id for p, _ in key_held],
                     reasons=[r for _, r in key_held],
                     code=str(ReasonCode.HELD_KEY),
+                    occurred=[p.scheduled_for for p, _ in key_held],
                 )
                 why = {p.id: r for p, r in key_held}
                 store.record_events(

@@ -448,6 +448,18 @@ def inflight_total() -> int:
     return int(sql.scalar("inflight_total", {"in_flight": state_values(IN_FLIGHT_STATES)}))
 
 
+def occurrence_span(occurred: Sequence[datetime | None]) -> dict[str, datetime | str]:
+    """`lo` and `hi` for a statement that names executions by id: the earliest and the
+    latest of their scheduled_for. History is partitioned by day on scheduled_for, and
+    an id alone makes PostgreSQL plan every day partition and probe each one's primary
+    key for every id; the span prunes the partitions outside it at planning. Unbounded
+    when one is not known (the span only narrows where to look, never what matches)."""
+    if not occurred or any(at is None for at in occurred):
+        return {"lo": "-infinity", "hi": "infinity"}
+    known = [at for at in occurred if at is not None]
+    return {"lo": min(known), "hi": max(known)}
+
+
 def admit_executions(
     *,
     ids: list[str],
@@ -455,26 +467,41 @@ def admit_executions(
     queues: list[str],
     ckeys: list[str | None],
     numbers: list[int],
+    occurred: Sequence[datetime | None],
 ) -> set[str]:
     rows = sql.rows(
         "admit_executions",
-        {"ids": ids, "attempts": attempts, "queues": queues, "ckeys": ckeys, "numbers": numbers},
+        {"ids": ids, "attempts": attempts, "queues": queues, "ckeys": ckeys, "numbers": numbers}
+        | occurrence_span(occurred),
     )
     return {str(r.id) for r in rows}
 
 
-def mark_held(*, ids: list[str], code: str, reason: str) -> list[Touched]:
-    rows = sql.rows("mark_held", {"ids": ids, "code": code, "reason": reason})
+def mark_held(
+    *, ids: list[str], code: str, reason: str, occurred: Sequence[datetime | None]
+) -> list[Touched]:
+    rows = sql.rows(
+        "mark_held", {"ids": ids, "code": code, "reason": reason} | occurrence_span(occurred)
+    )
     return [Touched._make(r) for r in rows]
 
 
-def mark_held_each(*, ids: list[str], reasons: list[str], code: str) -> list[Touched]:
-    rows = sql.rows("mark_held_each", {"ids": ids, "reasons": reasons, "code": code})
+def mark_held_each(
+    *, ids: list[str], reasons: list[str], code: str, occurred: Sequence[datetime | None]
+) -> list[Touched]:
+    rows = sql.rows(
+        "mark_held_each",
+        {"ids": ids, "reasons": reasons, "code": code} | occurrence_span(occurred),
+    )
     return [Touched._make(r) for r in rows]
 
 
-def mark_quota_exhausted(*, ids: list[str], reason: str) -> list[Touched]:
-    rows = sql.rows("mark_quota_exhausted", {"ids": ids, "reason": reason})
+def mark_quota_exhausted(
+    *, ids: list[str], reason: str, occurred: Sequence[datetime | None]
+) -> list[Touched]:
+    rows = sql.rows(
+        "mark_quota_exhausted", {"ids": ids, "reason": reason} | occurrence_span(occurred)
+    )
     return [Touched._make(r) for r in rows]
 
 

@@ -24,6 +24,7 @@ from dispatch.selectors.paging import (
     Page,
     Windows,
     as_uuid,
+    decode_cursor,
     encode_cursor,
     keyset_after,
     keyset_page,
@@ -166,13 +167,13 @@ def execution_list(
         qs = qs.select_related("schedule")
     if not flt.error:
         page = keyset_page(
-            qs, field="scheduled_for", cursor=cursor, limit=limit, windows=_windows(flt)
+            qs, field="scheduled_for", cursor=cursor, limit=limit, windows=reading_windows(flt)
         )
         return ExecutionPage(items=page.items, next_cursor=page.next_cursor)
-    return _error_page(qs, flt.error, cursor=cursor, limit=limit)
+    return _error_page(qs, flt, cursor=cursor, limit=limit)
 
 
-def _windows(flt: ExecutionFilter) -> Windows:
+def reading_windows(flt: ExecutionFilter) -> Windows:
     """The filter's reading windows of history, newest first (newest_first_windows)."""
 
     def windows(upper: datetime | None) -> Iterator[tuple[datetime | None, datetime | None]]:
@@ -185,29 +186,48 @@ def _windows(flt: ExecutionFilter) -> Windows:
 
 
 def _error_page(
-    qs: QuerySet[Execution], text: str, *, cursor: str | None, limit: int
+    qs: QuerySet[Execution], flt: ExecutionFilter, *, cursor: str | None, limit: int
 ) -> ExecutionPage:
-    """A page of an error-text search, reading at most ERROR_SCAN_ROWS candidates."""
+    """A page of an error-text search, reading at most ERROR_SCAN_ROWS candidates, one
+    window of days at a time (newest_first_windows): each window's candidates are
+    counted, up to what is left of that budget, then searched; in the window where
+    the budget runs out, only down to the last candidate inside it (the edge), where
+    a short page ends with a cursor that searches on below it."""
     if not 1 <= limit <= MAX_PAGE:
         raise InvalidSchedule.field("limit", f"must be in 1..{MAX_PAGE}")
-    after = keyset_after(qs, field="scheduled_for", cursor=cursor) if cursor else qs
-    # The last candidate inside the window (one row: an index walk of the window).
-    edge = list(
-        after.order_by("-scheduled_for", "-id").values_list("scheduled_for", "id")[
-            ERROR_SCAN_ROWS - 1 : ERROR_SCAN_ROWS
+    upper = None
+    if cursor:
+        upper = decode_cursor(cursor)[0]
+        qs = keyset_after(qs, field="scheduled_for", cursor=cursor)
+    newest = ("-scheduled_for", "-id")
+    found: list[Execution] = []
+    left = ERROR_SCAN_ROWS
+    for lo, hi in reading_windows(flt)(upper):
+        window = within(qs, field="scheduled_for", lo=lo, hi=hi)
+        held = window.order_by()[:left].count()
+        edge = None
+        if held >= left:
+            # (A list: a row retired since the count leaves the slice empty, not an error.)
+            edges = list(
+                window.order_by(*newest).values_list("scheduled_for", "id")[left - 1 : left]
+            )
+            edge = edges[0] if edges else None
+        if edge is not None:
+            window = keyset_through(window, field="scheduled_for", at=edge[0], pk=edge[1])
+        found += window.filter(error__icontains=flt.error).order_by(*newest)[
+            : limit + 1 - len(found)
         ]
+        if len(found) > limit:
+            break
+        if edge is not None:
+            return ExecutionPage(items=found, next_cursor=encode_cursor(*edge), scan_limited=True)
+        left -= held
+    items = found[:limit]
+    more = len(found) > limit
+    return ExecutionPage(
+        items=items,
+        next_cursor=encode_cursor(items[-1].scheduled_for, items[-1].id) if more else None,
     )
-    window = after
-    if edge:
-        window = keyset_through(after, field="scheduled_for", at=edge[0][0], pk=edge[0][1])
-    page = keyset_page(
-        window.filter(error__icontains=text), field="scheduled_for", cursor=None, limit=limit
-    )
-    if page.next_cursor is None and edge:
-        return ExecutionPage(
-            items=page.items, next_cursor=encode_cursor(*edge[0]), scan_limited=True
-        )
-    return ExecutionPage(items=page.items, next_cursor=page.next_cursor)
 
 
 def execution_count(*, tenant: Tenant, flt: ExecutionFilter) -> tuple[int, bool] | None:
@@ -217,7 +237,7 @@ def execution_count(*, tenant: Tenant, flt: ExecutionFilter) -> tuple[int, bool]
         return None
     qs = executions_matching(tenant=tenant, flt=flt).order_by()
     n = 0
-    for lo, hi in _windows(flt)(None):
+    for lo, hi in reading_windows(flt)(None):
         window = within(qs, field="scheduled_for", lo=lo, hi=hi)
         n += window[: COUNT_CAP + 1 - n].count()
         if n > COUNT_CAP:

@@ -29,7 +29,8 @@ def encode_cursor(at: datetime, pk: uuid.UUID) -> str:
     return base64.urlsafe_b64encode(f"{at.isoformat()}|{pk}".encode()).decode().rstrip("=")
 
 
-def _decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
+def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
+    """A cursor's (value, id); InvalidSchedule naming `cursor` when it is not one of ours."""
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
         at, pk = raw.split("|", 1)
@@ -56,7 +57,7 @@ def keyset_page(
         raise InvalidSchedule.field("limit", f"must be in 1..{MAX_PAGE}")
     upper = None
     if cursor:
-        upper, pk = _decode_cursor(cursor)
+        upper, pk = decode_cursor(cursor)
         qs = _after(qs, field=field, at=upper, pk=pk)
     ordered = qs.order_by(f"-{field}", "-id")
     rows: list[M] = []
@@ -83,7 +84,7 @@ def within(qs: QuerySet[M], *, field: str, lo: datetime | None, hi: datetime | N
 
 def keyset_after(qs: QuerySet[M], *, field: str, cursor: str) -> QuerySet[M]:
     """The rows after a cursor in (field desc, id desc) order."""
-    at, pk = _decode_cursor(cursor)
+    at, pk = decode_cursor(cursor)
     return _after(qs, field=field, at=at, pk=pk)
 
 

@@ -18,7 +18,8 @@ from dispatch.exceptions import InvalidSchedule
 from dispatch.lifecycle import spell_delete_after
 from dispatch.models import Execution, Kind, Schedule
 from dispatch.selectors.calendars import schedule_filter, schedule_filters
-from dispatch.selectors.paging import Page, as_uuid, keyset_page, tenant_object
+from dispatch.selectors.executions import ExecutionFilter, execution_list, reading_windows
+from dispatch.selectors.paging import Page, as_uuid, keyset_page, tenant_object, within
 from dispatch.timing import cron
 from dispatch.timing.calendars import DateFilter
 from tenants.models import Tenant
@@ -236,23 +237,29 @@ def upcoming_count(*, tenant: Tenant, now: datetime, horizon: timedelta) -> tupl
 
 
 def last_executions(*, tenant: Tenant, schedule_ids: list[uuid.UUID]) -> dict[uuid.UUID, Execution]:
-    """The latest execution of each schedule, in one query (DISTINCT ON)."""
-    if not schedule_ids:
-        return {}
-    rows = (
-        Execution.objects.filter(tenant=tenant, schedule_id__in=schedule_ids)
-        .order_by("schedule_id", "-scheduled_for")
-        .distinct("schedule_id")
-    )
-    return {e.schedule_id: e for e in rows}
+    """The latest execution of each schedule: one query (DISTINCT ON) per window of days,
+    newest first (reading_windows), for the schedules not found in a newer one."""
+    found: dict[uuid.UUID, Execution] = {}
+    missing = set(schedule_ids)
+    for lo, hi in reading_windows(ExecutionFilter())(None):
+        if not missing:
+            break
+        rows = within(
+            Execution.objects.filter(tenant=tenant, schedule_id__in=missing),
+            field="scheduled_for",
+            lo=lo,
+            hi=hi,
+        )
+        for e in rows.order_by("schedule_id", "-scheduled_for").distinct("schedule_id"):
+            found[e.schedule_id] = e
+            missing.discard(e.schedule_id)
+    return found
 
 
 def schedule_history(*, tenant: Tenant, schedule: Schedule, limit: int = 50) -> list[Execution]:
-    return list(
-        Execution.objects.filter(tenant=tenant, schedule=schedule).order_by(
-            "-scheduled_for", "-id"
-        )[:limit]
-    )
+    """The schedule's newest executions (read as the runs page reads them: by windows of days)."""
+    flt = ExecutionFilter(schedule_id=schedule.id)
+    return execution_list(tenant=tenant, limit=limit, flt=flt).items
 
 
 def schedule_upstreams(*, schedule: Schedule) -> list[Schedule]:

@@ -456,6 +456,9 @@ FROM unnest(%(ids)s::uuid[], %(attempts)s::int[], %(queues)s::text[], %(ckeys)s:
 WHERE e.id = v.id AND e.attempt = v.attempt
   AND e.state IN ('scheduled', 'retry_scheduled')
   AND e.partition IN (SELECT unnest(%(numbers)s::int[]))
+  -- The rows' occurrences (store.occurrence_span): the day partitions outside are
+  -- pruned at planning instead of each probed for every id.
+  AND e.scheduled_for BETWEEN %(lo)s::timestamptz AND %(hi)s::timestamptz
 RETURNING e.id
 
 -- name: mark_held
@@ -463,6 +466,7 @@ RETURNING e.id
 UPDATE dispatch_execution
 SET reason_code = %(code)s, reason = %(reason)s
 WHERE id = ANY(%(ids)s::uuid[]) AND state IN ('scheduled', 'retry_scheduled') AND reason_code <> %(code)s
+  AND scheduled_for BETWEEN %(lo)s::timestamptz AND %(hi)s::timestamptz
 RETURNING id, schedule_id, tenant_id
 
 -- name: mark_held_each
@@ -471,6 +475,7 @@ UPDATE dispatch_execution e
 SET reason_code = %(code)s, reason = v.reason
 FROM unnest(%(ids)s::uuid[], %(reasons)s::text[]) AS v(id, reason)
 WHERE e.id = v.id AND e.state IN ('scheduled', 'retry_scheduled') AND e.reason_code <> %(code)s
+  AND e.scheduled_for BETWEEN %(lo)s::timestamptz AND %(hi)s::timestamptz
 RETURNING e.id, e.schedule_id, e.tenant_id
 
 -- name: admission_lock_keys
@@ -531,6 +536,7 @@ RETURNING s.id, s.tenant_id, ended.paused_until
 UPDATE dispatch_execution
 SET state = 'skipped', finished_at = clock_timestamp(), reason_code = 'quota_exhausted', reason = %(reason)s
 WHERE id = ANY(%(ids)s::uuid[]) AND state = 'scheduled'
+  AND scheduled_for BETWEEN %(lo)s::timestamptz AND %(hi)s::timestamptz
 RETURNING id, schedule_id, tenant_id
 
 -- name: paused_upstreams_due

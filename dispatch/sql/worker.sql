@@ -17,6 +17,9 @@ WITH claimed AS (
            started_at = now(),
            next_attempt_at = NULL
      WHERE id = %(id)s::uuid
+       -- The occurrence's millisecond, which the id carries (dispatch/history/ids.py):
+       -- one day partition is planned and probed instead of every one.
+       AND scheduled_for >= %(lo)s::timestamptz AND scheduled_for < %(hi)s::timestamptz
        AND state IN ('scheduled', 'queued', 'retry_scheduled')
        AND attempt = %(attempt)s
        AND COALESCE(next_attempt_at, due_at) <= now()
@@ -80,6 +83,7 @@ SELECT state, attempt, fencing_token, lease_owner,
 UPDATE dispatch_execution
    SET lease_expires_at = now() + make_interval(secs => %(lease_s)s)
  WHERE id = %(id)s::uuid
+   AND scheduled_for = %(scheduled_for)s::timestamptz  -- the claim's: one partition
    AND fencing_token = %(token)s
    AND state = 'running'
 RETURNING id
@@ -112,6 +116,7 @@ WITH done AS (
            reason_code = %(reason_code)s,
            reason = %(reason)s
      WHERE id = %(id)s::uuid
+       AND scheduled_for = %(scheduled_for)s::timestamptz  -- the claim's: one partition
        AND fencing_token = %(token)s
        AND state = 'running'
  RETURNING id, tenant_id, schedule_id
@@ -176,7 +181,7 @@ SELECT tenant_id, schedule_id, id, %(kind)s,
        %(data)s::jsonb || jsonb_build_object('current_token', fencing_token, 'current_state', state),
        %(owner)s
   FROM dispatch_execution
- WHERE id = %(id)s::uuid
+ WHERE id = %(id)s::uuid AND scheduled_for = %(scheduled_for)s::timestamptz
 RETURNING (data->>'current_token')::bigint AS current_token, data->>'current_state' AS current_state
 
 -- name: hold_rate_limit
@@ -192,6 +197,7 @@ WITH done AS (
            reason_code = 'held_rate_limit',
            reason = %(reason)s
      WHERE id = %(id)s::uuid
+       AND scheduled_for = %(scheduled_for)s::timestamptz  -- the claim's: one partition
        AND fencing_token = %(token)s
        AND state = 'running'
  RETURNING id, tenant_id, schedule_id
@@ -229,6 +235,7 @@ SELECT id FROM done
 UPDATE dispatch_execution
    SET lease_expires_at = now() + make_interval(secs => %(lease_s)s)
  WHERE id = %(id)s
+   AND scheduled_for = %(scheduled_for)s::timestamptz  -- the claim's: one partition
    AND fencing_token = %(token)s
    AND state = 'running'
    AND lease_expires_at > now()

@@ -32,6 +32,7 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection, transaction
 
 from dispatch.alerting import decision
+from dispatch.history.ids import occurrence_window
 from dispatch.scheduler import dependencies
 from dispatch.sql import sql
 from dispatch.states import FINAL_STATES, ExecutionState
@@ -141,6 +142,9 @@ def execution_claim(*, execution_id: str, attempt: int, owner: str, lease_s: flo
     `attempt_started` when the attempt will be run (`Claim.started`).
     """
     sent = time.monotonic()
+    # Every execution id is made from its scheduled_for (dispatch/history/ids.py); one
+    # from before that (a random id) is looked for in every partition.
+    window = occurrence_window(execution_id)
     row = sql.one(
         "claim_execution",
         {
@@ -149,6 +153,8 @@ def execution_claim(*, execution_id: str, attempt: int, owner: str, lease_s: flo
             "owner": owner,
             "lease_s": lease_s,
             "kinds": KNOWN_KINDS,
+            "lo": window[0] if window else "-infinity",
+            "hi": window[1] if window else "infinity",
         },
     )
     if row is None:
@@ -199,9 +205,17 @@ def execution_peek(*, execution_id: str) -> Peek | None:
     )
 
 
-def lease_heartbeat(*, execution_id: str, token: int, lease_s: float) -> bool:
+def lease_heartbeat(*, claim: Claim, lease_s: float) -> bool:
     """Extend the lease; False means the token is no longer current: stop, record nothing."""
-    extended = sql.one("heartbeat", {"id": execution_id, "token": token, "lease_s": lease_s})
+    extended = sql.one(
+        "heartbeat",
+        {
+            "id": claim.execution_id,
+            "scheduled_for": claim.scheduled_for,
+            "token": claim.fencing_token,
+            "lease_s": lease_s,
+        },
+    )
     return extended is not None
 
 
@@ -264,6 +278,7 @@ def attempt_finish(
             "finish_attempt",
             {
                 "id": claim.execution_id,
+                "scheduled_for": claim.scheduled_for,
                 "token": claim.fencing_token,
                 "state": state,
                 "attempt_inc": attempt_inc,
@@ -305,6 +320,7 @@ def rate_limit_hold(*, claim: Claim, delay_s: float, message: str, data: dict[st
         "hold_rate_limit",
         {
             "id": claim.execution_id,
+            "scheduled_for": claim.scheduled_for,
             "token": claim.fencing_token,
             "delay_s": max(0.0, delay_s),
             "attempt": claim.attempt,
@@ -329,6 +345,7 @@ def fencing_rejected(
         "record_fencing_rejected",
         {
             "id": claim.execution_id,
+            "scheduled_for": claim.scheduled_for,
             "kind": kind,
             "owner": claim.owner,
             "what": what,
@@ -386,7 +403,12 @@ def lease_check(*, claim: Claim, lease_s: float) -> bool:
     renewed = (
         sql.execute(
             "lease_check",
-            {"id": claim.execution_id, "token": claim.fencing_token, "lease_s": lease_s},
+            {
+                "id": claim.execution_id,
+                "scheduled_for": claim.scheduled_for,
+                "token": claim.fencing_token,
+                "lease_s": lease_s,
+            },
         )
         == 1
     )

@@ -222,11 +222,7 @@ class Heartbeat(threading.Thread):
                     )
                     return
                 try:
-                    ok = leases.lease_heartbeat(
-                        execution_id=self.claim.execution_id,
-                        token=self.claim.fencing_token,
-                        lease_s=self.lease_s,
-                    )
+                    ok = leases.lease_heartbeat(claim=self.claim, lease_s=self.lease_s)
                 except DatabaseError as exc:
                     # Keep trying: if the database stays away past the lease, the
                     # sweeper takes over and the next heartbeat finds 0 rows.

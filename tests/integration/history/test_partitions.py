@@ -132,7 +132,54 @@ def test_newest_first_reads_walk_the_days_and_miss_nothing(
     assert walk(bounded) == expected
     assert selectors.execution_count(tenant=tenant, flt=bounded) == (len(expected), False)
 
+    # The latest execution of each schedule, however far back its newest one lies.
+    quiet = make_schedule(admin_principal, TARGET)
+    old = execution_row(quiet, now - timedelta(days=33), state="dead")
+    execution_row(quiet, now - timedelta(days=34), state="succeeded")
+    latest = selectors.last_executions(tenant=tenant, schedule_ids=[schedule.id, quiet.id])
+    assert latest[quiet.id].id == old.id
+    assert latest[schedule.id].id == everyone[0]
+
     # A page that fills from today's window is one read of it, not one per window.
     with CaptureQueriesContext(connection) as queries:
         selectors.execution_list(tenant=tenant, limit=5)
     assert len([q for q in queries if "dispatch_execution" in q["sql"]]) == 1
+
+
+def test_an_error_search_walks_the_days_within_its_scan_budget(
+    admin_principal: Principal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The error-text search reads its ERROR_SCAN_ROWS candidates window by window:
+    followed through its cursors (short, scan-limited pages included) it finds every
+    match once, in order, and no page reads past its budget."""
+    schedule = make_schedule(admin_principal, TARGET)
+    tenant = schedule.tenant
+    now = db_now()
+    partitions.reopen_days(partitions.day_of(now) - timedelta(days=20))
+    monkeypatch.setattr(partitions, "HELD_DAYS_CACHE_S", 0.0)
+    monkeypatch.setattr(selectors.executions, "ERROR_SCAN_ROWS", 6)
+    for h in range(-24 * 25, 48, 5):  # 25 days back .. 2 days ahead, a failure every 5 h
+        error = "disk quota exceeded" if h % 7 == 0 else "HTTP 503"
+        execution_row(schedule, now + timedelta(hours=h), state="dead", error=error)
+    matches = list(
+        Execution.objects.filter(tenant=tenant, error__icontains="quota")
+        .order_by("-scheduled_for", "-id")
+        .values_list("id", flat=True)
+    )
+    assert len(matches) > 5
+
+    seen: list[uuid.UUID] = []
+    limited = 0
+    cursor = None
+    flt = selectors.execution_filter(error="QUOTA")
+    while True:
+        page = selectors.execution_list(tenant=tenant, cursor=cursor, limit=2, flt=flt)
+        assert len(page.items) <= 2
+        seen += [e.id for e in page.items]
+        limited += page.scan_limited
+        if page.next_cursor is None:
+            break
+        cursor = page.next_cursor
+    assert seen == matches
+    # One match in seven candidates and six read a page: most pages stop at the budget.
+    assert limited >= len(matches) // 2

@@ -58,6 +58,8 @@ def test_two_connections_racing_a_claim_exactly_one_wins(admin_principal: Princi
                         "owner": f"racer:{n}",
                         "lease_s": 30,
                         "kinds": leases.KNOWN_KINDS,
+                        "lo": "-infinity",
+                        "hi": "infinity",
                     },
                 ).fetchone()
                 if row is not None:
@@ -95,11 +97,11 @@ def test_stale_completion_and_heartbeat_are_rejected_and_recorded(
     execution = make_execution(make_schedule(admin_principal, TARGET))
     mine = claim(execution)
     assert mine is not None
-    assert leases.lease_heartbeat(execution_id=str(execution.id), token=1, lease_s=30)
+    assert leases.lease_heartbeat(claim=mine, lease_s=30)
     expire_lease(execution)
     assert sweeper.sweep_expired_leases(partitions=None) == 1  # taken over: token 2, attempt 2
 
-    assert not leases.lease_heartbeat(execution_id=str(execution.id), token=1, lease_s=30)
+    assert not leases.lease_heartbeat(claim=mine, lease_s=30)
     applied = leases.attempt_finish(
         claim=mine,
         state="succeeded",
