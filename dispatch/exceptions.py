@@ -33,6 +33,10 @@ class StateConflict(DispatchError, code="state_conflict", status=409):
     """The object's current state does not allow the action (the message names the state)."""
 
 
+class CompletionDenied(DispatchError, code="not_authenticated", status=401):
+    """A completion callback without a valid capability for the execution it names."""
+
+
 class PreconditionRequired(DispatchError, code="precondition_required", status=428):
     """An edit that does not say which version it was made on."""
 

@@ -145,6 +145,11 @@ class EventKind(models.TextChoices):
     CANCELLED_STOP = "cancelled_stop"
     DELIVERY_IGNORED = "delivery_ignored"
     FENCING_REJECTED = "fencing_rejected"
+    # Async completion (dispatch/completion.py): the hand-off, the target's heartbeats
+    # (one entry per attempt, updated), and a callback refused for a stale attempt.
+    AWAITING_COMPLETION = "awaiting_completion"
+    TARGET_HEARTBEAT = "target_heartbeat"
+    COMPLETION_REJECTED = "completion_rejected"
     # The execution's alerts (dispatch/alerting): sent, given up, or held.
     ALERT_SENT = "alert_sent"
     ALERT_FAILED = "alert_failed"

@@ -1,6 +1,17 @@
 from django.urls import path, re_path
 
-from dispatch.api import alerts, apply, backfills, bulk, calendars, health, jobs, runs, views
+from dispatch.api import (
+    alerts,
+    apply,
+    backfills,
+    bulk,
+    calendars,
+    completion,
+    health,
+    jobs,
+    runs,
+    views,
+)
 
 urlpatterns = [
     path("schedules", views.ScheduleListView.as_view(), name="api-schedules"),
@@ -81,6 +92,22 @@ urlpatterns = [
         r"^executions/(?P<pk>[^/:]+):rerun$",
         runs.ExecutionRerunView.as_view(),
         name="api-execution-rerun",
+    ),
+    # A handed-off attempt's callbacks (dispatch/completion.py): the capability, not a token.
+    re_path(
+        r"^executions/(?P<pk>[^/:]+):heartbeat$",
+        completion.ExecutionHeartbeatView.as_view(),
+        name="api-execution-heartbeat",
+    ),
+    re_path(
+        r"^executions/(?P<pk>[^/:]+):succeed$",
+        completion.ExecutionSucceedView.as_view(),
+        name="api-execution-succeed",
+    ),
+    re_path(
+        r"^executions/(?P<pk>[^/:]+):fail$",
+        completion.ExecutionFailView.as_view(),
+        name="api-execution-fail",
     ),
     re_path(
         r"^executions/(?P<pk>[^/]+)$", views.ExecutionDetailView.as_view(), name="api-execution"

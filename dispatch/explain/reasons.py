@@ -16,6 +16,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
+from dispatch.completion import OWNER_PREFIX as HANDED_OFF
 from dispatch.explain import records
 from dispatch.explain.present import Evidence, Explanation, both, cap, clock, late, who
 from dispatch.explain.records import PauseInterval
@@ -390,6 +391,26 @@ def _about_occurrence(
     return base
 
 
+def _awaiting(execution: Execution, zone: ZoneInfo, started: str) -> str:
+    """A handed-off attempt (dispatch/completion.py): since when the platform waits for
+    the target, its last heartbeat, and until when it waits for the next one."""
+    handed = records.latest_event(execution, EventKind.AWAITING_COMPLETION)
+    since = clock(handed.at, zone) if handed is not None else started
+    beat = records.latest_event(execution, EventKind.TARGET_HEARTBEAT)
+    data = (beat.data or {}) if beat is not None else {}
+    if beat is not None and data.get("fencing_token") == execution.fencing_token:
+        last = datetime.fromisoformat(str(data.get("last_at") or beat.at.isoformat()))
+        progress = f" ({data['progress']:g} % done)" if data.get("progress") is not None else ""
+        heard = f"last heartbeat at {clock(last, zone)}{progress}"
+    else:
+        heard = "no heartbeat yet"
+    until = clock(execution.lease_expires_at, zone) if execution.lease_expires_at else "?"
+    return (
+        f"is waiting for the target's completion since {since} (attempt {execution.attempt}, "
+        f"started {started}): {heard}; the next heartbeat or completion is due by {until}"
+    )
+
+
 def _outcome(execution: Execution, zone: ZoneInfo) -> str:
     """What became of an execution that was started."""
     state = execution.state
@@ -400,6 +421,8 @@ def _outcome(execution: Execution, zone: ZoneInfo) -> str:
         return f"succeeded at {finished}{detail}, attempt {execution.attempt}"
     if state == ExecutionState.RUNNING:
         started = clock(execution.started_at, zone) if execution.started_at else "?"
+        if execution.lease_owner.startswith(HANDED_OFF):
+            return _awaiting(execution, zone, started)
         return f"is running (attempt {execution.attempt}, started {started})"
     if state == ExecutionState.RETRY_SCHEDULED:
         nxt = clock(execution.next_attempt_at, zone) if execution.next_attempt_at else "soon"

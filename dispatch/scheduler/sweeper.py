@@ -19,11 +19,13 @@ import json
 import logging
 import os
 import socket
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
 
+from dispatch import completion
 from dispatch.alerting import decision
 from dispatch.models import ExecutionEvent
 from dispatch.scheduler import dependencies, store
@@ -58,7 +60,28 @@ def sweep_expired_leases(*, partitions: list[int] | None, limit: int = 500) -> i
         for run in rows:
             retry_raw, owner, token = run.retry, run.lease_owner, run.fencing_token
             pol = retry.policy(json.loads(retry_raw) if isinstance(retry_raw, str) else retry_raw)
-            if run.lease_expired:
+            expired_at, started_at = run.lease_expires_at, run.started_at
+            if (
+                run.lease_expired
+                and (owner or "").startswith(completion.OWNER_PREFIX)
+                and expired_at is not None
+                and started_at is not None
+            ):
+                # Held by its target (a callback completion): its end never came, or no
+                # heartbeat did in time. The lease never runs past the deadline.
+                code, why = (
+                    ("completion_timeout", f"the target did not complete within {run.timeout_s} s")
+                    if expired_at >= started_at + timedelta(seconds=run.timeout_s)
+                    else (
+                        "completion_lapsed",
+                        f"the target sent no heartbeat or completion by {expired_at:%H:%M:%S} UTC",
+                    )
+                )
+                why += (
+                    f" (token {token}, handed off by worker "
+                    f"{owner.removeprefix(completion.OWNER_PREFIX)})"
+                )
+            elif run.lease_expired:
                 code = "lease_expired"
                 why = (
                     f"lease of worker {owner or '?'} (token {token}) expired at "

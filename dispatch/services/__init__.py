@@ -15,6 +15,7 @@ with NOTIFY, which PostgreSQL delivers only when the transaction commits.
   maintenance_windows.py  a tenant's maintenance windows (alerts held, summarised after)
   apply.py      declarative apply: a file of definitions by name, in one transaction
   bulk.py       bulk actions by ids or filter, as operations (worked here or by the control pump)
+  completion.py the callbacks that end a handed-off attempt (heartbeat, succeed, fail)
 
 Callers use `from dispatch import services; services.x`: every public name is here.
 """
@@ -54,6 +55,7 @@ from dispatch.services.common import (
     save_schedule_unique,
     schedule_snapshot,
 )
+from dispatch.services.completion import completion_finish, completion_heartbeat
 from dispatch.services.job_cancel import job_cancel
 from dispatch.services.jobs import (
     job_create,
@@ -98,6 +100,8 @@ __all__ = [
     "backfill_create",
     "bulk_executions",
     "bulk_schedules",
+    "completion_finish",
+    "completion_heartbeat",
     "db_now",
     "execution_cancel",
     "execution_rerun",

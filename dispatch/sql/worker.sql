@@ -244,3 +244,81 @@ UPDATE dispatch_execution
 -- A threads-pool worker's start: how many more connections PostgreSQL accepts (its pool threads each keep one).
 SELECT current_setting('max_connections')::int - current_setting('superuser_reserved_connections')::int
        - (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')::int
+
+-- name: await_completion
+-- A hand-off accepted (`"completion": "callback"`, dispatch/completion.py): the attempt stays running, held by
+-- the target (lease_owner `callback:<worker>`) until its first heartbeat is due, never past its deadline
+-- (started_at + timeout_s); the worker's slot is free. Under the claim's token, with its event.
+WITH held AS (
+    UPDATE dispatch_execution
+       SET lease_owner = %(owner)s,
+           lease_expires_at = LEAST(now() + make_interval(secs => %(heartbeat_s)s),
+                                    started_at + make_interval(secs => %(timeout_s)s)),
+           status_code = %(status_code)s,
+           log_excerpt = %(log_excerpt)s
+     WHERE id = %(id)s::uuid
+       AND scheduled_for = %(scheduled_for)s::timestamptz  -- the claim's: one partition
+       AND fencing_token = %(token)s
+       AND state = 'running'
+ RETURNING id, tenant_id, schedule_id, lease_expires_at
+), logged AS (
+    INSERT INTO dispatch_executionevent (tenant_id, schedule_id, execution_id, kind, message, data, actor)
+    SELECT h.tenant_id, h.schedule_id, h.id, 'awaiting_completion', %(message)s,
+           %(data)s::jsonb || jsonb_build_object('lease_expires_at', h.lease_expires_at), %(actor)s
+      FROM held h
+)
+SELECT id, lease_expires_at FROM held
+
+-- name: completion_attempt
+-- The execution a completion callback names, as it is now, with what finishing it needs (the claim's
+-- columns): the caller compares its attempt and token with the capability's.
+SELECT e.id AS execution_id, e.attempt, e.attempt_base, e.reruns, e.fencing_token, e.scheduled_for,
+       e.state, e.lease_owner, e.started_at, e.lease_expires_at,
+       s.id AS schedule_id, s.name AS schedule_name,
+       COALESCE(e.target_override, s.target) AS target, s.retry,
+       COALESCE((e.target_override->>'timeout_s')::int, s.timeout_s) AS timeout_s,
+       t.id AS tenant_id, t.slug AS tenant_slug,
+       EXISTS (SELECT 1 FROM dispatch_schedule_depends_on link WHERE link.to_schedule_id = e.schedule_id)
+           AS has_dependents,
+       s.alert_failing, s.max_runs IS NOT NULL AS counts_runs, e.counted, s.max_runs
+  FROM dispatch_execution e
+  JOIN dispatch_schedule s ON s.id = e.schedule_id
+  JOIN tenants_tenant t ON t.id = e.tenant_id
+ WHERE e.id = %(id)s::uuid
+   AND e.scheduled_for >= %(lo)s::timestamptz AND e.scheduled_for < %(hi)s::timestamptz
+
+-- name: completion_heartbeat
+-- The target's heartbeat for its attempt (under the capability's attempt and token): the lease runs
+-- heartbeat_s more, never past the deadline; the attempt's one `target_heartbeat` entry is written or
+-- updated with the count, the last progress and message (one row per attempt, however many beats).
+WITH beat AS (
+    UPDATE dispatch_execution
+       SET lease_expires_at = LEAST(now() + make_interval(secs => %(heartbeat_s)s),
+                                    started_at + make_interval(secs => %(timeout_s)s))
+     WHERE id = %(id)s::uuid
+       AND scheduled_for = %(scheduled_for)s::timestamptz
+       AND attempt = %(attempt)s
+       AND fencing_token = %(token)s
+       AND state = 'running'
+ RETURNING id, tenant_id, schedule_id, lease_expires_at
+), bumped AS (
+    UPDATE dispatch_executionevent ev
+       SET data = ev.data || %(data)s::jsonb
+                  || jsonb_build_object('count', COALESCE((ev.data->>'count')::int, 1) + 1,
+                                        'last_at', now()),
+           message = %(message)s
+      FROM beat b
+     WHERE ev.execution_id = b.id AND ev.kind = 'target_heartbeat'
+       AND ev.at >= %(since)s::timestamptz  -- written after the attempt started: its partitions only
+       AND (ev.data->>'fencing_token')::bigint = %(token)s
+ RETURNING ev.id
+), added AS (
+    INSERT INTO dispatch_executionevent (tenant_id, schedule_id, execution_id, kind, message, data, actor)
+    SELECT b.tenant_id, b.schedule_id, b.id, 'target_heartbeat', %(message)s,
+           %(data)s::jsonb || jsonb_build_object('count', 1, 'last_at', now(),
+                                                 'fencing_token', %(token)s::bigint),
+           %(actor)s
+      FROM beat b
+     WHERE NOT EXISTS (SELECT 1 FROM bumped)
+)
+SELECT id, lease_expires_at FROM beat

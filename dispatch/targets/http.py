@@ -1,6 +1,8 @@
 """HTTP callback targets.
 
-Definition: {"type": "http", "url", "method", "headers", "body", "timeout_s", "auth"}.
+Definition: {"type": "http", "url", "method", "headers", "body", "timeout_s", "auth",
+"completion", "heartbeat_s"}. With `"completion": "callback"` (dispatch/completion.py) a
+202 hands the attempt to the tenant's service, which finishes it by calling back.
 Header values are strings, or secret references for anything credential-like;
 `auth` {"type": "oidc", "audience"} adds the run's workload identity token as
 `Authorization: Bearer` (dispatch/identity; the audience defaults to the URL's origin).
@@ -32,6 +34,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from config import telemetry
+from dispatch import completion
 from dispatch.exceptions import InvalidSchedule
 from dispatch.targets import netguard
 from dispatch.targets.common import (
@@ -46,7 +49,17 @@ from dispatch.targets.runtime import Aborted, Outcome, RunContext
 from dispatch.timing import retry
 from tenants.models import Tenant
 
-KEYS = {"type", "url", "method", "headers", "body", "timeout_s", "auth"}
+KEYS = {
+    "type",
+    "url",
+    "method",
+    "headers",
+    "body",
+    "timeout_s",
+    "auth",
+    "completion",
+    "heartbeat_s",
+}
 METHODS = {"GET", "POST", "PUT", "PATCH", "DELETE"}
 MAX_URL = 2048
 MAX_BODY = 16 * 1024
@@ -69,6 +82,8 @@ FORBIDDEN_HEADERS = {
     "x-scheduled-for",
     "x-attempt",
     "x-fencing-token",
+    "x-completion-url",
+    "x-completion-token",
     "x-signature",
     "x-signature-timestamp",
     "traceparent",
@@ -236,6 +251,7 @@ def clean(config: dict[str, Any], *, tenant: Tenant) -> dict[str, Any]:
     }
     if body is not None:
         cleaned["body"] = body
+    cleaned |= completion.clean(config)
     auth = clean_auth(config, default_audience=origin(url))
     if auth is not None:
         cleaned["auth"] = auth
@@ -517,6 +533,9 @@ def run(ctx: RunContext) -> Outcome:
             "X-Signature": sign(ctx.signing_key, timestamp, ctx.execution_id, body),
         }
     )
+    if ctx.completion_token is not None:
+        headers["X-Completion-URL"] = str(ctx.completion_url)
+        headers["X-Completion-Token"] = ctx.completion_token
     # The target joins the execution's trace (W3C traceparent).
     telemetry.inject(headers)
 
@@ -588,8 +607,14 @@ def run(ctx: RunContext) -> Outcome:
     data = {"connected_ip": conn.connected_ip, "body_bytes": capture.total}
     ok, retryable = classify(status)
     if ok:
+        # 202 with a callback completion: handed off (any other 2xx finished the run
+        # within the request, and ends it here as without one).
         return Outcome.success(
-            status_code=status, excerpt=excerpt, latency_ms=ctx.elapsed_ms(), data=data
+            status_code=status,
+            excerpt=excerpt,
+            latency_ms=ctx.elapsed_ms(),
+            data=data,
+            awaiting=status == 202 and completion.by_callback(cfg),
         )
     if 300 <= status < 400:
         error = f"HTTP {status}: redirects are not followed" + (

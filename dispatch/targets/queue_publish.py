@@ -16,13 +16,24 @@ from typing import Any
 from django.conf import settings
 
 from config import telemetry
+from dispatch import completion
 from dispatch.exceptions import InvalidSchedule
 from dispatch.targets.common import clean_auth, clean_str, clean_timeout, require_keys
 from dispatch.targets.runtime import Aborted, Outcome, RunContext
 from tenants.models import Tenant
 from tenants.naming import RESERVED_SLUGS
 
-KEYS = {"type", "broker", "exchange", "routing_key", "body", "timeout_s", "auth"}
+KEYS = {
+    "type",
+    "broker",
+    "exchange",
+    "routing_key",
+    "body",
+    "timeout_s",
+    "auth",
+    "completion",
+    "heartbeat_s",
+}
 NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,200}$")
 
 
@@ -55,6 +66,7 @@ def clean(config: dict[str, Any], *, tenant: Tenant) -> dict[str, Any]:
         "body": body,
         "timeout_s": clean_timeout(config, default=30),
     }
+    cleaned |= completion.clean(config)
     auth = clean_auth(config, default_audience=None)
     if auth is not None:
         cleaned["auth"] = auth
@@ -145,6 +157,9 @@ def run(ctx: RunContext) -> Outcome:
     token = ctx.identity_token()
     if token is not None:
         headers["authorization"] = f"Bearer {token}"
+    if ctx.completion_token is not None:
+        headers["completion_url"] = ctx.completion_url
+        headers["completion_token"] = ctx.completion_token
     # The consumer joins the execution's trace (W3C traceparent / tracestate).
     telemetry.inject(headers)
     timeout = max(0.5, ctx.remaining())
@@ -192,4 +207,5 @@ def run(ctx: RunContext) -> Outcome:
         excerpt=f"published to {target} on broker {broker}",
         latency_ms=ctx.elapsed_ms(),
         data={"broker": broker, "routing_key": cfg["routing_key"]},
+        awaiting=completion.by_callback(cfg),
     )

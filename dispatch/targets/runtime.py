@@ -57,6 +57,9 @@ class Outcome:
 
     ok: bool
     retryable: bool = False
+    # A hand-off accepted (`"completion": "callback"`: HTTP 202, or the message
+    # published): the attempt stays running until the tenant's service calls back.
+    awaiting: bool = False
     status_code: int | None = None
     exit_code: int | None = None
     excerpt: str = ""
@@ -98,12 +101,20 @@ class RunContext:
     # Mints the attempt's workload identity token for an audience (dispatch/identity):
     # set by the worker; raises KeyUnavailable when no key can sign.
     mint_identity: Callable[[RunContext, str], str] | None = None
+    # With `"completion": "callback"`: where and with what the tenant's service calls
+    # back (dispatch/completion.py). The token is redacted like a secret.
+    completion_url: str | None = None
+    completion_token: str | None = None
     started: float = field(default_factory=time.monotonic)
     abort_reason: str = ""
     secret_values: list[str] = field(default_factory=list)
     _abort: threading.Event = field(default_factory=threading.Event)
     _callbacks: list[Callable[[], None]] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        if self.completion_token:
+            self.secret_values.append(self.completion_token)
 
     @property
     def deadline(self) -> float:

@@ -31,6 +31,7 @@ import psycopg
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection, transaction
 
+from dispatch import completion
 from dispatch.alerting import decision
 from dispatch.history.ids import occurrence_window
 from dispatch.scheduler import dependencies
@@ -307,6 +308,30 @@ def attempt_finish(
             # In autocommit on_commit runs at once: the statement has committed.
             transaction.on_commit(after_commit)
     return applied
+
+
+def attempt_await(
+    *, claim: Claim, heartbeat_s: int, status_code: int | None, log_excerpt: str, event: Event
+) -> bool:
+    """Leave the claimed attempt running, held by its target until it calls back
+    (dispatch/completion.py); False when the token is no longer current."""
+    held = sql.one(
+        "await_completion",
+        {
+            "id": claim.execution_id,
+            "scheduled_for": claim.scheduled_for,
+            "token": claim.fencing_token,
+            "owner": f"{completion.OWNER_PREFIX}{claim.owner}",
+            "heartbeat_s": heartbeat_s,
+            "timeout_s": claim.timeout_s,
+            "status_code": status_code,
+            "log_excerpt": log_excerpt.replace("\x00", ""),
+            "message": clip(event.message),
+            "data": json.dumps(event.data, default=str),
+            "actor": claim.owner,
+        },
+    )
+    return held is not None
 
 
 def rate_limit_hold(*, claim: Claim, delay_s: float, message: str, data: dict[str, Any]) -> bool:

@@ -42,6 +42,7 @@ from config import telemetry
 from config.logs import log_context
 from core import faults
 from core.db import unavailable_reason, wait_for_writable
+from dispatch import completion
 from dispatch.identity import tokens as identity_tokens
 from dispatch.identity.keys import KeyUnavailable
 from dispatch.states import CLAIMABLE_STATES, FINAL_STATES, EventKind, ExecutionState, ReasonCode
@@ -242,6 +243,7 @@ class Heartbeat(threading.Thread):
 
 
 def _context(claim: Claim) -> RunContext:
+    callback = completion.by_callback(claim.target)
     return RunContext(
         execution_id=claim.execution_id,
         scheduled_for=claim.scheduled_for,
@@ -255,10 +257,61 @@ def _context(claim: Claim) -> RunContext:
         signing_key=claim.signing_key,
         egress_allow=claim.egress_allow,
         target=claim.target,
-        timeout_s=float(claim.timeout_s),
+        # A callback's run may take all of timeout_s; its hand-off must not.
+        timeout_s=float(
+            min(claim.timeout_s, completion.HANDOFF_TIMEOUT_S) if callback else claim.timeout_s
+        ),
+        completion_url=completion.base_url(claim.execution_id) if callback else None,
+        completion_token=completion.issue(
+            execution_id=claim.execution_id,
+            attempt=claim.attempt,
+            fencing_token=claim.fencing_token,
+        )
+        if callback
+        else None,
         excerpt_bytes=settings.RESPONSE_EXCERPT_BYTES,
         resolve_secret=lambda ref: vault.resolve(ref, tenant_slug=claim.tenant_slug),
     )
+
+
+def _hand_off(claim: Claim, outcome: Outcome, *, excerpt: str) -> str:
+    """The target accepted the attempt and will call back: leave it running, held by
+    the target until its first heartbeat is due (dispatch/completion.py)."""
+    beat = completion.heartbeat_s(claim.target)
+    shown = result_label(outcome.status_code, outcome.exit_code)
+    k = claim.attempt - claim.attempt_base
+    event = Event(
+        EventKind.AWAITING_COMPLETION,
+        f"attempt {k} handed off to the target{' (' + shown + ')' if shown else ''} in "
+        f"{outcome.latency_ms} ms: waiting for its completion, a heartbeat at least every "
+        f"{beat} s, within the {claim.timeout_s} s timeout",
+        {
+            "attempt": claim.attempt,
+            "fencing_token": claim.fencing_token,
+            "status_code": outcome.status_code,
+            "latency_ms": outcome.latency_ms,
+            "heartbeat_s": beat,
+            "timeout_s": claim.timeout_s,
+        }
+        | outcome.data,
+    )
+    held = leases.attempt_await(
+        claim=claim,
+        heartbeat_s=beat,
+        status_code=outcome.status_code,
+        log_excerpt=excerpt,
+        event=event,
+    )
+    if held:
+        log.info("execution %s attempt %s: handed off to its target", claim.execution_id, k)
+        return "awaiting"
+    peek = leases.execution_peek(execution_id=claim.execution_id)
+    if peek is not None and peek.fencing_token == claim.fencing_token:
+        # The target called back before the hand-off was recorded (a fast service:
+        # its :succeed or :fail already finished the attempt under this token).
+        return str(peek.state)
+    leases.fencing_rejected(claim=claim, what="hand-off", data={"discarded": "awaiting"})
+    return "fenced"
 
 
 def _run_claimed(claim: Claim, *, lease_s: float) -> str:
@@ -313,7 +366,7 @@ def _run_claimed_attempt(claim: Claim, *, lease_s: float) -> str:
 
     module = KINDS.get(str(claim.target.get("type")))
     if module is None:
-        return _record(
+        return record_outcome(
             claim,
             None,
             Outcome.failure(
@@ -342,7 +395,7 @@ def _run_claimed_attempt(claim: Claim, *, lease_s: float) -> str:
     faults.crash_at("worker_before_complete", claim.execution_id)
     if heartbeat.lost:
         return _lost(claim, outcome)
-    return _record(claim, ctx, outcome, waited_s=waited)
+    return record_outcome(claim, ctx, outcome, waited_s=waited)
 
 
 def _call(module: ModuleType, ctx: RunContext) -> Outcome:
@@ -430,11 +483,17 @@ def _lost(claim: Claim, outcome: Outcome) -> str:
     return "fenced"
 
 
-def _record(
+def record_outcome(
     claim: Claim, ctx: RunContext | None, outcome: Outcome, *, waited_s: float = 0.0
 ) -> str:
+    """How an attempt ended, recorded under the claim's token by the retry policy: the
+    worker's finish, and a completion callback's (dispatch/services/completion.py)."""
+
     def redact(text: str) -> str:
         return ctx.redact(text) if ctx is not None else text
+
+    if outcome.awaiting:
+        return _hand_off(claim, outcome, excerpt=redact(outcome.excerpt))
 
     pol = retry.policy(claim.retry)
     # The policy counts the attempts of the current chain: a re-run starts again at 1

@@ -1,6 +1,7 @@
 """Python client for the scheduling platform's REST API (and the `schedctl` CLI)."""
 
 from scheduler_client.client import Client
+from scheduler_client.completion import Completion
 from scheduler_client.errors import (
     ApiError,
     Conflict,
@@ -18,6 +19,7 @@ from scheduler_client.errors import (
 __all__ = [
     "ApiError",
     "Client",
+    "Completion",
     "Conflict",
     "Forbidden",
     "NotFound",

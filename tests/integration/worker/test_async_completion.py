@@ -1,0 +1,307 @@
+"""Async completion (dispatch/completion.py): a real worker hands attempts off to the
+docs' reference receiver (docs/examples/completion_receiver.py, a real process), which
+answers 202 and calls back on a real web server with the scheduler_client helper —
+heartbeats, success with an output, failures retried by the policy or not, a service
+that vanishes (the lease lapses, the sweeper retries) — and the callbacks' refusals:
+a stale attempt (409, recorded), a missing, forged or foreign capability (401), a bad
+body (400 naming the field). A queue target hands off the same way."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from django.conf import settings as django_settings
+from kombu import Connection
+from scheduler_client import Completion, Conflict
+
+from dispatch import completion, services
+from dispatch.exceptions import InvalidSchedule
+from dispatch.explain.reasons import explain
+from dispatch.models import Execution, ExecutionEvent
+from tenants.roles import Principal
+from tests.support.net import free_port
+from tests.support.procs import ROOT, Proc, WebServer, processes
+from tests.support.rows import execution_row
+from tests.support.worker_support import (
+    ONE_SHOT,
+    Pump,
+    db_now,
+    make_execution,
+    make_schedule,
+    publish,
+    run_to_end,
+    state_of,
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+RECEIVER = ROOT / "docs" / "examples" / "completion_receiver.py"
+TWO_TRIES = {"max_attempts": 2, "backoff": "fixed", "initial_s": 1, "max_s": 1}
+
+
+@pytest.fixture(scope="module")
+def platform_url() -> str:
+    return f"http://127.0.0.1:{free_port()}"
+
+
+@pytest.fixture(scope="module")
+def receiver_port() -> int:
+    return free_port()
+
+
+@pytest.fixture(scope="module")
+def services_up(
+    platform_url: str,
+    receiver_port: int,
+    django_db_setup: Any,
+    django_db_blocker: Any,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[WebServer, Proc]]:
+    """The platform's web (where callbacks land) and the tenant's receiver."""
+    port = int(platform_url.rsplit(":", 1)[1])
+    with django_db_blocker.unblock(), processes(tmp_path_factory.mktemp("completion")) as start:
+        web = WebServer(start, port=port, PLATFORM_URL=platform_url, WEB_WORKERS="1")
+        receiver = start("receiver", [sys.executable, str(RECEIVER), "--port", str(receiver_port)])
+        yield web, receiver
+
+
+@pytest.fixture(scope="module")
+def worker_settings(platform_url: str, receiver_port: int) -> dict[str, Any]:
+    return {
+        "concurrency": 2,
+        "TARGET_TEST_ALLOW": f"127.0.0.1:{receiver_port}",
+        "PLATFORM_URL": platform_url,
+    }
+
+
+@pytest.fixture
+def up(
+    services_up: tuple[WebServer, Proc], worker: Proc, settings: Any, platform_url: str
+) -> WebServer:
+    # This process names callback URLs as the web and the worker do.
+    settings.PLATFORM_URL = platform_url
+    return services_up[0]
+
+
+def target(port: int, plan: dict[str, Any], *, heartbeat_s: int = 5) -> dict[str, Any]:
+    return {
+        "type": "http",
+        "url": f"http://127.0.0.1:{port}/report",
+        "method": "POST",
+        "headers": {},
+        "body": plan,
+        "timeout_s": 60,
+        "completion": "callback",
+        "heartbeat_s": heartbeat_s,
+    }
+
+
+def events(execution: Execution) -> list[ExecutionEvent]:
+    return list(ExecutionEvent.objects.filter(execution_id=execution.id).order_by("id"))
+
+
+def of_kind(execution: Execution, kind: str) -> list[ExecutionEvent]:
+    return [e for e in events(execution) if e.kind == kind]
+
+
+# --- the hand-off and its endings ------------------------------------------------------
+
+
+def test_a_handed_off_run_heartbeats_and_succeeds_with_its_output(
+    up: WebServer, admin_principal: Principal, receiver_port: int
+) -> None:
+    plan = {"work_s": 2.0, "beat_every_s": 0.5, "then": "succeed"}
+    execution = run_to_end(admin_principal, target(receiver_port, plan), timeout_s=60, wait=30)
+    assert execution.state == "succeeded", execution.reason
+    kinds = [e.kind for e in events(execution)]
+    assert kinds.index("awaiting_completion") < kinds.index("attempt_succeeded")
+    handed = of_kind(execution, "awaiting_completion")[0]
+    assert handed.data["status_code"] == 202 and handed.data["heartbeat_s"] == 5
+    beats = of_kind(execution, "target_heartbeat")
+    assert len(beats) == 1 and beats[0].data["count"] >= 2  # one entry, updated
+    done = of_kind(execution, "attempt_succeeded")[0]
+    assert done.actor == "target callback" and done.data["completed_by"] == "callback"
+    assert done.data["output"] == {"execution_id": str(execution.id), "worked_s": 2.0}
+    # The run's time is the target's, not the hand-off's.
+    assert done.data["latency_ms"] >= 2000
+
+
+def test_a_failure_is_retried_by_the_policy_and_a_permanent_one_is_not(
+    up: WebServer, admin_principal: Principal, receiver_port: int
+) -> None:
+    plan = {"work_s": 0.2, "beat_every_s": 0.1, "then": "fail"}
+    retried = run_to_end(
+        admin_principal, target(receiver_port, plan), retry=TWO_TRIES, timeout_s=60, wait=30
+    )
+    assert retried.state == "dead" and retried.attempt == 2
+    assert retried.reason_code == "target_failed"
+    assert "the report's source was not ready" in retried.error
+    assert [e.kind for e in events(retried)].count("awaiting_completion") == 2
+
+    plan["then"] = "fail_permanently"
+    permanent = run_to_end(
+        admin_principal, target(receiver_port, plan), retry=TWO_TRIES, timeout_s=60, wait=30
+    )
+    assert permanent.state == "dead" and permanent.attempt == 1  # not retried
+    assert "not retryable" in permanent.reason
+
+
+def test_a_service_that_never_calls_back_lets_the_lease_lapse(
+    up: WebServer, admin_principal: Principal, receiver_port: int
+) -> None:
+    plan = {"work_s": 0.1, "then": "vanish"}
+    execution = run_to_end(
+        admin_principal, target(receiver_port, plan), retry=ONE_SHOT, timeout_s=60, wait=30
+    )
+    assert execution.state == "dead"
+    assert execution.reason_code == "completion_lapsed"
+    assert "the target sent no heartbeat or completion" in execution.reason
+
+
+def test_the_explainer_says_what_the_run_waits_for(
+    up: WebServer, admin_principal: Principal, receiver_port: int
+) -> None:
+    plan = {"work_s": 30, "beat_every_s": 0.5, "then": "succeed"}
+    schedule = make_schedule(
+        admin_principal, target(receiver_port, plan), timeout_s=60, cron="* * * * *"
+    )
+    # The occurrence of the minute that began last: the explainer's question is an instant.
+    minute = db_now().replace(second=0, microsecond=0)
+    execution = execution_row(schedule, minute)
+    publish(execution.id)
+    Pump().until(lambda: of_kind(execution, "target_heartbeat"), timeout=20, what="a heartbeat")
+    sentence = explain(schedule=schedule, at=execution.scheduled_for).sentence
+    assert "is waiting for the target's completion since" in sentence, sentence
+    assert "last heartbeat at" in sentence and "% done" in sentence
+    assert "the next heartbeat or completion is due by" in sentence
+    services.execution_cancel(actor=admin_principal, execution_id=execution.id)
+
+
+# --- refusals ----------------------------------------------------------------------------------
+
+
+def test_a_stale_attempts_callbacks_are_refused_and_recorded(
+    up: WebServer, admin_principal: Principal, receiver_port: int
+) -> None:
+    plan = {"work_s": 60, "beat_every_s": 0.5, "then": "succeed"}
+    schedule = make_schedule(admin_principal, target(receiver_port, plan), timeout_s=60)
+    execution = make_execution(schedule)
+    publish(execution.id)
+    Pump().until(lambda: of_kind(execution, "awaiting_completion"), timeout=20, what="hand-off")
+    execution.refresh_from_db()
+    job = Completion(
+        completion.base_url(str(execution.id)),
+        completion.issue(
+            execution_id=str(execution.id),
+            attempt=execution.attempt,
+            fencing_token=execution.fencing_token,
+        ),
+    )
+    assert job.heartbeat(progress=1)["attempt"] == execution.attempt  # current: accepted
+
+    services.execution_cancel(actor=admin_principal, execution_id=execution.id)
+    for call in (job.heartbeat, lambda: job.succeed({"late": True}), lambda: job.fail("late")):
+        with pytest.raises(Conflict) as refused:
+            call()
+        assert "is no longer current" in refused.value.message
+    assert state_of(execution) == "cancelled"
+    rejected = of_kind(execution, "completion_rejected")
+    assert len(rejected) >= 3 and rejected[0].data["current_state"] == "cancelled"
+    assert not of_kind(execution, "attempt_succeeded")
+
+
+def test_a_missing_forged_or_foreign_capability_is_401_and_a_bad_body_400(
+    up: WebServer, admin_principal: Principal, receiver_port: int
+) -> None:
+    schedule = make_schedule(admin_principal, target(receiver_port, {}), timeout_s=60)
+    mine, other = make_execution(schedule), make_execution(schedule)
+    token = completion.issue(execution_id=str(mine.id), attempt=1, fencing_token=0)
+    url = f"{up.url}/v1/executions/{mine.id}"
+
+    def post(action: str, body: Any, bearer: str | None = token) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {bearer}"} if bearer is not None else {}
+        return httpx.post(url + action, json=body, headers=headers)
+
+    assert post(":succeed", {}, bearer=None).status_code == 401
+    forged = token[:-3] + ("aaa" if not token.endswith("aaa") else "bbb")
+    assert post(":succeed", {}, bearer=forged).status_code == 401
+    foreign = completion.issue(execution_id=str(other.id), attempt=1, fencing_token=0)
+    answer = post(":succeed", {}, bearer=foreign)
+    assert answer.status_code == 401
+    assert "another execution" in answer.json()["error"]["message"]
+    # A service token of the tenant is not a capability either.
+    assert post(":heartbeat", {}, bearer="sk_live_not_a_capability").status_code == 401
+
+    for body, field in (({"progress": 250}, "progress"), ({"colour": "red"}, "colour")):
+        bad = post(":heartbeat", body)
+        assert bad.status_code == 400 and set(bad.json()["error"]["detail"]) == {field}
+    assert post(":fail", {}).status_code == 400  # `error` is required
+    assert post(":fail", {"error": "a\x00b"}).status_code == 400
+    huge = post(":succeed", {"output": "x" * (completion.MAX_OUTPUT_BYTES + 10)})
+    assert huge.status_code == 400 and "output" in huge.json()["error"]["detail"]
+    # The row was never running: each refused as stale, nothing changed.
+    assert post(":succeed", {"output": 1}).status_code == 409
+    assert state_of(mine) == "scheduled"
+
+
+# --- queue targets, and the definition -------------------------------------------------------
+
+
+def test_a_queue_message_carries_the_capability_and_its_consumer_completes_it(
+    up: WebServer, admin_principal: Principal
+) -> None:
+    name = f"{admin_principal.tenant.slug}.reports"
+    queue_target = {
+        "type": "queue",
+        "broker": "default",
+        "exchange": "",
+        "routing_key": name,
+        "body": {"report": "daily"},
+        "timeout_s": 60,
+        "completion": "callback",
+        "heartbeat_s": 30,
+    }
+    with Connection(django_settings.CELERY_BROKER_URL) as conn:
+        conn.default_channel.client.delete(name)
+        schedule = make_schedule(admin_principal, queue_target, timeout_s=60)
+        execution = make_execution(schedule)
+        publish(execution.id)
+        Pump().until(lambda: of_kind(execution, "awaiting_completion"), timeout=20)
+        assert state_of(execution) == "running"
+        inbox = conn.SimpleQueue(name)
+        message = inbox.get(timeout=5)
+        message.ack()
+        inbox.close()
+    job = Completion.from_headers(message.headers)
+    assert job.url == f"{completion.base_url(str(execution.id))}"
+    job.heartbeat(progress=50, message="half")
+    assert job.succeed({"rows": 3})["state"] == "succeeded"
+    assert state_of(execution) == "succeeded"
+
+
+def test_the_definition_names_a_wrong_completion_field(admin_principal: Principal) -> None:
+    base = {"type": "http", "url": "https://reports.example/run"}
+    cases = {
+        "target.completion": base | {"completion": "webhook"},
+        "target.heartbeat_s": base | {"heartbeat_s": 30},  # without a callback
+    }
+    for field, bad in cases.items():
+        with pytest.raises(InvalidSchedule) as refused:
+            services.schedule_create(
+                actor=admin_principal, data={"name": "r", "cron": "0 * * * *", "target": bad}
+            )
+        assert field in refused.value.detail, refused.value.detail
+    too_fast = base | {"completion": "callback", "heartbeat_s": 1}
+    with pytest.raises(InvalidSchedule, match="heartbeat_s"):
+        services.schedule_create(
+            actor=admin_principal, data={"name": "r", "cron": "0 * * * *", "target": too_fast}
+        )
+    made = services.schedule_create(
+        actor=admin_principal,
+        data={"name": "r", "cron": "0 * * * *", "target": base | {"completion": "callback"}},
+    )
+    assert made.target["completion"] == "callback" and made.target["heartbeat_s"] == 60
