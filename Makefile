@@ -87,6 +87,7 @@ migrations-check: $(STAMP)
 
 check-deploy: $(STAMP)
 	SECRET_KEY=check-deploy-$$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n') DJANGO_SETTINGS_MODULE=config.production \
+		PLATFORM_URL=$${PLATFORM_URL:-https://scheduler.example.com} \
 		$(EMBED) $(BIN)/python manage.py check --deploy --fail-level WARNING
 
 web: $(STAMP)

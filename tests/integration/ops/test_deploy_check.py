@@ -11,20 +11,33 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def test_check_deploy_is_clean_with_production_settings() -> None:
-    env = dict(
-        os.environ, DJANGO_SETTINGS_MODULE="config.production", SECRET_KEY=secrets.token_urlsafe(50)
-    )
-    res = subprocess.run(
+def check_deploy(**env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
         cwd=ROOT,
-        env=env,
+        env=dict(
+            os.environ,
+            DJANGO_SETTINGS_MODULE="config.production",
+            SECRET_KEY=secrets.token_urlsafe(50),
+            **env,
+        ),
         capture_output=True,
         text=True,
         timeout=120,
     )
+
+
+def test_check_deploy_is_clean_with_production_settings() -> None:
+    res = check_deploy(PLATFORM_URL="https://scheduler.example.com")
     assert res.returncode == 0, res.stdout + res.stderr
     assert "no issues" in res.stdout
+
+
+def test_check_deploy_names_a_platform_url_left_at_its_development_default() -> None:
+    for url in ("http://127.0.0.1:8000", "https://localhost", "http://scheduler.example.com"):
+        res = check_deploy(PLATFORM_URL=url)
+        assert res.returncode != 0, url
+        assert "dispatch.W001" in res.stderr and f"PLATFORM_URL is '{url}'" in res.stderr
 
 
 def test_production_settings_refuse_to_start_without_a_secret_key() -> None:
