@@ -42,6 +42,7 @@ OWNER_PREFIX = "callback:"
 MAX_OUTPUT_BYTES = 16 * 1024
 MAX_MESSAGE = 500
 MAX_ERROR = 2000
+MAX_LOG_LINES = 100  # per heartbeat, for the attempt's live log (dispatch/logs.py)
 _SALT = "dispatch.completion"
 
 

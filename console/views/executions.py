@@ -23,11 +23,14 @@ from console import control_forms
 from console.access import base_context, tenant_view, viewer_zone
 from console.views.common import is_htmx, next_url
 from console.views.schedules import bulk_review
-from dispatch import selectors, services
+from dispatch import logs, selectors, services
 from dispatch.exceptions import DispatchError, NotFound
 from dispatch.models import Execution
 from dispatch.states import ACTIVE_STATES, FINAL_STATES, ExecutionState
 from tenants.roles import Principal, Role
+
+# Lines of the live log the execution page shows (the API pages through all of them).
+LIVE_LOG_LINES = 200
 
 
 def _execution_or_404(principal: Principal, execution_id: uuid.UUID) -> Execution:
@@ -89,6 +92,11 @@ def execution_detail(
         archived=record.archived,
         schedule=execution.schedule,
         timeline=selectors.execution_timeline(execution=execution, events=events),
+        # The current attempt's live log, its last lines (dispatch/logs.py): while it runs
+        # this region polls, so the tail follows the output.
+        live_log=logs.tail(str(execution.id), execution.attempt, LIVE_LOG_LINES)
+        if record.archived is None
+        else [],
         zone=execution.schedule.timezone,
         message=request.GET.get("done", "")[:200],
         **controls,

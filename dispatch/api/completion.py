@@ -54,6 +54,12 @@ class HeartbeatIn(StrictSerializer):
     message = serializers.CharField(
         required=False, allow_blank=True, max_length=completion.MAX_MESSAGE
     )
+    log = serializers.ListField(
+        child=serializers.CharField(allow_blank=True, trim_whitespace=False),
+        required=False,
+        max_length=completion.MAX_LOG_LINES,
+        help_text=f"lines for the attempt's live log, at most {completion.MAX_LOG_LINES} a call",
+    )
 
 
 class SucceedIn(StrictSerializer):
@@ -126,7 +132,10 @@ class ExecutionHeartbeatView(_CompletionView):
         cap = self.capability(request, pk)
         data = validate_request(HeartbeatIn, request) if request.data else {}
         beat = services.completion_heartbeat(
-            cap=cap, progress=data.get("progress"), message=data.get("message", "")
+            cap=cap,
+            progress=data.get("progress"),
+            message=data.get("message", ""),
+            lines=data.get("log", []),
         )
         return Response(
             {

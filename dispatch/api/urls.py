@@ -9,6 +9,7 @@ from dispatch.api import (
     completion,
     health,
     jobs,
+    logs,
     runs,
     views,
 )
@@ -108,6 +109,11 @@ urlpatterns = [
         r"^executions/(?P<pk>[^/:]+):fail$",
         completion.ExecutionFailView.as_view(),
         name="api-execution-fail",
+    ),
+    re_path(
+        r"^executions/(?P<pk>[^/:]+)/logs$",
+        logs.ExecutionLogsView.as_view(),
+        name="api-execution-logs",
     ),
     re_path(
         r"^executions/(?P<pk>[^/]+)$", views.ExecutionDetailView.as_view(), name="api-execution"

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from core.db import db_now
-from dispatch import completion
+from dispatch import completion, logs
 from dispatch.exceptions import StateConflict
 from dispatch.history.ids import occurrence_window
 from dispatch.sql import sql
@@ -112,9 +112,10 @@ def _json(value: Any) -> dict[str, Any]:
 
 
 def completion_heartbeat(
-    *, cap: completion.Capability, progress: float | None, message: str
+    *, cap: completion.Capability, progress: float | None, message: str, lines: list[str]
 ) -> Beat:
-    """The lease runs the target's heartbeat_s more (never past the deadline)."""
+    """The lease runs the target's heartbeat_s more (never past the deadline); `lines`
+    go to the attempt's live log (dispatch/logs.py)."""
     claim, row = _current(cap)
     data: dict[str, Any] = {"attempt": cap.attempt}
     if progress is not None:
@@ -133,7 +134,7 @@ def completion_heartbeat(
             "token": cap.fencing_token,
             "heartbeat_s": completion.heartbeat_s(claim.target),
             "timeout_s": claim.timeout_s,
-            "since": row.started_at,
+            "since": row.started_at or "-infinity",
             "message": clip(f"{shown}: {message}" if message else shown),
             "data": json.dumps(data),
             "actor": ACTOR,
@@ -141,9 +142,12 @@ def completion_heartbeat(
     )
     if beat is None:  # it ended or moved on between the read and the update
         raise StateConflict("the attempt ended while its heartbeat was recorded")
+    logs.append(cap.execution_id, cap.attempt, "target", lines)
+    # A running row has its start (the claim set it); the deadline counts from it.
+    started = row.started_at or beat.lease_expires_at
     return Beat(
         lease_expires_at=beat.lease_expires_at,
-        deadline=row.started_at + timedelta(seconds=claim.timeout_s),
+        deadline=started + timedelta(seconds=claim.timeout_s),
     )
 
 
@@ -154,7 +158,7 @@ def completion_finish(
     failed (retried by the schedule's policy when `retryable`). The state it is in now."""
     claim, row = _current(cap)
     excerpt = message or ("" if output is None else json.dumps(output, default=str))
-    latency_ms = int((db_now() - row.started_at).total_seconds() * 1000)
+    latency_ms = int((db_now() - (row.started_at or db_now())).total_seconds() * 1000)
     data: dict[str, Any] = {"completed_by": "callback"}
     if output is not None:
         data["output"] = output

@@ -27,6 +27,7 @@ from typing import Any
 from django.conf import settings
 
 from config import telemetry
+from dispatch import logs
 from dispatch.targets.command_spec import (
     RESERVED_ENV,
     Placeholder,
@@ -179,8 +180,10 @@ def run(ctx: RunContext) -> Outcome:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
 
+    # Its output is also the attempt's live log, line by line, as it is printed.
+    live = logs.LineWriter(ctx.execution_id, ctx.attempt, stream="output", redact=ctx.redact)
     reader = threading.Thread(
-        target=_drain, args=(proc, capture), name="command-output", daemon=True
+        target=_drain, args=(proc, capture, live), name="command-output", daemon=True
     )
     reader.start()
     ctx.on_abort(kill_group)
@@ -231,7 +234,7 @@ def run(ctx: RunContext) -> Outcome:
     )
 
 
-def _drain(proc: subprocess.Popen[bytes], capture: Any) -> None:
+def _drain(proc: subprocess.Popen[bytes], capture: Any, live: logs.LineWriter) -> None:
     if proc.stdout is None:
         return
     fd = proc.stdout.fileno()
@@ -239,8 +242,10 @@ def _drain(proc: subprocess.Popen[bytes], capture: Any) -> None:
         while True:
             chunk = os.read(fd, 64 * 1024)
             if not chunk:
+                live.close()
                 return
             capture.feed(chunk)
+            live.feed(chunk)
 
 
 def _check_inside(placeholder: Placeholder, value: str) -> None:

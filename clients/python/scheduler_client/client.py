@@ -447,6 +447,44 @@ class Client:
     def get_execution(self, execution_id: str) -> Execution:
         return Execution.from_json(self.request("GET", f"/v1/executions/{_quote(execution_id)}"))
 
+    def execution_logs(
+        self,
+        execution_id: str,
+        *,
+        attempt: int | None = None,
+        after: str | None = None,
+        wait: int = 0,
+        limit: int | None = None,
+    ) -> dict[str, Any]:
+        """One page of an attempt's live log: {"lines", "next_cursor", "live", ...}; with
+        `wait` (s, at most 20) the server answers as soon as a line comes."""
+        params: dict[str, Any] = {}
+        for name, value in (("attempt", attempt), ("after", after), ("limit", limit)):
+            if value is not None:
+                params[name] = value
+        if wait:
+            params["wait"] = wait
+        page: dict[str, Any] = self.request(
+            "GET", f"/v1/executions/{_quote(execution_id)}/logs", params=params
+        )
+        return page
+
+    def follow_logs(
+        self, execution_id: str, *, attempt: int | None = None, follow: bool = True
+    ) -> Iterator[dict[str, Any]]:
+        """Every line of the attempt's live log, oldest first; with `follow`, the lines
+        still to come too, until the attempt ends."""
+        after: str | None = None
+        while True:
+            page = self.execution_logs(
+                execution_id, attempt=attempt, after=after, wait=20 if follow else 0
+            )
+            attempt = page["attempt"]
+            yield from page["lines"]
+            after = page["next_cursor"]
+            if not page["lines"] and (not follow or not page["live"]):
+                return
+
     def cancel_execution(self, execution_id: str, *, reason: str = "") -> Execution:
         return Execution.from_json(
             self.request(

@@ -4,6 +4,7 @@ rm, runs, why, and preview (local: no server needed)."""
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from datetime import datetime
 from typing import Any
@@ -125,6 +126,17 @@ def cmd_execution(args: argparse.Namespace, ctx: Context) -> int:
         if v not in (None, [], {}) and k not in ("archived", "events")
     }
     ctx.out.write(yaml.safe_dump(shown, sort_keys=False, allow_unicode=True))
+    return 0
+
+
+def cmd_logs(args: argparse.Namespace, ctx: Context) -> int:
+    for line in ctx.client.follow_logs(args.execution_id, attempt=args.attempt, follow=args.follow):
+        # One line each as it comes (--json: one object per line), flushed for `-f | grep`.
+        if ctx.json:
+            ctx.out.write(json.dumps(line) + "\n")
+        else:
+            ctx.out.write(f"{line['at']} {line['stream']:<6} {line['text']}\n")
+        ctx.out.flush()
     return 0
 
 
@@ -380,6 +392,12 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     p.add_argument("--state", help="only these states, comma-separated")
     p.add_argument("--limit", type=int, default=20, help="at most this many (0: all; default 20)")
     p.set_defaults(handler=cmd_runs)
+
+    p = subparsers.add_parser("logs", help="an attempt's live log (-f: follow it to its end)")
+    p.add_argument("execution_id")
+    p.add_argument("--attempt", type=int, help="which attempt (default: the latest)")
+    p.add_argument("-f", "--follow", action="store_true", help="wait for lines until it ends")
+    p.set_defaults(handler=cmd_logs)
 
     p = subparsers.add_parser("why", help="why a schedule did or did not run at a time")
     p.add_argument("schedule", **ref)

@@ -1,0 +1,89 @@
+"""`GET /v1/executions/{id}/logs`: an attempt's live log (dispatch/logs.py) — what a
+managed command prints and the lines a handed-off target sends with its heartbeats —
+paged by cursor, and followed with `wait` (the answer comes as soon as a line does)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from core.api.views import StrictQueryView
+from dispatch import logs, selectors
+from dispatch.api.views import EXECUTION_ID, int_param, principal
+from dispatch.exceptions import InvalidSchedule
+from dispatch.states import IN_FLIGHT_STATES
+
+
+class LineOut(serializers.Serializer[Any]):
+    cursor = serializers.CharField()
+    at = serializers.DateTimeField()
+    stream = serializers.ChoiceField(
+        choices=list(logs.STREAMS), help_text="output: the command's; target: its heartbeats'"
+    )
+    text = serializers.CharField()
+
+
+class LogPageOut(serializers.Serializer[Any]):
+    execution_id = serializers.CharField()
+    attempt = serializers.IntegerField()
+    state = serializers.CharField()
+    lines = LineOut(many=True)
+    next_cursor = serializers.CharField(
+        allow_null=True, help_text="`after` for the next call (null: no line yet)"
+    )
+    live = serializers.BooleanField(
+        help_text="the execution is still in flight: more lines may come (follow with wait)"
+    )
+
+
+class ExecutionLogsView(StrictQueryView):
+    query_params_allowed = {"get": frozenset({"attempt", "after", "wait", "limit"})}
+
+    @extend_schema(
+        operation_id="executions_logs",
+        parameters=[
+            EXECUTION_ID,
+            OpenApiParameter("attempt", int, description="which attempt (default: the latest)"),
+            OpenApiParameter("after", str, description="next_cursor of the previous call"),
+            OpenApiParameter(
+                "wait",
+                {"type": "integer", "minimum": 0, "maximum": int(logs.FOLLOW_MAX_S)},
+                description="seconds to wait for a first line when there is none yet (follow)",
+            ),
+            OpenApiParameter(
+                "limit",
+                {"type": "integer", "minimum": 1, "maximum": logs.READ_MAX_LINES},
+                description=f"lines per call, 1..{logs.READ_MAX_LINES} (default 500)",
+            ),
+        ],
+        responses={200: LogPageOut},
+    )
+    def get(self, request: Request, pk: str) -> Response:
+        """An attempt's live log, oldest line first, for as long as LIVE_LOG_RETENTION_S."""
+        execution = selectors.execution_get(tenant=principal(request).tenant, execution_id=pk)
+        attempt = int_param(request, "attempt", execution.attempt, 1, execution.attempt)
+        after = request.query_params.get("after")
+        if after is not None and not logs.valid_cursor(after):
+            raise InvalidSchedule.field("after", "is not a cursor this API returned")
+        wait = int_param(request, "wait", 0, 0, int(logs.FOLLOW_MAX_S))
+        limit = int_param(request, "limit", 500, 1, logs.READ_MAX_LINES)
+        lines = logs.read(str(execution.id), attempt, after=after, limit=limit, wait_s=wait)
+        if wait and not lines:
+            execution.refresh_from_db(fields=["state", "attempt"])
+        return Response(
+            {
+                "execution_id": str(execution.id),
+                "attempt": attempt,
+                "state": execution.state,
+                "lines": [
+                    {"cursor": x.cursor, "at": x.at, "stream": x.stream, "text": x.text}
+                    for x in lines
+                ],
+                "next_cursor": lines[-1].cursor if lines else after,
+                "live": execution.state in IN_FLIGHT_STATES and attempt == execution.attempt,
+            }
+        )
