@@ -29,18 +29,26 @@ HEADERS = (("x-completion-url", "x-completion-token"), ("completion_url", "compl
 class Completion:
     """The callbacks of one handed-off attempt."""
 
-    def __init__(self, url: str, token: str, *, timeout: float = 10.0) -> None:
+    def __init__(
+        self, url: str, token: str, *, timeout: float = 10.0, trace: Mapping[str, str] | None = None
+    ) -> None:
         self.url = url.rstrip("/")
         self._token = token
         self._timeout = timeout
+        # The attempt's W3C trace context, sent with every call: the callbacks join
+        # the execution's trace on the platform's side.
+        self._trace = dict(trace or {})
 
     @classmethod
     def from_headers(cls, headers: Mapping[str, Any], *, timeout: float = 10.0) -> Completion:
         """From the HTTP request's headers or the queue message's (any letter case)."""
         lowered = {str(k).lower(): v for k, v in headers.items()}
+        trace = {k: str(lowered[k]) for k in ("traceparent", "tracestate") if lowered.get(k)}
         for url_key, token_key in HEADERS:
             if lowered.get(url_key) and lowered.get(token_key):
-                return cls(str(lowered[url_key]), str(lowered[token_key]), timeout=timeout)
+                return cls(
+                    str(lowered[url_key]), str(lowered[token_key]), timeout=timeout, trace=trace
+                )
         raise ValueError(
             "no completion capability in these headers (X-Completion-URL and "
             "X-Completion-Token): is the target's completion set to callback?"
@@ -77,7 +85,7 @@ class Completion:
             response = httpx.post(
                 self.url + action,
                 json=body,
-                headers={"Authorization": f"Bearer {self._token}"},
+                headers={"Authorization": f"Bearer {self._token}", **self._trace},
                 timeout=self._timeout,
             )
         except httpx.TransportError as exc:

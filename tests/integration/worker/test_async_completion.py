@@ -23,6 +23,7 @@ from dispatch.exceptions import InvalidSchedule
 from dispatch.explain.reasons import explain
 from dispatch.models import Execution, ExecutionEvent
 from tenants.roles import Principal
+from tests.support.ledger import Ledger
 from tests.support.net import free_port
 from tests.support.procs import ROOT, Proc, WebServer, processes
 from tests.support.rows import execution_row
@@ -305,3 +306,28 @@ def test_the_definition_names_a_wrong_completion_field(admin_principal: Principa
         data={"name": "r", "cron": "0 * * * *", "target": base | {"completion": "callback"}},
     )
     assert made.target["completion"] == "callback" and made.target["heartbeat_s"] == 60
+
+
+def test_the_client_sends_the_attempts_trace_context_with_each_callback() -> None:
+    """The hand-off's traceparent rides on every callback (the web continues the trace)."""
+    trace = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+    def answer(req: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
+        return 200, {"Content-Type": "application/json"}, b'{"state": "running"}'
+
+    with Ledger(answer) as platform:
+        job = Completion.from_headers(
+            {
+                "X-Completion-URL": f"{platform.url}/v1/executions/e1",
+                "X-Completion-Token": "cap",
+                "traceparent": trace,
+            }
+        )
+        job.heartbeat(progress=5)
+        job.succeed({"ok": True})
+    sent = [({k.lower(): v for k, v in r["headers"].items()}, r["path"]) for r in platform.requests]
+    assert [path for _, path in sent] == [
+        "/v1/executions/e1:heartbeat",
+        "/v1/executions/e1:succeed",
+    ]
+    assert all(h["traceparent"] == trace and h["authorization"] == "Bearer cap" for h, _ in sent)
