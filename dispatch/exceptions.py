@@ -33,6 +33,10 @@ class StateConflict(DispatchError, code="state_conflict", status=409):
     """The object's current state does not allow the action (the message names the state)."""
 
 
+class LiveLogUnavailable(DispatchError, code="unavailable", status=503):
+    """The live logs' Redis did not answer: the runs go on, their live view waits."""
+
+
 class CompletionDenied(DispatchError, code="not_authenticated", status=401):
     """A completion callback without a valid capability for the execution it names."""
 

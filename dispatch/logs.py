@@ -26,6 +26,8 @@ from typing import Any
 
 from django.conf import settings
 
+from dispatch.exceptions import LiveLogUnavailable
+
 log = logging.getLogger("dispatch.logs")
 
 STREAMS = ("output", "target")
@@ -68,6 +70,7 @@ def append(execution_id: str, attempt: int, stream: str, lines: Iterable[str]) -
         return 0
     name = key(execution_id, attempt)
     now = f"{time.time():.6f}"
+    keep = int(settings.LIVE_LOG_RETENTION_S)
     try:
         pipe = _redis("write").pipeline(transaction=False)
         for line in batch:
@@ -77,12 +80,30 @@ def append(execution_id: str, attempt: int, stream: str, lines: Iterable[str]) -
                 maxlen=int(settings.LIVE_LOG_MAX_LINES),
                 approximate=False,
             )
-        pipe.expire(name, int(settings.LIVE_LOG_RETENTION_S))
+        # Every line written, kept or not: a reader tells how many the cap dropped.
+        pipe.incrby(f"{name}:written", len(batch))
+        pipe.expire(name, keep)
+        pipe.expire(f"{name}:written", keep)
         pipe.execute()
     except redis.RedisError as exc:
         log.warning("live log of %s attempt %s not stored: %s", execution_id, attempt, exc)
         return 0
     return len(batch)
+
+
+def dropped(execution_id: str, attempt: int) -> int:
+    """Lines of the attempt's log the cap dropped (the oldest), 0 when none or unknown."""
+    import redis
+
+    name = key(execution_id, attempt)
+    try:
+        pipe = _redis().pipeline(transaction=False)
+        pipe.get(f"{name}:written")
+        pipe.xlen(name)
+        written, kept = pipe.execute()
+    except redis.RedisError:
+        return 0
+    return max(0, int(written or 0) - int(kept or 0))
 
 
 @dataclass(frozen=True)
@@ -97,16 +118,24 @@ def read(
     execution_id: str, attempt: int, *, after: str | None, limit: int, wait_s: float = 0.0
 ) -> list[Line]:
     """The attempt's lines after the cursor `after` (None: from the first kept), at most
-    `limit`; with `wait_s`, waits that long for a first line when there is none yet."""
+    `limit`; with `wait_s`, waits that long for a first line when there is none yet.
+    LiveLogUnavailable (503) when Redis does not answer."""
+    import redis
+
     name = key(execution_id, attempt)
     client = _redis()
     start = "-" if after is None else f"({after}"
-    rows = client.xrange(name, min=start, max="+", count=limit)
-    if not rows and wait_s > 0:
-        found = client.xread(
-            {name: after or "0-0"}, count=limit, block=int(min(wait_s, FOLLOW_MAX_S) * 1000)
-        )
-        rows = found[0][1] if found else []
+    try:
+        rows = client.xrange(name, min=start, max="+", count=limit)
+        if not rows and wait_s > 0:
+            found = client.xread(
+                {name: after or "0-0"}, count=limit, block=int(min(wait_s, FOLLOW_MAX_S) * 1000)
+            )
+            rows = found[0][1] if found else []
+    except redis.RedisError as exc:
+        raise LiveLogUnavailable(
+            f"live logs are unavailable just now (Redis: {type(exc).__name__}); try again"
+        ) from None
     return [_line(cursor, fields) for cursor, fields in rows]
 
 

@@ -1,4 +1,5 @@
-"""`GET /v1/executions/{id}/logs`: an attempt's live log (dispatch/logs.py) — what a
+"""`GET /v1/executions/{id}/attempts/{n}/log` (and `/v1/executions/{id}/log`, the
+latest attempt's): an attempt's live log (dispatch/logs.py) — what a
 managed command prints and the lines a handed-off target sends with its heartbeats —
 paged by cursor, and followed with `wait` (the answer comes as soon as a line does)."""
 
@@ -6,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -14,8 +15,11 @@ from rest_framework.response import Response
 from core.api.views import StrictQueryView
 from dispatch import logs, selectors
 from dispatch.api.views import EXECUTION_ID, int_param, principal
-from dispatch.exceptions import InvalidSchedule
+from dispatch.exceptions import InvalidSchedule, NotFound
+from dispatch.models import Execution
 from dispatch.states import IN_FLIGHT_STATES
+
+ERROR_REF = {"$ref": "#/components/schemas/Error"}
 
 
 class LineOut(serializers.Serializer[Any]):
@@ -38,52 +42,91 @@ class LogPageOut(serializers.Serializer[Any]):
     live = serializers.BooleanField(
         help_text="the execution is still in flight: more lines may come (follow with wait)"
     )
+    truncated = serializers.BooleanField(
+        help_text="the per-attempt cap (LIVE_LOG_MAX_LINES) dropped the oldest lines"
+    )
+    dropped_lines = serializers.IntegerField(help_text="how many it dropped")
 
 
-class ExecutionLogsView(StrictQueryView):
-    query_params_allowed = {"get": frozenset({"attempt", "after", "wait", "limit"})}
+PAGE_PARAMS = [
+    OpenApiParameter("after", str, description="next_cursor of the previous call"),
+    OpenApiParameter(
+        "wait",
+        {"type": "integer", "minimum": 0, "maximum": int(logs.FOLLOW_MAX_S)},
+        description="seconds to wait for a first line when there is none yet (follow)",
+    ),
+    OpenApiParameter(
+        "limit",
+        {"type": "integer", "minimum": 1, "maximum": logs.READ_MAX_LINES},
+        description=f"lines per call, 1..{logs.READ_MAX_LINES} (default 500)",
+    ),
+]
+RESPONSES = {
+    200: LogPageOut,
+    404: OpenApiResponse(ERROR_REF, description="no such execution (or attempt) of yours"),
+    503: OpenApiResponse(
+        ERROR_REF, description="the live logs' Redis did not answer (runs are not affected)"
+    ),
+}
+
+
+class ExecutionAttemptLogView(StrictQueryView):
+    query_params_allowed = {"get": frozenset({"after", "wait", "limit"})}
 
     @extend_schema(
-        operation_id="executions_logs",
+        operation_id="executions_attempt_log",
         parameters=[
             EXECUTION_ID,
-            OpenApiParameter("attempt", int, description="which attempt (default: the latest)"),
-            OpenApiParameter("after", str, description="next_cursor of the previous call"),
             OpenApiParameter(
-                "wait",
-                {"type": "integer", "minimum": 0, "maximum": int(logs.FOLLOW_MAX_S)},
-                description="seconds to wait for a first line when there is none yet (follow)",
+                "n", int, OpenApiParameter.PATH, description="the attempt, as X-Attempt named it"
             ),
-            OpenApiParameter(
-                "limit",
-                {"type": "integer", "minimum": 1, "maximum": logs.READ_MAX_LINES},
-                description=f"lines per call, 1..{logs.READ_MAX_LINES} (default 500)",
-            ),
+            *PAGE_PARAMS,
         ],
-        responses={200: LogPageOut},
+        responses=RESPONSES,
+    )
+    def get(self, request: Request, pk: str, n: str) -> Response:
+        """An attempt's live log, oldest line first, for LIVE_LOG_RETENTION_S after its last line."""
+        execution = selectors.execution_get(tenant=principal(request).tenant, execution_id=pk)
+        attempt = int(n)
+        if not 1 <= attempt <= execution.attempt:
+            raise NotFound(f"attempt {attempt} not found: the execution is at {execution.attempt}")
+        return _page(request, execution, attempt)
+
+
+class ExecutionLogView(StrictQueryView):
+    query_params_allowed = {"get": frozenset({"after", "wait", "limit"})}
+
+    @extend_schema(
+        operation_id="executions_log", parameters=[EXECUTION_ID, *PAGE_PARAMS], responses=RESPONSES
     )
     def get(self, request: Request, pk: str) -> Response:
-        """An attempt's live log, oldest line first, for as long as LIVE_LOG_RETENTION_S."""
+        """The latest attempt's live log (its /attempts/{n}/log)."""
         execution = selectors.execution_get(tenant=principal(request).tenant, execution_id=pk)
-        attempt = int_param(request, "attempt", execution.attempt, 1, execution.attempt)
-        after = request.query_params.get("after")
-        if after is not None and not logs.valid_cursor(after):
-            raise InvalidSchedule.field("after", "is not a cursor this API returned")
-        wait = int_param(request, "wait", 0, 0, int(logs.FOLLOW_MAX_S))
-        limit = int_param(request, "limit", 500, 1, logs.READ_MAX_LINES)
-        lines = logs.read(str(execution.id), attempt, after=after, limit=limit, wait_s=wait)
-        if wait and not lines:
-            execution.refresh_from_db(fields=["state", "attempt"])
-        return Response(
-            {
-                "execution_id": str(execution.id),
-                "attempt": attempt,
-                "state": execution.state,
-                "lines": [
-                    {"cursor": x.cursor, "at": x.at, "stream": x.stream, "text": x.text}
-                    for x in lines
-                ],
-                "next_cursor": lines[-1].cursor if lines else after,
-                "live": execution.state in IN_FLIGHT_STATES and attempt == execution.attempt,
-            }
-        )
+        return _page(request, execution, execution.attempt)
+
+
+def _page(request: Request, execution: Execution, attempt: int) -> Response:
+    after = request.query_params.get("after")
+    if after is not None and not logs.valid_cursor(after):
+        raise InvalidSchedule.field("after", "is not a cursor this API returned")
+    wait = int_param(request, "wait", 0, 0, int(logs.FOLLOW_MAX_S))
+    limit = int_param(request, "limit", 500, 1, logs.READ_MAX_LINES)
+    eid = str(execution.id)
+    lines = logs.read(eid, attempt, after=after, limit=limit, wait_s=wait)
+    if wait and not lines:  # it may have ended while we waited
+        execution.refresh_from_db(fields=["state", "attempt"])
+    dropped = logs.dropped(eid, attempt)
+    return Response(
+        {
+            "execution_id": eid,
+            "attempt": attempt,
+            "state": execution.state,
+            "lines": [
+                {"cursor": x.cursor, "at": x.at, "stream": x.stream, "text": x.text} for x in lines
+            ],
+            "next_cursor": lines[-1].cursor if lines else after,
+            "live": execution.state in IN_FLIGHT_STATES and attempt == execution.attempt,
+            "truncated": dropped > 0,
+            "dropped_lines": dropped,
+        }
+    )

@@ -111,9 +111,14 @@ urlpatterns = [
         name="api-execution-fail",
     ),
     re_path(
-        r"^executions/(?P<pk>[^/:]+)/logs$",
-        logs.ExecutionLogsView.as_view(),
-        name="api-execution-logs",
+        r"^executions/(?P<pk>[^/:]+)/attempts/(?P<n>[0-9]{1,6})/log$",
+        logs.ExecutionAttemptLogView.as_view(),
+        name="api-execution-attempt-log",
+    ),
+    re_path(
+        r"^executions/(?P<pk>[^/:]+)/log$",
+        logs.ExecutionLogView.as_view(),
+        name="api-execution-log",
     ),
     re_path(
         r"^executions/(?P<pk>[^/]+)$", views.ExecutionDetailView.as_view(), name="api-execution"

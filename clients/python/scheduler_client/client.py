@@ -459,14 +459,14 @@ class Client:
         """One page of an attempt's live log: {"lines", "next_cursor", "live", ...}; with
         `wait` (s, at most 20) the server answers as soon as a line comes."""
         params: dict[str, Any] = {}
-        for name, value in (("attempt", attempt), ("after", after), ("limit", limit)):
+        for name, value in (("after", after), ("limit", limit)):
             if value is not None:
                 params[name] = value
         if wait:
             params["wait"] = wait
-        page: dict[str, Any] = self.request(
-            "GET", f"/v1/executions/{_quote(execution_id)}/logs", params=params
-        )
+        path = f"/v1/executions/{_quote(execution_id)}"
+        path += f"/attempts/{int(attempt)}/log" if attempt is not None else "/log"
+        page: dict[str, Any] = self.request("GET", path, params=params)
         return page
 
     def follow_logs(

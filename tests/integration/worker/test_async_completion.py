@@ -9,7 +9,10 @@ body (400 naming the field). A queue target hands off the same way."""
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Iterator
+from datetime import timedelta
+from itertools import pairwise
 from typing import Any
 
 import httpx
@@ -22,6 +25,8 @@ from dispatch import completion, services
 from dispatch.exceptions import InvalidSchedule
 from dispatch.explain.reasons import explain
 from dispatch.models import Execution, ExecutionEvent
+from dispatch.scheduler import sweeper
+from dispatch.timing import retry
 from tenants.roles import Principal
 from tests.support.ledger import Ledger
 from tests.support.net import free_port
@@ -88,10 +93,12 @@ def up(
     return services_up[0]
 
 
-def target(port: int, plan: dict[str, Any], *, heartbeat_s: int = 5) -> dict[str, Any]:
+def target(
+    port: int, plan: dict[str, Any], *, heartbeat_s: int = 5, path: str = "/report"
+) -> dict[str, Any]:
     return {
         "type": "http",
-        "url": f"http://127.0.0.1:{port}/report",
+        "url": f"http://127.0.0.1:{port}{path}",
         "method": "POST",
         "headers": {},
         "body": plan,
@@ -331,3 +338,165 @@ def test_the_client_sends_the_attempts_trace_context_with_each_callback() -> Non
         "/v1/executions/e1:succeed",
     ]
     assert all(h["traceparent"] == trace and h["authorization"] == "Bearer cap" for h, _ in sent)
+
+
+# --- stale attempts: swept, timed out, re-run --------------------------------------------------
+
+
+def handed_off(principal: Principal, port: int, **row: Any) -> tuple[Execution, Completion]:
+    """A running attempt held by its target (as a hand-off leaves it), and its capability;
+    one attempt allowed, so a sweep ends it."""
+    schedule = make_schedule(principal, target(port, {}), retry=ONE_SHOT, timeout_s=60)
+    execution = make_execution(schedule)
+    now = db_now()
+    fields = {
+        "state": "running",
+        "fencing_token": 1,
+        "started_at": now,
+        "lease_owner": f"{completion.OWNER_PREFIX}w1",
+        "lease_expires_at": now + timedelta(seconds=30),
+    } | row
+    Execution.objects.filter(id=execution.id).update(**fields)
+    execution.refresh_from_db()
+    token = completion.issue(
+        execution_id=str(execution.id), attempt=1, fencing_token=execution.fencing_token
+    )
+    return execution, Completion(completion.base_url(str(execution.id)), token)
+
+
+def refused(job: Completion) -> int:
+    """How many of the three callbacks were refused with 409."""
+    n = 0
+    for call in (job.heartbeat, lambda: job.succeed({"late": True}), lambda: job.fail("late")):
+        with pytest.raises(Conflict):
+            call()
+        n += 1
+    return n
+
+
+def test_a_swept_attempt_after_a_missed_heartbeat_takes_no_completion(
+    up: WebServer, admin_principal: Principal, receiver_port: int
+) -> None:
+    execution, job = handed_off(
+        admin_principal, receiver_port, lease_expires_at=db_now() - timedelta(seconds=1)
+    )
+    assert sweeper.sweep_expired_leases(partitions=None) == 1
+    execution.refresh_from_db()
+    assert execution.state == "dead" and execution.reason_code == "completion_lapsed"
+    assert refused(job) == 3
+    execution.refresh_from_db()
+    assert execution.state == "dead" and not of_kind(execution, "attempt_succeeded")
+    assert len(of_kind(execution, "completion_rejected")) == 3
+
+
+def test_a_timed_out_attempt_takes_no_completion(
+    up: WebServer, admin_principal: Principal, receiver_port: int
+) -> None:
+    started = db_now() - timedelta(seconds=61)
+    execution, job = handed_off(
+        admin_principal,
+        receiver_port,
+        started_at=started,
+        lease_expires_at=started + timedelta(seconds=60),  # the deadline: no lease runs past it
+    )
+    assert sweeper.sweep_expired_leases(partitions=None) == 1
+    execution.refresh_from_db()
+    assert execution.reason_code == "completion_timeout"
+    assert "did not complete within 60 s" in execution.reason
+    assert refused(job) == 3
+
+
+def test_a_re_run_leaves_the_earlier_attempts_capability_stale(
+    up: WebServer, admin_principal: Principal, receiver_port: int
+) -> None:
+    execution, job = handed_off(admin_principal, receiver_port)
+    assert job.succeed({"first": True})["state"] == "succeeded"
+    services.execution_rerun(actor=admin_principal, execution_id=execution.id)
+    assert refused(job) == 3
+    execution.refresh_from_db()
+    assert execution.state == "scheduled" and execution.attempt == 2
+    assert [e.data.get("output") for e in of_kind(execution, "attempt_succeeded")] == [
+        {"first": True}
+    ]
+
+
+# --- a worker restarted mid-run; a consumer that fails twice --------------------------------
+
+
+def test_a_worker_restarted_mid_run_leaves_one_attempt_and_one_call(
+    up: WebServer,
+    admin_principal: Principal,
+    receiver_port: int,
+    services_up: tuple[WebServer, Proc],
+    start_worker: Any,
+    platform_url: str,
+) -> None:
+    env = {"TARGET_TEST_ALLOW": f"127.0.0.1:{receiver_port}", "PLATFORM_URL": platform_url}
+    plan = {"work_s": 4, "beat_every_s": 0.3, "then": "succeed"}
+    path = f"/report-{time.monotonic_ns()}"
+    schedule = make_schedule(
+        admin_principal, target(receiver_port, plan, heartbeat_s=5, path=path), timeout_s=60
+    )
+    execution = make_execution(schedule)
+    first = start_worker("w-restart-1", queues="restart.short", **env)
+    publish(execution.id, queue="restart.short")
+    Pump(queue="restart.short").until(lambda: of_kind(execution, "awaiting_completion"))
+    first.kill()  # mid-run: the target holds the attempt, no worker does
+    start_worker("w-restart-2", queues="restart.short", **env)
+    Pump(queue="restart.short").until(lambda: state_of(execution) == "succeeded", timeout=30)
+    execution.refresh_from_db()
+    assert execution.attempt == 1 and execution.fencing_token == 1
+    assert [e.kind for e in events(execution)].count("claimed") == 1
+    calls = [line for line in services_up[1].output().splitlines() if f"POST {path} " in line]
+    assert len(calls) == 1, calls
+    assert of_kind(execution, "attempt_succeeded")[0].data["output"]["worked_s"] == 4.0
+
+
+def test_a_queue_consumer_that_fails_twice_then_succeeds(
+    up: WebServer, admin_principal: Principal
+) -> None:
+    name = f"{admin_principal.tenant.slug}.flaky"
+    queue_target = {
+        "type": "queue",
+        "broker": "default",
+        "exchange": "",
+        "routing_key": name,
+        "body": {},
+        "timeout_s": 60,
+        "completion": "callback",
+        "heartbeat_s": 30,
+    }
+    three = {"max_attempts": 3, "backoff": "fixed", "initial_s": 1, "max_s": 1}
+    schedule = make_schedule(admin_principal, queue_target, retry=three, timeout_s=60)
+    execution = make_execution(schedule)
+    pump = Pump()
+    with Connection(django_settings.CELERY_BROKER_URL) as conn:
+        conn.default_channel.client.delete(name)
+        publish(execution.id)
+        inbox = conn.SimpleQueue(name)
+        for n in (1, 2, 3):
+            deadline = time.monotonic() + 20
+            message = None
+            while message is None and time.monotonic() < deadline:
+                pump()
+                try:
+                    message = inbox.get(timeout=0.2)
+                except inbox.Empty:
+                    continue
+            assert message is not None, f"attempt {n} never reached the consumer"
+            message.ack()
+            job = Completion.from_headers(message.headers)
+            if n < 3:
+                assert job.fail(f"consumer failure {n}")["state"] == "retry_scheduled"
+            else:
+                assert job.succeed({"attempt": n})["state"] == "succeeded"
+        inbox.close()
+    execution.refresh_from_db()
+    assert execution.state == "succeeded" and execution.attempt == 3
+    # Spaced by the policy: 1 s, jittered downwards by at most retry.JITTER_FRACTION.
+    retries = of_kind(execution, "retry_scheduled")
+    floor = 1.0 * (1 - retry.JITTER_FRACTION)
+    assert len(retries) == 2 and all(floor <= r.data["delay_s"] <= 1.0 for r in retries)
+    claims = [e.at for e in of_kind(execution, "claimed")]
+    assert len(claims) == 3
+    assert all((b - a).total_seconds() >= floor for a, b in pairwise(claims))

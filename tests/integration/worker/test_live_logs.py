@@ -93,11 +93,12 @@ def test_a_commands_lines_are_readable_while_it_runs_and_after(
     execution = printing(
         admin_principal, "for i in 1 2 3 4 5; do echo line $i; sleep 0.4; done; printf tail"
     )
-    url = f"/v1/executions/{execution.id}/logs"
+    url = f"/v1/executions/{execution.id}/attempts/1/log"
     # Followed: the first answer comes with the first line, while the command runs.
     first = api.get(url, params={"wait": 20}).json()
     assert first["lines"][0]["text"] == "line 1" and first["lines"][0]["stream"] == "output"
     assert first["live"] is True and state_of(execution) == "running"
+    assert first["truncated"] is False
     seen = [line["text"] for line in first["lines"]]
     cursor = first["next_cursor"]
     while True:
@@ -141,9 +142,10 @@ def test_a_log_keeps_its_newest_lines_and_never_the_identity_token(
         auth={"type": "oidc", "audience": "reports"},
     )
     Pump().until(lambda: state_of(execution) == "succeeded", timeout=30)
-    page = api.get(f"/v1/executions/{execution.id}/logs", params={"limit": 1000}).json()
+    page = api.get(f"/v1/executions/{execution.id}/log", params={"limit": 1000}).json()
     texts = [line["text"] for line in page["lines"]]
     assert texts == [f"n{i}" for i in range(71, 121)]  # the newest CAP lines
+    assert page["truncated"] is True and page["dropped_lines"] == 121 - CAP
     stored = redis.Redis.from_url(settings.REDIS_URL).xlen(logs.key(str(execution.id), 1))
     assert stored == CAP
     # A line with the run's identity token is stored redacted.
@@ -153,7 +155,7 @@ def test_a_log_keeps_its_newest_lines_and_never_the_identity_token(
         auth={"type": "oidc", "audience": "reports"},
     )
     Pump().until(lambda: state_of(early) == "succeeded", timeout=30)
-    line = api.get(f"/v1/executions/{early.id}/logs").json()["lines"][0]["text"]
+    line = api.get(f"/v1/executions/{early.id}/log").json()["lines"][0]["text"]
     assert line == "token [redacted]"
 
 
@@ -181,7 +183,7 @@ def test_heartbeat_lines_join_the_attempts_log_and_the_page_shows_them(
         headers={"Authorization": f"Bearer {token}"},
     )
     assert beat.status_code == 200, beat.text
-    page = api.get(f"/v1/executions/{execution.id}/logs").json()
+    page = api.get(f"/v1/executions/{execution.id}/attempts/1/log").json()
     assert [(x["stream"], x["text"]) for x in page["lines"]] == [
         ("target", "fetched 10 rows"),
         ("target", "  indented"),
@@ -208,16 +210,17 @@ def test_another_tenants_log_is_a_404_and_a_bad_query_a_400(
     other = Principal(tenant=theirs, role=Role.ADMIN, actor_kind="system", actor_id="t", label="t")
     foreign = make_execution(make_schedule(other, {"type": "http", "url": "https://x.example/h"}))
     logs.append(str(foreign.id), 1, "output", ["their secret line"])
-    answer = api.get(f"/v1/executions/{foreign.id}/logs")
+    answer = api.get(f"/v1/executions/{foreign.id}/log")
     assert answer.status_code == 404 and "their secret line" not in answer.text
     mine = make_execution(
         make_schedule(admin_principal, {"type": "http", "url": "https://x.example/h"})
     )
+    assert api.get(f"/v1/executions/{foreign.id}/attempts/1/log").status_code == 404
+    assert api.get(f"/v1/executions/{mine.id}/attempts/2/log").status_code == 404  # not yet
     for params, field in (
         ({"after": "not-a-cursor"}, "after"),
-        ({"attempt": 2}, "attempt"),
         ({"wait": 99}, "wait"),
         ({"colour": "red"}, "colour"),
     ):
-        bad = api.get(f"/v1/executions/{mine.id}/logs", params=params)
+        bad = api.get(f"/v1/executions/{mine.id}/log", params=params)
         assert bad.status_code == 400 and field in bad.json()["error"]["detail"], params
