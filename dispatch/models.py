@@ -234,6 +234,9 @@ class Execution(models.Model):
     exit_code = models.IntegerField(null=True, blank=True)
     error = models.TextField(blank=True, db_default="")
     log_excerpt = models.TextField(blank=True, db_default="")
+    # The run's result as its target reported it (a completion callback's `output`,
+    # dispatch/completion.py): any JSON up to completion.MAX_OUTPUT_BYTES. NULL: none.
+    output = models.JSONField(null=True, blank=True)
     reason_code = models.CharField(max_length=40, blank=True, db_default="")
     reason = models.CharField(max_length=500, blank=True, db_default="")
     # Which beat created the row, under which partition epoch: the evidence that

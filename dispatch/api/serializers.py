@@ -423,6 +423,7 @@ def execution_out(e: Execution) -> dict[str, Any]:
         "exit_code": e.exit_code,
         "error": e.error or None,
         "log_excerpt": e.log_excerpt or None,
+        "output": e.output,
         "reason_code": e.reason_code or None,
         "reason": e.reason or None,
         # Run control: re-runs so far, the attempt the current chain started after
@@ -552,6 +553,9 @@ class ExecutionOutDoc(serializers.Serializer[Any]):
     exit_code = serializers.IntegerField(allow_null=True)
     error = serializers.CharField(allow_null=True)
     log_excerpt = serializers.CharField(allow_null=True)
+    output = serializers.JSONField(
+        allow_null=True, help_text="the result the target reported with its completion callback"
+    )
     reason_code = serializers.CharField(allow_null=True)
     reason = serializers.CharField(allow_null=True)
     reruns = serializers.IntegerField()

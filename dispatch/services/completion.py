@@ -163,7 +163,7 @@ def completion_finish(
     if output is not None:
         data["output"] = output
     outcome = (
-        Outcome.success(excerpt=excerpt, latency_ms=latency_ms, data=data)
+        Outcome.success(excerpt=excerpt, latency_ms=latency_ms, data=data, output=output)
         if ok
         else Outcome.failure(
             message,
@@ -171,6 +171,7 @@ def completion_finish(
             reason_code="target_failed",
             latency_ms=latency_ms,
             data=data,
+            output=output,
         )
     )
     result = runner.record_outcome(claim, None, outcome)

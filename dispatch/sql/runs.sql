@@ -26,7 +26,7 @@ SET state = 'scheduled', due_at = GREATEST(scheduled_for, clock_timestamp()),
     queue = '', lease_owner = '', lease_expires_at = NULL, next_attempt_at = NULL,
     enqueued_at = NULL, published_at = NULL, republished_at = NULL,
     started_at = NULL, finished_at = NULL, status_code = NULL, exit_code = NULL,
-    error = '', log_excerpt = '', reason_code = '', reason = '',
+    error = '', log_excerpt = '', output = NULL, reason_code = '', reason = '',
     target_override = %(target)s::jsonb,
     backfill_id = COALESCE(%(backfill_id)s::uuid, backfill_id)
 WHERE id = %(id)s::uuid AND tenant_id = %(tenant_id)s AND state = ANY(%(final)s::text[])

@@ -113,6 +113,8 @@ WITH done AS (
            exit_code = %(exit_code)s,
            error = %(error)s,
            log_excerpt = %(log_excerpt)s,
+           -- The target's result (a completion callback's); a worker's finish has none.
+           output = COALESCE(%(output)s::jsonb, output),
            reason_code = %(reason_code)s,
            reason = %(reason)s
      WHERE id = %(id)s::uuid

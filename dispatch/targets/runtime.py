@@ -60,6 +60,9 @@ class Outcome:
     # A hand-off accepted (`"completion": "callback"`: HTTP 202, or the message
     # published): the attempt stays running until the tenant's service calls back.
     awaiting: bool = False
+    # The run's result as the target reported it (a completion callback): stored as
+    # the execution's `output`. None: nothing reported.
+    output: Any = None
     status_code: int | None = None
     exit_code: int | None = None
     excerpt: str = ""

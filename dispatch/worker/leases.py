@@ -258,6 +258,7 @@ def attempt_finish(
     log_excerpt: str = "",
     reason_code: str = "",
     reason: str = "",
+    output: Any = None,
     after_commit: Callable[[], None] | None = None,
 ) -> bool:
     """End the claimed attempt in `state` with its events, only under the claim's token.
@@ -288,6 +289,7 @@ def attempt_finish(
                 "exit_code": exit_code,
                 "error": error.replace("\x00", ""),
                 "log_excerpt": log_excerpt.replace("\x00", ""),
+                "output": None if output is None else json.dumps(output, default=str),
                 "reason_code": reason_code[:40],
                 "reason": clip(reason, 500),
                 "events": json.dumps([e.as_json() for e in events], default=str),

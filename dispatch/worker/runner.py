@@ -521,6 +521,7 @@ def record_outcome(
         "status_code": outcome.status_code,
         "exit_code": outcome.exit_code,
         "log_excerpt": excerpt,
+        "output": outcome.output,
     }
     if outcome.ok:
         state = ExecutionState.SUCCEEDED

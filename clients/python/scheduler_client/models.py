@@ -95,6 +95,7 @@ class Execution(Model):
     reason_code: str | None = None
     reason: str | None = None
     concurrency_key: str | None = None  # the rendered key it holds (set at admission)
+    output: Any = None  # the result its target reported with a completion callback
     timeline: list[dict[str, Any]] | None = None  # GET /v1/executions/{id} only
     # GET /v1/executions/{id} only: where it was read back from once its day of
     # history was archived (day, location, manifest, archived_at); None before.

@@ -19,7 +19,7 @@ import httpx
 import pytest
 from django.conf import settings as django_settings
 from kombu import Connection
-from scheduler_client import Completion, Conflict
+from scheduler_client import Client, Completion, Conflict
 
 from dispatch import completion, services
 from dispatch.exceptions import InvalidSchedule
@@ -27,7 +27,8 @@ from dispatch.explain.reasons import explain
 from dispatch.models import Execution, ExecutionEvent
 from dispatch.scheduler import sweeper
 from dispatch.timing import retry
-from tenants.roles import Principal
+from tenants import services as tenant_services
+from tenants.roles import Principal, Role
 from tests.support.ledger import Ledger
 from tests.support.net import free_port
 from tests.support.procs import ROOT, Proc, WebServer, processes
@@ -134,6 +135,7 @@ def test_a_handed_off_run_heartbeats_and_succeeds_with_its_output(
     done = of_kind(execution, "attempt_succeeded")[0]
     assert done.actor == "target callback" and done.data["completed_by"] == "callback"
     assert done.data["output"] == {"execution_id": str(execution.id), "worked_s": 2.0}
+    assert execution.output == {"execution_id": str(execution.id), "worked_s": 2.0}
     # The run's time is the target's, not the hand-off's.
     assert done.data["latency_ms"] >= 2000
 
@@ -289,6 +291,9 @@ def test_a_queue_message_carries_the_capability_and_its_consumer_completes_it(
     job.heartbeat(progress=50, message="half")
     assert job.succeed({"rows": 3})["state"] == "succeeded"
     assert state_of(execution) == "succeeded"
+    # The API and the client's model carry the result.
+    viewer = Client(up.url, token=tenant_token(admin_principal))
+    assert viewer.get_execution(str(execution.id)).output == {"rows": 3}
 
 
 def test_the_definition_names_a_wrong_completion_field(admin_principal: Principal) -> None:
@@ -415,6 +420,7 @@ def test_a_re_run_leaves_the_earlier_attempts_capability_stale(
     assert refused(job) == 3
     execution.refresh_from_db()
     assert execution.state == "scheduled" and execution.attempt == 2
+    assert execution.output is None  # a re-run starts without the earlier result
     assert [e.data.get("output") for e in of_kind(execution, "attempt_succeeded")] == [
         {"first": True}
     ]
@@ -500,3 +506,8 @@ def test_a_queue_consumer_that_fails_twice_then_succeeds(
     claims = [e.at for e in of_kind(execution, "claimed")]
     assert len(claims) == 3
     assert all((b - a).total_seconds() >= floor for a, b in pairwise(claims))
+
+
+def tenant_token(principal: Principal) -> str:
+    _, raw = tenant_services.token_issue(tenant=principal.tenant, name="viewer", role=Role.VIEWER)
+    return str(raw)
