@@ -63,6 +63,16 @@ def occurrence_window(execution: uuid.UUID | str) -> tuple[datetime, datetime] |
     return start, start + _MS
 
 
+def occurrence_bounds(execution: uuid.UUID | str) -> dict[str, datetime | str]:
+    """`lo` and `hi` of a statement that names one execution by id: its occurrence's
+    millisecond, or unbounded (`-infinity`, `infinity`) for an id that does not carry
+    it. PostgreSQL then plans the one day partition instead of every one."""
+    window = occurrence_window(execution)
+    if window is None:
+        return {"lo": "-infinity", "hi": "infinity"}
+    return {"lo": window[0], "hi": window[1]}
+
+
 class ExecutionIdField(models.UUIDField):  # type: ignore[type-arg]
     """The primary key of Execution: made from the row's own scheduled_for when the
     row is saved or bulk-created without one (Django asks get_pk_value_on_save), so

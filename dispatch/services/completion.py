@@ -19,7 +19,7 @@ from typing import Any
 from core.db import db_now
 from dispatch import completion, logs
 from dispatch.exceptions import StateConflict
-from dispatch.history.ids import occurrence_window
+from dispatch.history.ids import occurrence_bounds
 from dispatch.sql import sql
 from dispatch.states import EventKind, ExecutionState
 from dispatch.targets.runtime import Outcome, clip
@@ -39,16 +39,10 @@ class Beat:
 def _current(cap: completion.Capability) -> tuple[Claim, Any]:
     """The capability's attempt as a Claim (what recording its end needs), if it is
     still the running attempt at the capability's token; else StateConflict (409),
-    recorded. NotFound when the execution is gone (completion.verify vouched for the
-    id, so it existed: its day was archived, or the tenant deleted)."""
-    window = occurrence_window(cap.execution_id)
+    recorded. Also 409 when the row is gone (completion.verify vouched for the id, so
+    it existed: its day has been archived since)."""
     row = sql.one(
-        "completion_attempt",
-        {
-            "id": cap.execution_id,
-            "lo": window[0] if window else "-infinity",
-            "hi": window[1] if window else "infinity",
-        },
+        "completion_attempt", {"id": cap.execution_id} | occurrence_bounds(cap.execution_id)
     )
     if row is None:
         raise StateConflict("the execution is no longer in the database; nothing to complete")
@@ -77,38 +71,7 @@ def _current(cap: completion.Capability) -> tuple[Claim, Any]:
             actor=ACTOR,
         )
         raise StateConflict(message)
-    claim = Claim(
-        execution_id=str(row.execution_id),
-        attempt=row.attempt,
-        fencing_token=row.fencing_token,
-        scheduled_for=row.scheduled_for,
-        schedule_id=str(row.schedule_id),
-        schedule_name=row.schedule_name,
-        target=_json(row.target),
-        retry=_json(row.retry),
-        timeout_s=row.timeout_s,
-        schedule_deleted=False,
-        tenant_id=row.tenant_id,
-        tenant_slug=row.tenant_slug,
-        signing_key="",
-        egress_allow=[],
-        tenant_active=True,
-        owner=ACTOR,
-        attempt_base=row.attempt_base,
-        reruns=row.reruns,
-        has_dependents=row.has_dependents,
-        alert_failing=row.alert_failing,
-        counts_runs=row.counts_runs,
-        counted=row.counted,
-        max_runs=row.max_runs,
-    )
-    return claim, row
-
-
-def _json(value: Any) -> dict[str, Any]:
-    # Outside the ORM, jsonb comes back undecoded.
-    decoded = json.loads(value) if isinstance(value, (str, bytes)) else value
-    return dict(decoded or {})
+    return leases.claim_from_row(row, owner=ACTOR), row
 
 
 def completion_heartbeat(

@@ -279,10 +279,14 @@ SELECT e.id AS execution_id, e.attempt, e.attempt_base, e.reruns, e.fencing_toke
        s.id AS schedule_id, s.name AS schedule_name,
        COALESCE(e.target_override, s.target) AS target, s.retry,
        COALESCE((e.target_override->>'timeout_s')::int, s.timeout_s) AS timeout_s,
-       t.id AS tenant_id, t.slug AS tenant_slug,
+       s.deleted_at IS NOT NULL AS schedule_deleted,
+       t.id AS tenant_id, t.slug AS tenant_slug, t.signing_key, t.egress_allow,
+       t.active AS tenant_active,
        EXISTS (SELECT 1 FROM dispatch_schedule_depends_on link WHERE link.to_schedule_id = e.schedule_id)
            AS has_dependents,
-       s.alert_failing, s.max_runs IS NOT NULL AS counts_runs, e.counted, s.max_runs
+       s.alert_failing, s.max_runs IS NOT NULL AS counts_runs, e.counted, s.max_runs,
+       -- As a claim reads them; a callback ends an attempt that was started already.
+       false AS started, false AS schedule_completed
   FROM dispatch_execution e
   JOIN dispatch_schedule s ON s.id = e.schedule_id
   JOIN tenants_tenant t ON t.id = e.tenant_id

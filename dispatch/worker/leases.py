@@ -33,7 +33,7 @@ from django.db import InterfaceError, OperationalError, connection, transaction
 
 from dispatch import completion
 from dispatch.alerting import decision
-from dispatch.history.ids import occurrence_window
+from dispatch.history.ids import occurrence_bounds
 from dispatch.scheduler import dependencies
 from dispatch.sql import sql
 from dispatch.states import FINAL_STATES, ExecutionState
@@ -145,7 +145,6 @@ def execution_claim(*, execution_id: str, attempt: int, owner: str, lease_s: flo
     sent = time.monotonic()
     # Every execution id is made from its scheduled_for (dispatch/history/ids.py); one
     # from before that (a random id) is looked for in every partition.
-    window = occurrence_window(execution_id)
     row = sql.one(
         "claim_execution",
         {
@@ -154,12 +153,17 @@ def execution_claim(*, execution_id: str, attempt: int, owner: str, lease_s: flo
             "owner": owner,
             "lease_s": lease_s,
             "kinds": KNOWN_KINDS,
-            "lo": window[0] if window else "-infinity",
-            "hi": window[1] if window else "infinity",
-        },
+        }
+        | occurrence_bounds(execution_id),
     )
     if row is None:
         return None
+    return claim_from_row(row, owner=owner, claimed_at=sent)
+
+
+def claim_from_row(row: Any, *, owner: str, claimed_at: float = 0.0) -> Claim:
+    """A Claim from a row with the claim's columns (claim_execution's, and
+    completion_attempt's for a completion callback, which finishes as a claim would)."""
     return Claim(
         execution_id=str(row.execution_id),
         attempt=row.attempt,
@@ -186,7 +190,7 @@ def execution_claim(*, execution_id: str, attempt: int, owner: str, lease_s: flo
         counted=row.counted,
         schedule_completed=row.schedule_completed,
         max_runs=row.max_runs,
-        claimed_at=sent,
+        claimed_at=claimed_at,
     )
 
 

@@ -1,6 +1,8 @@
 """Shared fixtures of the worker tests: one real Celery worker per module (started
-as the module's `worker_settings` say) with one ledger per module it may call, and
-`start_worker` for tests that start, kill and pause workers of their own."""
+as the module's `worker_settings` say) with one ledger per module it may call,
+`start_worker` for tests that start, kill and pause workers of their own, and the
+platform's web (`web`) at a URL chosen first (`platform_url`), for modules whose
+workers must name it (identity tokens, completion callbacks, live logs)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ import pytest
 from django.conf import settings
 
 from tests.support.ledger import Ledger, Respond
-from tests.support.procs import Proc
+from tests.support.net import free_port
+from tests.support.procs import Proc, WebServer, processes
 from tests.support.worker_support import purge, worker_processes
 
 
@@ -53,3 +56,24 @@ def start_worker(tmp_path: Path) -> Iterator[Callable[..., Proc]]:
     with worker_processes(tmp_path) as start:
         yield start
     purge(settings.CELERY_BROKER_URL)
+
+
+@pytest.fixture(scope="module")
+def platform_url() -> str:
+    """The platform's URL as web and worker are told it (PLATFORM_URL)."""
+    return f"http://127.0.0.1:{free_port()}"
+
+
+@pytest.fixture(scope="module")
+def web(
+    platform_url: str,
+    django_db_setup: Any,
+    django_db_blocker: Any,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[WebServer]:
+    """gunicorn at `platform_url` for the module (one process, four threads)."""
+    port = int(platform_url.rsplit(":", 1)[1])
+    with django_db_blocker.unblock(), processes(tmp_path_factory.mktemp("web")) as start:
+        yield WebServer(
+            start, port=port, PLATFORM_URL=platform_url, WEB_WORKERS="1", WEB_THREADS="4"
+        )

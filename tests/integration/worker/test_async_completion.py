@@ -51,29 +51,15 @@ TWO_TRIES = {"max_attempts": 2, "backoff": "fixed", "initial_s": 1, "max_s": 1}
 
 
 @pytest.fixture(scope="module")
-def platform_url() -> str:
-    return f"http://127.0.0.1:{free_port()}"
-
-
-@pytest.fixture(scope="module")
 def receiver_port() -> int:
     return free_port()
 
 
 @pytest.fixture(scope="module")
-def services_up(
-    platform_url: str,
-    receiver_port: int,
-    django_db_setup: Any,
-    django_db_blocker: Any,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[tuple[WebServer, Proc]]:
-    """The platform's web (where callbacks land) and the tenant's receiver."""
-    port = int(platform_url.rsplit(":", 1)[1])
-    with django_db_blocker.unblock(), processes(tmp_path_factory.mktemp("completion")) as start:
-        web = WebServer(start, port=port, PLATFORM_URL=platform_url, WEB_WORKERS="1")
-        receiver = start("receiver", [sys.executable, str(RECEIVER), "--port", str(receiver_port)])
-        yield web, receiver
+def receiver(receiver_port: int, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
+    """The tenant's service: the docs' reference receiver, a real process."""
+    with processes(tmp_path_factory.mktemp("receiver")) as start:
+        yield start("receiver", [sys.executable, str(RECEIVER), "--port", str(receiver_port)])
 
 
 @pytest.fixture(scope="module")
@@ -86,12 +72,10 @@ def worker_settings(platform_url: str, receiver_port: int) -> dict[str, Any]:
 
 
 @pytest.fixture
-def up(
-    services_up: tuple[WebServer, Proc], worker: Proc, settings: Any, platform_url: str
-) -> WebServer:
+def up(web: WebServer, receiver: Proc, worker: Proc, settings: Any, platform_url: str) -> WebServer:
     # This process names callback URLs as the web and the worker do.
     settings.PLATFORM_URL = platform_url
-    return services_up[0]
+    return web
 
 
 def target(
@@ -433,7 +417,7 @@ def test_a_worker_restarted_mid_run_leaves_one_attempt_and_one_call(
     up: WebServer,
     admin_principal: Principal,
     receiver_port: int,
-    services_up: tuple[WebServer, Proc],
+    receiver: Proc,
     start_worker: Any,
     platform_url: str,
 ) -> None:
@@ -453,7 +437,7 @@ def test_a_worker_restarted_mid_run_leaves_one_attempt_and_one_call(
     execution.refresh_from_db()
     assert execution.attempt == 1 and execution.fencing_token == 1
     assert [e.kind for e in events(execution)].count("claimed") == 1
-    calls = [line for line in services_up[1].output().splitlines() if f"POST {path} " in line]
+    calls = [line for line in receiver.output().splitlines() if f"POST {path} " in line]
     assert len(calls) == 1, calls
     assert of_kind(execution, "attempt_succeeded")[0].data["output"]["worked_s"] == 4.0
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -24,8 +23,7 @@ from tenants import services as tenant_services
 from tenants.models import Tenant
 from tenants.roles import Principal, Role
 from tests.support.console_support import client_for, text, user
-from tests.support.net import free_port
-from tests.support.procs import ROOT, Proc, WebServer, processes
+from tests.support.procs import ROOT, Proc, WebServer
 from tests.support.worker_support import (
     Pump,
     db_now,
@@ -38,23 +36,6 @@ from tests.support.worker_support import (
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 CAP = 50  # LIVE_LOG_MAX_LINES of the module's worker
-
-
-@pytest.fixture(scope="module")
-def platform_url() -> str:
-    return f"http://127.0.0.1:{free_port()}"
-
-
-@pytest.fixture(scope="module")
-def web(
-    platform_url: str,
-    django_db_setup: Any,
-    django_db_blocker: Any,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[WebServer]:
-    port = int(platform_url.rsplit(":", 1)[1])
-    with django_db_blocker.unblock(), processes(tmp_path_factory.mktemp("logs-web")) as start:
-        yield WebServer(start, port=port, PLATFORM_URL=platform_url, WEB_WORKERS="1")
 
 
 @pytest.fixture(scope="module")

@@ -31,34 +31,13 @@ from dispatch.services.identity import key_ensure, key_rotate
 from dispatch.targets.runtime import RunContext
 from tenants.roles import Principal
 from tests.support.ledger import Ledger
-from tests.support.net import free_port
-from tests.support.procs import Proc, WebServer, manage, processes
+from tests.support.procs import Proc, WebServer, manage
 from tests.support.procs import test_database_url as database_url
 from tests.support.worker_support import run_queue_target, run_to_end
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 TRACEPARENT = re.compile(r"^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
-
-
-@pytest.fixture(scope="module")
-def platform_url() -> str:
-    """The platform's URL as web and worker are told it (the issuer of every token)."""
-    return f"http://127.0.0.1:{free_port()}"
-
-
-@pytest.fixture(scope="module")
-def web(
-    platform_url: str,
-    django_db_setup: Any,
-    django_db_blocker: Any,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[WebServer]:
-    port = int(platform_url.rsplit(":", 1)[1])
-    with django_db_blocker.unblock(), processes(tmp_path_factory.mktemp("web")) as start:
-        yield WebServer(
-            start, port=port, PLATFORM_URL=platform_url, WEB_WORKERS="1", WEB_THREADS="4"
-        )
 
 
 @pytest.fixture(scope="module")
