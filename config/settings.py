@@ -442,9 +442,10 @@ FINISH_RETRY_S = float(get("FINISH_RETRY_S", "30") or 30)
 WORKER_ID = get("WORKER_ID", "") or ""
 # Stored response / output excerpts are cut to this many bytes.
 RESPONSE_EXCERPT_BYTES = get_int("RESPONSE_EXCERPT_BYTES", 4096)
-# Live logs of an attempt (dispatch/logs.py), in Redis: lines kept per attempt (the
-# oldest go first), characters per line, and how long after its last line a log lives.
-LIVE_LOG_MAX_LINES = get_int("LIVE_LOG_MAX_LINES", 10_000)
+# Live logs of an attempt (dispatch/logs.py), in Redis while it runs, then kept with
+# the execution: text bytes kept per attempt (the oldest lines go first), characters
+# per line, and how long a log never sealed (its attempt's end not seen) lives.
+LIVE_LOG_MAX_BYTES = get_int("LIVE_LOG_MAX_BYTES", 1024 * 1024)
 LIVE_LOG_LINE_CHARS = get_int("LIVE_LOG_LINE_CHARS", 2_000)
 LIVE_LOG_RETENTION_S = get_int("LIVE_LOG_RETENTION_S", 7 * 24 * 3600)
 # Secret references are resolved at run time by these backends ("env", "vault";

@@ -122,6 +122,11 @@ urlpatterns = [
     path("executions/bulk", executions.execution_bulk, name="console-executions-bulk"),
     path("executions/<uuid:execution_id>/", executions.execution_detail, name="console-execution"),
     path(
+        "executions/<uuid:execution_id>/log",
+        executions.execution_log_follow,
+        name="console-execution-log",
+    ),
+    path(
         "executions/<uuid:execution_id>/cancel",
         executions.execution_cancel,
         name="console-execution-cancel",

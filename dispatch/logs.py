@@ -1,17 +1,25 @@
 """Live logs of an attempt: what a managed command prints while it runs, and the
 lines a handed-off target sends with its heartbeats (dispatch/completion.py),
-readable — and followable — while the attempt runs and for LIVE_LOG_RETENTION_S
-after it.
+readable — and followable — while the attempt runs, and kept with the execution
+once it ends.
 
-Each attempt's lines are a Redis stream (`dispatch:log:<execution>:<attempt>`),
-capped at LIVE_LOG_MAX_LINES (the oldest go first) and LIVE_LOG_LINE_CHARS a line,
-expiring LIVE_LOG_RETENTION_S after the last line. The stream id is the reader's
-cursor, and a follower blocks on it (XREAD BLOCK) instead of polling. Lines are
-redacted of the attempt's secrets before they are stored, like the excerpt.
+While the attempt runs, its lines are a Redis stream (`dispatch:log:<execution>:
+<attempt>`) beside a small hash of its accounting (`…:meta`): the text bytes kept,
+the lines written and dropped, the highest fencing token that wrote, whether the log is
+sealed, and the lines it refused. Every append is one Lua script, so the checks and the write are one
+step: a sealed log takes no more lines, a writer whose fencing token is below one
+that already wrote is refused (a stale attempt cannot write), and the log keeps its
+newest LIVE_LOG_MAX_BYTES of text (the oldest lines go first, counted as dropped, so
+a reader is told the log was truncated). The stream id is the reader's cursor; a
+follower blocks on it (XREAD BLOCK) instead of polling. Lines are redacted of the
+attempt's secrets before they are stored, like the excerpt.
 
-Live logs are a view, never a record: the execution keeps its excerpt in the
-database as before, and a Redis that is away costs the live view, never the run
-(appends give up quietly, once logged per attempt).
+When the attempt ends (its finish, its completion callback, the sweeper, a cancel),
+`seal` closes the log and hands back what it holds; the caller keeps that with the
+execution (dispatch/services/logs.py) — archived and dropped with its history — and
+then `discard`s the stream. A Redis that is away costs the live view, never the run
+(appends give up quietly, once logged per attempt); a log never sealed expires
+LIVE_LOG_RETENTION_S after its last line.
 """
 
 from __future__ import annotations
@@ -33,6 +41,74 @@ log = logging.getLogger("dispatch.logs")
 STREAMS = ("output", "target")
 FOLLOW_MAX_S = 20.0
 READ_MAX_LINES = 1000
+# What append() answers besides a count of lines stored.
+SEALED = -1
+STALE = -2
+
+# KEYS: the stream, its meta hash. ARGV: byte cap, seconds to keep, time, stream name,
+# the writer's fencing token ("" when it has none), then the lines.
+_APPEND = """
+local meta = KEYS[2]
+local n = #ARGV - 5
+if redis.call('HEXISTS', meta, 'sealed') == 1 then
+  redis.call('HINCRBY', meta, 'refused', n)
+  return -1
+end
+local token = tonumber(ARGV[5])
+if token then
+  local fence = tonumber(redis.call('HGET', meta, 'fence') or '0')
+  if token < fence then
+    redis.call('HINCRBY', meta, 'refused', n)
+    return -2
+  end
+  if token > fence then redis.call('HSET', meta, 'fence', token) end
+end
+local cap = tonumber(ARGV[1])
+local size = tonumber(redis.call('HGET', meta, 'bytes') or '0')
+for i = 6, #ARGV do
+  redis.call('XADD', KEYS[1], '*', 'at', ARGV[3], 'stream', ARGV[4], 'text', ARGV[i])
+  size = size + #ARGV[i]
+end
+local dropped = 0
+while size > cap do
+  local oldest = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 256)
+  if #oldest == 0 then size = 0 break end
+  local keep = nil
+  for _, entry in ipairs(oldest) do
+    if size <= cap then keep = entry[1] break end
+    local fields = entry[2]
+    for j = 1, #fields, 2 do
+      if fields[j] == 'text' then size = size - #fields[j + 1] end
+    end
+    dropped = dropped + 1
+  end
+  if keep then
+    redis.call('XTRIM', KEYS[1], 'MINID', keep)
+  else  -- every entry read goes: keep from just after the last of them
+    local ms, seq = string.match(oldest[#oldest][1], '(%d+)-(%d+)')
+    redis.call('XTRIM', KEYS[1], 'MINID', ms .. '-' .. (tonumber(seq) + 1))
+  end
+end
+redis.call('HSET', meta, 'bytes', size)
+redis.call('HINCRBY', meta, 'written', n)
+if dropped > 0 then redis.call('HINCRBY', meta, 'dropped', dropped) end
+redis.call('EXPIRE', KEYS[1], ARGV[2])
+redis.call('EXPIRE', meta, ARGV[2])
+return n
+"""
+
+# KEYS: the stream, its meta hash. ARGV: seconds to keep the seal. Nil when the log
+# was sealed already (someone else keeps it); else its lines and accounting. A last
+# entry without text wakes the followers blocked on the stream (they then find the
+# attempt ended) instead of leaving them to their timeout.
+_SEAL = """
+if redis.call('HSETNX', KEYS[2], 'sealed', '1') == 0 then return false end
+redis.call('EXPIRE', KEYS[2], ARGV[1])
+local found = {redis.call('XRANGE', KEYS[1], '-', '+'), redis.call('HGETALL', KEYS[2])}
+redis.call('XADD', KEYS[1], '*', 'sealed', '1')
+redis.call('EXPIRE', KEYS[1], ARGV[1])
+return found
+"""
 
 # Two clients per process (rebuilt after a fork: sockets are not shared): a reader's
 # socket waits longer than a follower blocks; a writer's gives up in a second, so a
@@ -50,18 +126,39 @@ def _redis(role: str = "read") -> Any:
         import redis
 
         wait = FOLLOW_MAX_S + 5 if role == "read" else 1.0
-        _clients[role] = redis.Redis.from_url(
+        client = redis.Redis.from_url(
             settings.REDIS_URL, socket_timeout=wait, socket_connect_timeout=1
         )
+        _clients[role] = client
+        _clients[f"{role}:append"] = client.register_script(_APPEND)
+        _clients[f"{role}:seal"] = client.register_script(_SEAL)
     return _clients[role]
+
+
+def _script(role: str, name: str) -> Any:
+    _redis(role)
+    return _clients[f"{role}:{name}"]
 
 
 def key(execution_id: str, attempt: int) -> str:
     return f"dispatch:log:{execution_id}:{attempt}"
 
 
-def append(execution_id: str, attempt: int, stream: str, lines: Iterable[str]) -> int:
-    """Add lines to the attempt's log; how many were stored (0 when Redis is away)."""
+def meta_key(name: str) -> str:
+    return f"{name}:meta"
+
+
+def append(
+    execution_id: str,
+    attempt: int,
+    stream: str,
+    lines: Iterable[str],
+    *,
+    fencing_token: int | None,
+) -> int:
+    """Add lines to the attempt's log under the writer's fencing token: how many were
+    stored, 0 when Redis is away, SEALED when the attempt's log is closed, STALE when a
+    later token of the attempt has written."""
     import redis
 
     limit = int(settings.LIVE_LOG_LINE_CHARS)
@@ -69,41 +166,39 @@ def append(execution_id: str, attempt: int, stream: str, lines: Iterable[str]) -
     if not batch:
         return 0
     name = key(execution_id, attempt)
-    now = f"{time.time():.6f}"
-    keep = int(settings.LIVE_LOG_RETENTION_S)
+    args = [
+        int(settings.LIVE_LOG_MAX_BYTES),
+        int(settings.LIVE_LOG_RETENTION_S),
+        f"{time.time():.6f}",
+        stream,
+        "" if fencing_token is None else str(fencing_token),
+        *batch,
+    ]
     try:
-        pipe = _redis("write").pipeline(transaction=False)
-        for line in batch:
-            pipe.xadd(
-                name,
-                {"at": now, "stream": stream, "text": line},
-                maxlen=int(settings.LIVE_LOG_MAX_LINES),
-                approximate=False,
-            )
-        # Every line written, kept or not: a reader tells how many the cap dropped.
-        pipe.incrby(f"{name}:written", len(batch))
-        pipe.expire(name, keep)
-        pipe.expire(f"{name}:written", keep)
-        pipe.execute()
+        stored = int(_script("write", "append")(keys=[name, meta_key(name)], args=args))
     except redis.RedisError as exc:
         log.warning("live log of %s attempt %s not stored: %s", execution_id, attempt, exc)
         return 0
-    return len(batch)
+    if stored < 0:
+        log.info(
+            "live log of %s attempt %s refused %d lines: %s",
+            execution_id,
+            attempt,
+            len(batch),
+            "the log is sealed" if stored == SEALED else "a later token wrote",
+        )
+    return stored
 
 
 def dropped(execution_id: str, attempt: int) -> int:
     """Lines of the attempt's log the cap dropped (the oldest), 0 when none or unknown."""
     import redis
 
-    name = key(execution_id, attempt)
     try:
-        pipe = _redis().pipeline(transaction=False)
-        pipe.get(f"{name}:written")
-        pipe.xlen(name)
-        written, kept = pipe.execute()
+        value = _redis().hget(meta_key(key(execution_id, attempt)), "dropped")
     except redis.RedisError:
         return 0
-    return max(0, int(written or 0) - int(kept or 0))
+    return int(value or 0)
 
 
 @dataclass(frozen=True)
@@ -112,6 +207,16 @@ class Line:
     at: datetime
     stream: str
     text: str
+
+
+@dataclass(frozen=True)
+class Sealed:
+    """An ended attempt's log as the seal found it."""
+
+    lines: list[Line]
+    written: int
+    dropped: int
+    bytes: int
 
 
 def read(
@@ -136,7 +241,7 @@ def read(
         raise LiveLogUnavailable(
             f"live logs are unavailable just now (Redis: {type(exc).__name__}); try again"
         ) from None
-    return [_line(cursor, fields) for cursor, fields in rows]
+    return _lines(rows)
 
 
 def tail(execution_id: str, attempt: int, n: int) -> list[Line]:
@@ -147,20 +252,79 @@ def tail(execution_id: str, attempt: int, n: int) -> list[Line]:
         rows = _redis().xrevrange(key(execution_id, attempt), count=n)
     except redis.RedisError:
         return []
-    return [_line(cursor, fields) for cursor, fields in reversed(rows)]
+    return _lines(reversed(rows))
+
+
+def seal(execution_id: str, attempt: int) -> Sealed | None:
+    """Close the attempt's log to every writer and hand back what it holds; None when
+    another caller sealed it first or Redis is away (the log then expires on its own).
+    The stream stays readable until `discard`."""
+    import redis
+
+    name = key(execution_id, attempt)
+    try:
+        found = _script("write", "seal")(
+            keys=[name, meta_key(name)], args=[int(settings.LIVE_LOG_RETENTION_S)]
+        )
+    except redis.RedisError as exc:
+        log.warning("live log of %s attempt %s not sealed: %s", execution_id, attempt, exc)
+        return None
+    if not found:
+        return None
+    rows, flat = found
+    meta = {_text(flat[i]): _text(flat[i + 1]) for i in range(0, len(flat), 2)}
+    return Sealed(
+        lines=_lines((cursor, _pairs(fields)) for cursor, fields in rows),
+        written=int(meta.get("written") or 0),
+        dropped=int(meta.get("dropped") or 0),
+        bytes=int(meta.get("bytes") or 0),
+    )
+
+
+def discard(execution_id: str, attempt: int) -> None:
+    """Drop a sealed log's stream (it is kept elsewhere now); the seal stays, so a late
+    writer is still refused until it expires."""
+    import redis
+
+    try:
+        _redis("write").delete(key(execution_id, attempt))
+    except redis.RedisError as exc:
+        log.warning("live log of %s attempt %s not discarded: %s", execution_id, attempt, exc)
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _pairs(flat: list[Any]) -> dict[bytes, Any]:
+    """A Lua reply's flat field list as redis-py gives a stream entry's fields."""
+    return {
+        (k if isinstance(k, bytes) else str(k).encode()): v
+        for k, v in zip(flat[::2], flat[1::2], strict=True)
+    }
+
+
+def _lines(rows: Iterable[tuple[Any, dict[Any, Any]]]) -> list[Line]:
+    """Stream entries as lines; the seal's wake-up entry (no text) is none."""
+    return [_line(cursor, fields) for cursor, fields in rows if b"text" in fields]
 
 
 def _line(cursor: Any, fields: dict[Any, Any]) -> Line:
     def text(name: str) -> str:
-        value = fields.get(name.encode(), b"")
-        return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+        return _text(fields.get(name.encode(), b""))
 
     return Line(
-        cursor=cursor.decode() if isinstance(cursor, bytes) else str(cursor),
+        cursor=_text(cursor),
         at=datetime.fromtimestamp(float(text("at") or 0), tz=UTC),
         stream=text("stream"),
         text=text("text"),
     )
+
+
+def cursor_key(cursor: str) -> tuple[int, int]:
+    """A cursor's order: stream ids compare as (milliseconds, sequence)."""
+    ms, _, seq = cursor.partition("-")
+    return int(ms), int(seq)
 
 
 def valid_cursor(value: str) -> bool:
@@ -170,18 +334,35 @@ def valid_cursor(value: str) -> bool:
 
 
 class LineWriter:
-    """Bytes a process prints, as lines of the attempt's live log: split at newlines
-    (a partial line waits for its end, or for close()), decoded leniently, redacted."""
+    """Bytes a process prints, as lines of the attempt's live log under its fencing
+    token: split at newlines (a partial line waits for its end, or for close()),
+    decoded leniently, redacted.
+
+    With `quiet_s`, lines are held until that long after the writer was made, and
+    dropped if it is closed before: an answer that is complete at once (most HTTP
+    calls) costs no live log at all — its excerpt is its record — while one that
+    streams for longer is followed. `stored` counts the lines the log took."""
 
     def __init__(
-        self, execution_id: str, attempt: int, *, stream: str, redact: Callable[[str], str]
+        self,
+        execution_id: str,
+        attempt: int,
+        *,
+        stream: str,
+        redact: Callable[[str], str],
+        fencing_token: int | None,
+        quiet_s: float = 0.0,
     ) -> None:
         self.execution_id = execution_id
         self.attempt = attempt
         self.stream = stream
         self.redact = redact
+        self.fencing_token = fencing_token
+        self.stored = 0
         self._partial = b""
-        self._dead = False  # Redis refused once: no more tries for this attempt
+        self._dead = False  # refused once (Redis away, log sealed, stale): no more tries
+        self._hold_until = time.monotonic() + quiet_s
+        self._held: list[str] = []
 
     def feed(self, chunk: bytes) -> None:
         data = self._partial + chunk
@@ -196,8 +377,22 @@ class LineWriter:
         if self._partial:
             self._send([self._partial])
             self._partial = b""
+        self._held = []  # closed within quiet_s: not a log
 
     def _send(self, raw: list[bytes]) -> None:
         lines = [self.redact(r.decode("utf-8", "replace").rstrip("\r")) for r in raw]
+        if self._hold_until and time.monotonic() < self._hold_until:
+            self._held += lines
+            return
+        self._hold_until = 0.0
+        lines, self._held = self._held + lines, []
         if lines and not self._dead:
-            self._dead = append(self.execution_id, self.attempt, self.stream, lines) == 0
+            stored = append(
+                self.execution_id,
+                self.attempt,
+                self.stream,
+                lines,
+                fencing_token=self.fencing_token,
+            )
+            self._dead = stored <= 0
+            self.stored += max(0, stored)

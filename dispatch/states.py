@@ -150,6 +150,10 @@ class EventKind(models.TextChoices):
     AWAITING_COMPLETION = "awaiting_completion"
     TARGET_HEARTBEAT = "target_heartbeat"
     COMPLETION_REJECTED = "completion_rejected"
+    # An ended attempt's live log, kept with the execution when the attempt ended
+    # (dispatch/services/logs.py): `data.lines` holds [cursor, at, stream, text] per
+    # line. Not shown on the timeline; read through the log endpoints.
+    ATTEMPT_LOG = "attempt_log"
     # The execution's alerts (dispatch/alerting): sent, given up, or held.
     ALERT_SENT = "alert_sent"
     ALERT_FAILED = "alert_failed"
@@ -173,6 +177,9 @@ HELD_EVENT_KINDS = frozenset(
 ATTEMPT_END_EVENT_KINDS = frozenset(
     {EventKind.ATTEMPT_SUCCEEDED, EventKind.ATTEMPT_FAILED, EventKind.DEAD, EventKind.TIMED_OUT}
 )
+# Records kept with an execution's events that are not steps of its timeline (the
+# timeline, the explainer and the API's events leave them out).
+OFF_TIMELINE_EVENT_KINDS = frozenset({EventKind.ATTEMPT_LOG})
 # A run stopped or not started because it was cancelled.
 CANCEL_EVENT_KINDS = frozenset({EventKind.CANCELLED, EventKind.CANCELLED_STOP})
 

@@ -9,6 +9,7 @@ and 400 (naming the field) are shown on that page, never a 500."""
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 from functools import partial
 from typing import Any
 from urllib.parse import urlencode
@@ -17,20 +18,41 @@ from django.conf import settings
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django_htmx.http import reswap, retarget
 
 from console import control_forms
 from console.access import base_context, tenant_view, viewer_zone
 from console.views.common import is_htmx, next_url
 from console.views.schedules import bulk_review
 from dispatch import logs, selectors, services
-from dispatch.exceptions import DispatchError, NotFound
+from dispatch.exceptions import DispatchError, LiveLogUnavailable, NotFound
 from dispatch.models import Execution
-from dispatch.states import ACTIVE_STATES, FINAL_STATES, ExecutionState
+from dispatch.states import ACTIVE_STATES, FINAL_STATES, IN_FLIGHT_STATES, ExecutionState
 from tenants.roles import Principal, Role
 
-# Lines of the live log the execution page shows (the API pages through all of them).
+# Lines of the live log the execution page opens with (the API pages through all of
+# them); while the attempt runs or is due within LIVE_LOG_SOON, the page asks for new
+# lines every LIVE_LOG_POLL_MS and appends at most LIVE_LOG_STEP_LINES a time; while it
+# waits for a later start, every LIVE_LOG_IDLE_POLL_MS.
 LIVE_LOG_LINES = 200
+LIVE_LOG_POLL_MS = 500
+LIVE_LOG_IDLE_POLL_MS = 2000
+LIVE_LOG_SOON = timedelta(minutes=1)
+LIVE_LOG_STEP_LINES = 500
+
+
+def _follow(execution: Execution) -> dict[str, Any]:
+    """Whether the page follows the log (lines may still come), and how often it asks:
+    often once the attempt runs or is about to (its first lines must not wait), seldom
+    for one due later."""
+    due = execution.next_attempt_at or execution.due_at
+    soon = execution.state in IN_FLIGHT_STATES or due <= timezone.now() + LIVE_LOG_SOON
+    return {
+        "log_following": execution.state in ACTIVE_STATES,
+        "log_poll_ms": LIVE_LOG_POLL_MS if soon else LIVE_LOG_IDLE_POLL_MS,
+    }
 
 
 def _execution_or_404(principal: Principal, execution_id: uuid.UUID) -> Execution:
@@ -92,11 +114,7 @@ def execution_detail(
         archived=record.archived,
         schedule=execution.schedule,
         timeline=selectors.execution_timeline(execution=execution, events=events),
-        # The current attempt's live log, its last lines (dispatch/logs.py): while it runs
-        # this region polls, so the tail follows the output.
-        live_log=logs.tail(str(execution.id), execution.attempt, LIVE_LOG_LINES)
-        if record.archived is None
-        else [],
+        **(_live_log(execution) if record.archived is None else {}),
         zone=execution.schedule.timezone,
         message=request.GET.get("done", "")[:200],
         **controls,
@@ -104,6 +122,63 @@ def execution_detail(
     if is_htmx(request) and request.headers.get("HX-Target") == "execution-live":
         return render(request, "console/execution_detail.html#live", ctx)
     return render(request, "console/execution_detail.html", ctx)
+
+
+def _live_log(execution: Execution) -> dict[str, Any]:
+    """The current attempt's log, its last lines, and whether the page follows it (the
+    execution is in flight: lines may still come)."""
+    lines = selectors.attempt_log_tail(
+        execution=execution, attempt=execution.attempt, n=LIVE_LOG_LINES
+    )
+    follow = _follow(execution)
+    return {
+        "live_log": lines,
+        "log_attempt": execution.attempt,
+        "log_cursor": lines[-1].cursor if lines else "",
+        "log_shown": bool(lines) or follow["log_following"],
+    } | follow
+
+
+@require_GET
+@tenant_view(Role.VIEWER)
+def execution_log_follow(
+    request: HttpRequest, principal: Principal, execution_id: uuid.UUID
+) -> HttpResponse:
+    """The live log's next lines for the execution page (htmx, every LIVE_LOG_POLL_MS
+    while it follows): appended after the page's last cursor, with the follower that
+    asks again. A new attempt replaces the whole log region; an ended one stops it."""
+    execution = _execution_or_404(principal, execution_id)
+    after = request.GET.get("after") or None
+    try:
+        attempt = int(request.GET.get("attempt", ""))
+    except ValueError:
+        attempt = 0
+    if (after is not None and not logs.valid_cursor(after)) or attempt != execution.attempt:
+        # Another attempt began (a retry, a re-run), or the page's own state is off:
+        # the region starts again from the current attempt.
+        response = render(
+            request,
+            "console/execution_detail.html#livelog",
+            {"execution": execution} | _live_log(execution),
+        )
+        return reswap(retarget(response, "#live-log"), "outerHTML")
+    try:
+        page = selectors.attempt_log(
+            execution=execution, attempt=attempt, after=after, limit=LIVE_LOG_STEP_LINES
+        )
+    except LiveLogUnavailable:
+        page = selectors.LogPage([], 0, kept=False)  # Redis away: try again next time
+    return render(
+        request,
+        "console/execution_detail.html#livelog-step",
+        {
+            "execution": execution,
+            "lines": page.lines,
+            "log_attempt": attempt,
+            "log_cursor": page.lines[-1].cursor if page.lines else (after or ""),
+        }
+        | _follow(execution),
+    )
 
 
 def _done(execution_id: uuid.UUID, message: str) -> HttpResponse:

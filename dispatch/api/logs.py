@@ -1,7 +1,9 @@
 """`GET /v1/executions/{id}/attempts/{n}/log` (and `/v1/executions/{id}/log`, the
-latest attempt's): an attempt's live log (dispatch/logs.py) — what a
-managed command prints and the lines a handed-off target sends with its heartbeats —
-paged by cursor, and followed with `wait` (the answer comes as soon as a line does)."""
+latest attempt's): an attempt's log — what a managed command prints and the lines a
+handed-off target sends with its heartbeats — live from Redis while the attempt runs
+(dispatch/logs.py), from the execution's history once it ended
+(dispatch/selectors/logs.py); paged by cursor, and followed with `wait` (the answer
+comes as soon as a line does)."""
 
 from __future__ import annotations
 
@@ -43,7 +45,7 @@ class LogPageOut(serializers.Serializer[Any]):
         help_text="the execution is still in flight: more lines may come (follow with wait)"
     )
     truncated = serializers.BooleanField(
-        help_text="the per-attempt cap (LIVE_LOG_MAX_LINES) dropped the oldest lines"
+        help_text="the per-attempt cap (LIVE_LOG_MAX_BYTES of text) dropped the oldest lines"
     )
     dropped_lines = serializers.IntegerField(help_text="how many it dropped")
 
@@ -85,7 +87,7 @@ class ExecutionAttemptLogView(StrictQueryView):
         responses=RESPONSES,
     )
     def get(self, request: Request, pk: str, n: str) -> Response:
-        """An attempt's live log, oldest line first, for LIVE_LOG_RETENTION_S after its last line."""
+        """An attempt's log, oldest line first: live while it runs, kept with the execution after."""
         execution = selectors.execution_get(tenant=principal(request).tenant, execution_id=pk)
         attempt = int(n)
         if not 1 <= attempt <= execution.attempt:
@@ -112,10 +114,13 @@ def _page(request: Request, execution: Execution, attempt: int) -> Response:
     wait = int_param(request, "wait", 0, 0, int(logs.FOLLOW_MAX_S))
     limit = int_param(request, "limit", 500, 1, logs.READ_MAX_LINES)
     eid = str(execution.id)
-    lines = logs.read(eid, attempt, after=after, limit=limit, wait_s=wait)
+    page = selectors.attempt_log(
+        execution=execution, attempt=attempt, after=after, limit=limit, wait_s=wait
+    )
+    lines = page.lines
     if wait and not lines:  # it may have ended while we waited
         execution.refresh_from_db(fields=["state", "attempt"])
-    dropped = logs.dropped(eid, attempt)
+    dropped = page.dropped
     return Response(
         {
             "execution_id": eid,

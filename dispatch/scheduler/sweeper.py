@@ -29,6 +29,7 @@ from dispatch import completion
 from dispatch.alerting import decision
 from dispatch.models import ExecutionEvent
 from dispatch.scheduler import dependencies, store
+from dispatch.services.logs import keep_attempt_log
 from dispatch.states import EventKind, ExecutionState
 from dispatch.targets.runtime import clip
 from dispatch.timing import retry
@@ -126,6 +127,11 @@ def sweep_expired_leases(*, partitions: list[int] | None, limit: int = 500) -> i
         events: list[ExecutionEvent] = []
         for execution_id, (attempt_now, token_now) in applied.items():
             plan = plans[execution_id]
+            # The attempt ended here: its log is kept, and its worker (if it lives) can
+            # add nothing more to it.
+            transaction.on_commit(
+                functools.partial(keep_attempt_log, execution_id, plan["attempt"], actor=actor)
+            )
             base = {
                 "tenant_id": plan["tenant_id"],
                 "schedule_id": plan["schedule_id"],

@@ -9,6 +9,7 @@
   backfills.py   backfills: the plan of a range (dry run), one with its progress, a schedule's
   operations.py  bulk operations: one, a page of its items
   alerts.py      a tenant's alert channels (the list, one), the policy that applies
+  logs.py        an attempt's log: kept with the execution once it ended, else live
   health.py      schedule health: success rates, durations, failure streaks, status grid
 
 Callers use `from dispatch import selectors; selectors.x`: every public name is here.
@@ -84,6 +85,7 @@ from dispatch.selectors.health import (
     schedules_by_health,
     status_grid,
 )
+from dispatch.selectors.logs import LogPage, attempt_log, attempt_log_tail, kept_log
 from dispatch.selectors.operations import ItemPage, operation_get, operation_items
 from dispatch.selectors.ops import (
     LAG_EXCLUDED_TRIGGERS,
@@ -162,6 +164,7 @@ __all__ = [
     "HealthRank",
     "HistoryRow",
     "ItemPage",
+    "LogPage",
     "Page",
     "PlanItem",
     "PreviewRow",
@@ -175,6 +178,8 @@ __all__ = [
     "alert_channel_list",
     "archived_execution_get",
     "as_uuid",
+    "attempt_log",
+    "attempt_log_tail",
     "backfill_get",
     "backfill_list",
     "backfill_list_progress",
@@ -203,6 +208,7 @@ __all__ = [
     "executions_running",
     "executions_troubled",
     "health_dashboard",
+    "kept_log",
     "last_executions",
     "operation_get",
     "operation_items",

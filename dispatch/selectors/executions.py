@@ -32,7 +32,7 @@ from dispatch.selectors.paging import (
     tenant_object,
     within,
 )
-from dispatch.states import IN_FLIGHT_STATES, Trigger
+from dispatch.states import IN_FLIGHT_STATES, OFF_TIMELINE_EVENT_KINDS, Trigger
 from tenants.models import Tenant, TenantQuota
 
 _Row = TypeVar("_Row", bound=Model)
@@ -298,9 +298,15 @@ def archived_execution_get(*, tenant: Tenant, execution_id: uuid.UUID | str) -> 
     # Events are partitioned by their own time: those of a later day than the
     # execution's may still be in the database.
     archived_ids = {event["id"] for event in found.events}
-    events = [_unsaved(ExecutionEvent, event) for event in found.events] + [
+    events = [
+        _unsaved(ExecutionEvent, event)
+        for event in found.events
+        if event["kind"] not in OFF_TIMELINE_EVENT_KINDS
+    ] + [
         event
-        for event in ExecutionEvent.objects.filter(tenant=tenant, execution_id=key)
+        for event in ExecutionEvent.objects.filter(tenant=tenant, execution_id=key).exclude(
+            kind__in=OFF_TIMELINE_EVENT_KINDS
+        )
         if event.id not in archived_ids
     ]
     return ExecutionRecord(
@@ -317,9 +323,11 @@ def _unsaved(model: type[_Row], row: dict[str, Any]) -> _Row:
 
 
 def execution_events(*, execution: Execution) -> QuerySet[ExecutionEvent]:
-    return ExecutionEvent.objects.filter(
-        tenant_id=execution.tenant_id, execution=execution
-    ).order_by("at", "id")
+    return (
+        ExecutionEvent.objects.filter(tenant_id=execution.tenant_id, execution=execution)
+        .exclude(kind__in=OFF_TIMELINE_EVENT_KINDS)
+        .order_by("at", "id")
+    )
 
 
 @dataclass

@@ -105,7 +105,7 @@ def completion_heartbeat(
     )
     if beat is None:  # it ended or moved on between the read and the update
         raise StateConflict("the attempt ended while its heartbeat was recorded")
-    logs.append(cap.execution_id, cap.attempt, "target", lines)
+    logs.append(cap.execution_id, cap.attempt, "target", lines, fencing_token=cap.fencing_token)
     # A running row has its start (the claim set it); the deadline counts from it.
     started = row.started_at or beat.lease_expires_at
     return Beat(

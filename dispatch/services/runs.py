@@ -20,6 +20,7 @@ Each function is one transaction: the row locked, the conditional write
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from dispatch.models import Execution
 from dispatch.scheduler import dependencies
 from dispatch.selectors.paging import tenant_object
 from dispatch.services.common import WAKE_CHANNEL, record_event
+from dispatch.services.logs import keep_attempt_log
 from dispatch.sql import sql
 from dispatch.states import (
     ACTIVE_STATES,
@@ -139,6 +141,12 @@ def execution_cancel(
         audit=audit,
     )
     dependencies.propagate(execution_ids=[execution.id])
+    if before == ExecutionState.RUNNING:
+        # The token moved on: the attempt's log takes no more lines, not even the few
+        # its worker sends before its heartbeat notices the cancel.
+        transaction.on_commit(
+            functools.partial(keep_attempt_log, execution.id, execution.attempt, actor=actor.label)
+        )
     execution.refresh_from_db()
     return CancelResult(execution, True)
 

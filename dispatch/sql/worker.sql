@@ -328,3 +328,14 @@ WITH beat AS (
      WHERE NOT EXISTS (SELECT 1 FROM bumped)
 )
 SELECT id, lease_expires_at FROM beat
+
+-- name: keep_attempt_log
+-- An ended attempt's live log (dispatch/services/logs.py), as an event of its
+-- execution: archived and dropped with the execution's history. Nothing when the
+-- execution is gone.
+INSERT INTO dispatch_executionevent (tenant_id, schedule_id, execution_id, at, kind, message, data, actor)
+SELECT e.tenant_id, e.schedule_id, e.id, now(), 'attempt_log', %(message)s, %(data)s::jsonb, %(actor)s
+  FROM dispatch_execution e
+ WHERE e.id = %(id)s::uuid
+   AND e.scheduled_for >= %(lo)s::timestamptz AND e.scheduled_for < %(hi)s::timestamptz
+RETURNING id

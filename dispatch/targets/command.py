@@ -181,7 +181,7 @@ def run(ctx: RunContext) -> Outcome:
                 os.killpg(proc.pid, signal.SIGKILL)
 
     # Its output is also the attempt's live log, line by line, as it is printed.
-    live = logs.LineWriter(ctx.execution_id, ctx.attempt, stream="output", redact=ctx.redact)
+    live = ctx.live_log()
     reader = threading.Thread(
         target=_drain, args=(proc, capture, live), name="command-output", daemon=True
     )

@@ -493,6 +493,20 @@ def classify(status: int) -> tuple[bool, bool]:
     return False, False
 
 
+# Bodies of these media types are lines worth a live log; any other (an image, an
+# archive, compressed bytes) is kept only as the excerpt.
+LIVE_LOG_QUIET_S = 1.0
+_TEXT_TYPES = re.compile(
+    r"^(text/[\w.+-]+|application/([\w.-]+\+)?(json|xml|x-ndjson|jsonl?))\s*(;|$)"
+)
+
+
+def is_text(content_type: str | None) -> bool:
+    if not content_type:
+        return False
+    return _TEXT_TYPES.match(content_type.strip().lower()) is not None
+
+
 def run(ctx: RunContext) -> Outcome:
     """Call the tenant's URL once: signed, pinned to checked addresses, bounded by the deadline."""
     cfg = ctx.target
@@ -569,12 +583,25 @@ def run(ctx: RunContext) -> Outcome:
         status = response.status
         retry_after = response.getheader("Retry-After")
         location = response.getheader("Location") or ""
-        # Stream and discard: only the excerpt is kept, whatever the body's size.
+        # A text body that streams for longer than LIVE_LOG_QUIET_S is also the
+        # attempt's live log, line by line as it arrives (a long response that reports
+        # its progress is followed while it runs); one complete sooner costs nothing.
+        live = (
+            ctx.live_log(quiet_s=LIVE_LOG_QUIET_S)
+            if is_text(response.getheader("Content-Type"))
+            else None
+        )
+        # Stream and discard: only the excerpt (and the live log's cap) is kept,
+        # whatever the body's size.
         while True:
             chunk = response.read(STREAM_CHUNK)
             if not chunk:
                 break
             capture.feed(chunk)
+            if live is not None:
+                live.feed(chunk)
+        if live is not None:
+            live.close()
         if ctx.aborted:
             raise Aborted(ctx.abort_reason)
     except (OSError, http.client.HTTPException, Aborted) as exc:

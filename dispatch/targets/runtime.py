@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import quote, quote_plus
 
 from dispatch.identity.keys import KeyUnavailable
+from dispatch.logs import LineWriter
 
 REDACTED = "[redacted]"
 EVENT_MESSAGE_MAX = 1000
@@ -114,6 +115,7 @@ class RunContext:
     _abort: threading.Event = field(default_factory=threading.Event)
     _callbacks: list[Callable[[], None]] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _live_logs: list[LineWriter] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.completion_token:
@@ -149,6 +151,25 @@ class RunContext:
         # text is several times longer than the secret), so it is whole at a cut.
         longest = _redactor(tuple(self.secret_values)).longest
         return Capture(self.excerpt_bytes, keep_tail=keep_tail, slack=max(256, longest + 16))
+
+    def live_log(self, *, quiet_s: float = 0.0) -> LineWriter:
+        """The attempt's live log (dispatch/logs.py) for what the target prints or
+        answers, line by line as it comes, redacted, under the attempt's token."""
+        writer = LineWriter(
+            self.execution_id,
+            self.attempt,
+            stream="output",
+            redact=self.redact,
+            fencing_token=self.fencing_token,
+            quiet_s=quiet_s,
+        )
+        self._live_logs.append(writer)
+        return writer
+
+    @property
+    def live_logged(self) -> bool:
+        """Whether the attempt's live log took a line from this worker."""
+        return any(w.stored for w in self._live_logs)
 
     # --- workload identity ---
 

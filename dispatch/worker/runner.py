@@ -42,9 +42,10 @@ from config import telemetry
 from config.logs import log_context
 from core import faults
 from core.db import unavailable_reason, wait_for_writable
-from dispatch import completion
+from dispatch import completion, logs
 from dispatch.identity import tokens as identity_tokens
 from dispatch.identity.keys import KeyUnavailable
+from dispatch.services import logs as attempt_logs
 from dispatch.states import CLAIMABLE_STATES, FINAL_STATES, EventKind, ExecutionState, ReasonCode
 from dispatch.targets import KINDS
 from dispatch.targets.runtime import (
@@ -394,7 +395,10 @@ def _run_claimed_attempt(claim: Claim, *, lease_s: float) -> str:
         heartbeat.finish()
     faults.crash_at("worker_before_complete", claim.execution_id)
     if heartbeat.lost:
-        return _lost(claim, outcome)
+        result = _lost(claim, outcome)
+        if ctx.live_logged:  # whoever moved the token on sealed it first, normally
+            attempt_logs.keep_attempt_log(claim.execution_id, claim.attempt, actor=claim.owner)
+        return result
     return record_outcome(claim, ctx, outcome, waited_s=waited)
 
 
@@ -495,6 +499,15 @@ def record_outcome(
     if outcome.awaiting:
         return _hand_off(claim, outcome, excerpt=redact(outcome.excerpt))
 
+    # The attempt's log is sealed before its end is written, and kept by the same
+    # statement (dispatch/services/logs.py); a worker whose target wrote no line has
+    # none to seal. A callback's end (no ctx) may carry its heartbeats' lines.
+    sealed = (
+        logs.seal(claim.execution_id, claim.attempt) if ctx is None or ctx.live_logged else None
+    )
+    kept = attempt_logs.log_event(claim.attempt, sealed) if sealed is not None else None
+    with_log = [kept] if kept is not None else []
+
     pol = retry.policy(claim.retry)
     # The policy counts the attempts of the current chain: a re-run starts again at 1
     # (`attempt_base` is the attempt it continued from). The row's attempt number —
@@ -533,7 +546,8 @@ def record_outcome(
                     f"attempt {k} succeeded{' (' + shown + ')' if shown else ''} "
                     f"in {outcome.latency_ms} ms",
                     data,
-                )
+                ),
+                *with_log,
             ],
             **common,
         )
@@ -575,6 +589,7 @@ def record_outcome(
                             "retry_after_s": outcome.retry_after_s,
                         },
                     ),
+                    *with_log,
                 ],
                 **common,
             )
@@ -598,10 +613,16 @@ def record_outcome(
                         f"dead after attempt {k}: {reason}",
                         {"attempts": k, "reason_code": outcome.reason_code},
                     ),
+                    *with_log,
                 ],
                 after_commit=lambda: alerts.dead_notice_enqueue(claim.execution_id),
                 **common,
             )
+    if sealed is not None:
+        if applied:
+            logs.discard(claim.execution_id, claim.attempt)
+        else:  # kept on its own: no one else can, this call sealed it
+            attempt_logs.keep_sealed(claim.execution_id, claim.attempt, sealed, actor=claim.owner)
     if not applied:
         leases.fencing_rejected(claim=claim, what="completion", data={"discarded": state})
         log.warning(

@@ -90,6 +90,38 @@
     scrolled = {};
   });
 
+  // The execution page's live log: each answer of its follower (#live-log-follow)
+  // appends the new lines (out of band) and puts a new follower. While the reader is
+  // at the bottom, the view stays on the newest line; scrolled up to read, it stays
+  // where it is. The page keeps the last LIVE_LOG_KEEP lines (the API and schedctl
+  // have all of them).
+  var LIVE_LOG_KEEP = 5000;
+  var logAtBottom = true;
+  function liveLog() { return document.getElementById("execution-live-log"); }
+  function toBottom() { var el = liveLog(); if (el) { el.scrollTop = el.scrollHeight; } }
+  function swapped(event, id) { return event.detail.target && event.detail.target.id === id; }
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    var el = liveLog();
+    if (el && swapped(event, "live-log-follow")) {
+      logAtBottom = el.scrollHeight - el.scrollTop - el.clientHeight < 8;
+    }
+  });
+  document.addEventListener("htmx:afterSwap", function (event) {
+    var el = liveLog();
+    if (el && swapped(event, "live-log-follow")) {
+      var spans = el.querySelectorAll("span");
+      for (var i = 0; i < spans.length - LIVE_LOG_KEEP; i++) {
+        var newline = spans[i].nextSibling;
+        if (newline && newline.nodeType === 3) { el.removeChild(newline); }
+        el.removeChild(spans[i]);
+      }
+      if (logAtBottom) { toBottom(); }
+    } else if (swapped(event, "live-log")) {
+      toBottom();  // a new attempt's log
+    }
+  });
+  toBottom();
+
   // Bulk bars: rows' checkboxes belong to a bar's form (form="…"); a header
   // checkbox selects the page's rows, and the bar counts what is selected.
   function bulkCount(formId) {

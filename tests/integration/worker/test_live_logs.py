@@ -1,14 +1,21 @@
 """Live logs (dispatch/logs.py): a real worker runs a managed command that prints
 while it runs, and its lines are readable through the API before the command ends,
-followed to its end by `schedctl logs -f` (a real process), capped, redacted of the
-run's identity token, shown on the execution page; a handed-off target's heartbeat
-lines join its attempt's log; another tenant's execution is a 404."""
+followed to its end by `schedctl logs -f` (a real process), capped by bytes (10 MiB
+printed, the newest cap kept), redacted of the run's identity token, shown on the
+execution page; a handed-off target's heartbeat lines join its attempt's log; an
+ended attempt's log is kept with the execution (Redis no longer needed) and sealed
+against every later writer — a cancelled command still printing, the sweeper's
+takeover, a stale fencing token; another tenant's execution is a 404."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import httpx
@@ -16,9 +23,11 @@ import pytest
 import redis
 from django.conf import settings
 
-from dispatch import completion, logs
-from dispatch.models import Execution, ManagedCommand
+from dispatch import completion, logs, services
+from dispatch.models import Execution, ExecutionEvent, ManagedCommand
+from dispatch.scheduler.sweeper import sweep_expired_leases
 from dispatch.services.identity import key_ensure
+from dispatch.states import EventKind
 from tenants import services as tenant_services
 from tenants.models import Tenant
 from tenants.roles import Principal, Role
@@ -35,18 +44,85 @@ from tests.support.worker_support import (
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
-CAP = 50  # LIVE_LOG_MAX_LINES of the module's worker
+CAP = 4096  # LIVE_LOG_MAX_BYTES of the module's worker (and of this test process)
+
+
+class _Streaming(BaseHTTPRequestHandler):
+    """A target whose answer comes line by line: text/plain progress, 0.3 s apart
+    (longer than the live log's quiet second, so it is followed); a short text answer,
+    complete at once (its excerpt is its record); or an image, which is no log's
+    business."""
+
+    protocol_version = "HTTP/1.0"  # the body ends when the connection closes
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.send_response(200)
+        if self.path == "/short":
+            self.send_header("Content-Type", "text/plain")
+            self.end_headers()
+            self.wfile.write(b"done at once\n")
+            return
+        if self.path == "/image":
+            self.send_header("Content-Type", "image/png")
+            self.end_headers()
+            self.wfile.write(b"\x89PNG\r\n\x1a\nnot a line\n")
+            return
+        self.send_header("Content-Type", "text/plain; charset=utf-8")
+        self.end_headers()
+        for i in range(1, 9):
+            self.wfile.write(f"progress {i}\n".encode())
+            self.wfile.flush()
+            time.sleep(0.3)
+
+    def log_message(self, *args: Any) -> None:
+        pass
 
 
 @pytest.fixture(scope="module")
-def worker_settings(platform_url: str) -> dict[str, Any]:
+def streamer() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Streaming)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(scope="module")
+def worker_settings(platform_url: str, streamer: str) -> dict[str, Any]:
     # No bwrap needed to print lines: the sandbox is another module's subject.
     return {
         "concurrency": 2,
         "COMMAND_SANDBOX": "none",
         "PLATFORM_URL": platform_url,
-        "LIVE_LOG_MAX_LINES": str(CAP),
+        "LIVE_LOG_MAX_BYTES": str(CAP),
+        "TARGET_TEST_ALLOW": streamer,
     }
+
+
+@pytest.fixture(autouse=True)
+def _cap(settings: Any) -> None:
+    settings.LIVE_LOG_MAX_BYTES = CAP  # for the lines this process writes (heartbeats)
+
+
+def kept(execution: Execution, attempt: int = 1) -> dict[str, Any]:
+    """The attempt's log as the execution keeps it (its `attempt_log` event)."""
+    events = list(
+        ExecutionEvent.objects.filter(
+            execution_id=execution.id, kind=EventKind.ATTEMPT_LOG, data__attempt=attempt
+        ).values_list("data", flat=True)
+    )
+    assert len(events) == 1, events
+    data: dict[str, Any] = events[0]
+    return data
+
+
+def live_keys(execution: Execution, attempt: int = 1) -> tuple[int, dict[bytes, bytes]]:
+    """The attempt's Redis stream length and its accounting hash."""
+    r = redis.Redis.from_url(settings.REDIS_URL)
+    name = logs.key(str(execution.id), attempt)
+    return int(r.xlen(name)), r.hgetall(logs.meta_key(name))
 
 
 @pytest.fixture
@@ -91,6 +167,18 @@ def test_a_commands_lines_are_readable_while_it_runs_and_after(
     # Each line once, in order; the unterminated last one too.
     assert seen == ["line 1", "line 2", "line 3", "line 4", "line 5", "tail"]
     assert state_of(execution) == "succeeded"
+    # Kept with the execution: the stream is gone from Redis, the same lines under the
+    # same cursors come from the database, and a follower's last cursor reads nothing new.
+    assert [x[3] for x in kept(execution)["lines"]] == seen
+    assert live_keys(execution)[0] == 0
+    again = api.get(url).json()
+    assert [x["text"] for x in again["lines"]] == seen and again["live"] is False
+    assert [x["cursor"] for x in again["lines"]][-1] == cursor
+    assert api.get(url, params={"after": cursor}).json()["lines"] == []
+    middle = again["lines"][2]["cursor"]
+    assert [x["text"] for x in api.get(url, params={"after": middle}).json()["lines"]] == seen[3:]
+    # The timeline does not carry the log.
+    assert "attempt_log" not in api.get(f"/v1/executions/{execution.id}").text
 
 
 def test_schedctl_follows_a_log_to_its_end(
@@ -112,23 +200,38 @@ def test_schedctl_follows_a_log_to_its_end(
     assert state_of(execution) == "succeeded"  # it returned when the attempt ended
 
 
-def test_a_log_keeps_its_newest_lines_and_never_the_identity_token(
+def newest_within(lines: list[str], cap: int) -> list[str]:
+    """The newest lines whose text fits in `cap` bytes, oldest first."""
+    kept: list[str] = []
+    size = 0
+    for line in reversed(lines):
+        size += len(line.encode())
+        if size > cap:
+            break
+        kept.insert(0, line)
+    return kept
+
+
+def test_a_log_keeps_its_newest_bytes_and_never_the_identity_token(
     api: httpx.Client, admin_principal: Principal
 ) -> None:
     key_ensure()
     execution = printing(
         admin_principal,
-        'echo "token $SCHED_IDENTITY_TOKEN"; i=0; while [ $i -lt 120 ]; do i=$((i+1)); '
+        'echo "token $SCHED_IDENTITY_TOKEN"; i=0; while [ $i -lt 2000 ]; do i=$((i+1)); '
         "echo n$i; done",
         auth={"type": "oidc", "audience": "reports"},
     )
     Pump().until(lambda: state_of(execution) == "succeeded", timeout=30)
     page = api.get(f"/v1/executions/{execution.id}/log", params={"limit": 1000}).json()
     texts = [line["text"] for line in page["lines"]]
-    assert texts == [f"n{i}" for i in range(71, 121)]  # the newest CAP lines
-    assert page["truncated"] is True and page["dropped_lines"] == 121 - CAP
-    stored = redis.Redis.from_url(settings.REDIS_URL).xlen(logs.key(str(execution.id), 1))
-    assert stored == CAP
+    printed = ["token [redacted]"] + [f"n{i}" for i in range(1, 2001)]
+    expected = newest_within(printed, CAP)
+    assert texts == expected[:1000]
+    assert page["truncated"] is True and page["dropped_lines"] == len(printed) - len(expected)
+    record = kept(execution)
+    assert record["bytes"] == sum(len(x.encode()) for x in expected) <= CAP
+    assert record["written_lines"] == len(printed)
     # A line with the run's identity token is stored redacted.
     early = printing(
         admin_principal,
@@ -183,6 +286,19 @@ def test_heartbeat_lines_join_the_attempts_log_and_the_page_shows_them(
     html = text(client_for(viewer).get(f"/executions/{execution.id}/"))
     assert 'id="execution-live-log"' in html and "fetched 10 rows" in html
 
+    # The target's :succeed ends the attempt: its log is kept with the execution, and
+    # the same capability can add no more lines (the attempt is over).
+    done = httpx.post(
+        f"{web.url}/v1/executions/{execution.id}:succeed",
+        json={"output": {"rows": 10}},
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    assert done.status_code == 200, done.text
+    assert [x[3] for x in kept(execution)["lines"]] == ["fetched 10 rows", "  indented"]
+    assert live_keys(execution)[0] == 0
+    html = text(client_for(viewer).get(f"/executions/{execution.id}/"))
+    assert "fetched 10 rows" in html
+
 
 def test_another_tenants_log_is_a_404_and_a_bad_query_a_400(
     api: httpx.Client, admin_principal: Principal
@@ -190,7 +306,7 @@ def test_another_tenants_log_is_a_404_and_a_bad_query_a_400(
     theirs = Tenant.objects.create(slug="payroll", name="Payroll")
     other = Principal(tenant=theirs, role=Role.ADMIN, actor_kind="system", actor_id="t", label="t")
     foreign = make_execution(make_schedule(other, {"type": "http", "url": "https://x.example/h"}))
-    logs.append(str(foreign.id), 1, "output", ["their secret line"])
+    logs.append(str(foreign.id), 1, "output", ["their secret line"], fencing_token=None)
     answer = api.get(f"/v1/executions/{foreign.id}/log")
     assert answer.status_code == 404 and "their secret line" not in answer.text
     mine = make_execution(
@@ -205,3 +321,108 @@ def test_another_tenants_log_is_a_404_and_a_bad_query_a_400(
     ):
         bad = api.get(f"/v1/executions/{mine.id}/log", params=params)
         assert bad.status_code == 400 and field in bad.json()["error"]["detail"], params
+
+
+def test_ten_mib_of_output_keeps_the_cap_and_says_truncated(
+    api: httpx.Client, admin_principal: Principal
+) -> None:
+    # 10 MiB in 1,000-byte lines (10,486 of them, the last one short), then a marker.
+    execution = printing(
+        admin_principal,
+        "head -c 10485760 /dev/zero | tr '\\000' x | fold -w 1000; echo; echo the-end",
+    )
+    Pump().until(lambda: state_of(execution) == "succeeded", timeout=60)
+    record = kept(execution)
+    texts = [x[3] for x in record["lines"]]
+    assert record["bytes"] == sum(len(t.encode()) for t in texts) <= CAP
+    assert texts[-1] == "the-end" and set(texts[:-1]) <= {"x" * 1000, "x" * 760}
+    assert record["written_lines"] == 10485 + 2
+    assert record["dropped_lines"] == record["written_lines"] - len(texts) > 10000
+    page = api.get(f"/v1/executions/{execution.id}/log").json()
+    assert page["truncated"] is True and page["dropped_lines"] == record["dropped_lines"]
+    assert "the oldest" in kept_event_message(execution)
+
+
+def kept_event_message(execution: Execution) -> str:
+    return str(
+        ExecutionEvent.objects.get(execution_id=execution.id, kind=EventKind.ATTEMPT_LOG).message
+    )
+
+
+def test_a_cancelled_command_still_printing_cannot_add_to_its_log(
+    api: httpx.Client, admin_principal: Principal
+) -> None:
+    execution = printing(
+        admin_principal, "i=0; while true; do i=$((i+1)); echo tick $i; sleep 0.05; done"
+    )
+    url = f"/v1/executions/{execution.id}/log"
+    Pump().until(lambda: len(api.get(url).json()["lines"]) >= 5, timeout=30, what="five lines")
+    services.execution_cancel(actor=admin_principal, execution_id=execution.id)
+    sealed_at = time.time()
+    # The worker stops the command at its next heartbeat (a third of its 3 s lease):
+    # until then the command prints on, and every line it sends is refused.
+    Pump().until(lambda: of_kind(execution, "cancelled_stop"), timeout=30, what="the stop")
+    record = kept(execution)
+    assert record["lines"] and max(x[1] for x in record["lines"]) <= sealed_at
+    length, meta = live_keys(execution)
+    assert length == 0 and int(meta[b"refused"]) > 0 and meta[b"sealed"] == b"1"
+    texts = [x["text"] for x in api.get(url).json()["lines"]]
+    assert texts == [x[3] for x in record["lines"]]
+    assert texts == [f"tick {i}" for i in range(1, len(texts) + 1)]  # nothing lost before
+
+
+def test_the_sweeper_seals_a_lapsed_attempts_log_against_its_stale_writer(
+    admin_principal: Principal,
+) -> None:
+    schedule = make_schedule(admin_principal, {"type": "http", "url": "https://x.example/h"})
+    execution = make_execution(schedule)
+    Execution.objects.filter(id=execution.id).update(
+        state="running",
+        fencing_token=4,
+        started_at=db_now(),
+        lease_owner="gone-worker",
+        lease_expires_at=db_now() - timedelta(seconds=1),
+    )
+    eid = str(execution.id)
+    assert logs.append(eid, 1, "output", ["before the lapse"], fencing_token=4) == 1
+    # A writer with an older token of the same attempt is refused, a newer one taken.
+    assert logs.append(eid, 1, "output", ["from token 3"], fencing_token=3) == logs.STALE
+    assert logs.append(eid, 1, "output", ["from token 5"], fencing_token=5) == 1
+    assert logs.append(eid, 1, "output", ["token 4 again"], fencing_token=4) == logs.STALE
+    assert sweep_expired_leases(partitions=None) == 1
+    assert state_of(execution) == "retry_scheduled"
+    assert [x[3] for x in kept(execution)["lines"]] == ["before the lapse", "from token 5"]
+    assert logs.append(eid, 1, "output", ["after the sweep"], fencing_token=5) == logs.SEALED
+    assert live_keys(execution)[0] == 0
+
+
+def of_kind(execution: Execution, kind: str) -> list[ExecutionEvent]:
+    return list(ExecutionEvent.objects.filter(execution_id=execution.id, kind=kind))
+
+
+def test_an_http_targets_text_answer_is_its_log_as_it_streams(
+    api: httpx.Client, admin_principal: Principal, streamer: str
+) -> None:
+    schedule = make_schedule(
+        admin_principal, {"type": "http", "url": f"http://{streamer}/progress"}, timeout_s=60
+    )
+    execution = make_execution(schedule)
+    publish(execution.id)
+    url = f"/v1/executions/{execution.id}/log"
+    first = api.get(url, params={"wait": 20}).json()
+    # The first lines are there while the response is still coming.
+    assert first["lines"][0]["text"] == "progress 1" and state_of(execution) == "running"
+    Pump().until(lambda: state_of(execution) == "succeeded", timeout=30)
+    assert [x[3] for x in kept(execution)["lines"]] == [f"progress {i}" for i in range(1, 9)]
+
+    for path in ("short", "image"):
+        quiet = make_execution(
+            make_schedule(admin_principal, {"type": "http", "url": f"http://{streamer}/{path}"})
+        )
+        publish(quiet.id)
+        Pump().until(lambda q=quiet: state_of(q) == "succeeded", timeout=30)
+        assert api.get(f"/v1/executions/{quiet.id}/log").json()["lines"] == [], path
+        assert not of_kind(quiet, "attempt_log"), path
+        assert live_keys(quiet) == (0, {}), "no live log was written, none sealed"
+        quiet.refresh_from_db()
+        assert ("done at once" if path == "short" else "PNG") in quiet.log_excerpt
