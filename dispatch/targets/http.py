@@ -594,7 +594,8 @@ def run(ctx: RunContext) -> Outcome:
         # Stream and discard: only the excerpt (and the live log's cap) is kept,
         # whatever the body's size.
         while True:
-            chunk = response.read(STREAM_CHUNK)
+            # read1: what has arrived (up to a chunk), not a full chunk's wait.
+            chunk = response.read1(STREAM_CHUNK)
             if not chunk:
                 break
             capture.feed(chunk)

@@ -21,11 +21,12 @@ from django.conf import settings as django_settings
 from kombu import Connection
 from scheduler_client import Client, Completion, Conflict
 
-from dispatch import completion, services
+from dispatch import completion, selectors, services
 from dispatch.exceptions import InvalidSchedule
 from dispatch.explain.reasons import explain
-from dispatch.models import Execution, ExecutionEvent
+from dispatch.models import Alert, AlertChannel, Execution, ExecutionEvent
 from dispatch.scheduler import sweeper
+from dispatch.states import AlertKind
 from dispatch.timing import retry
 from tenants import services as tenant_services
 from tenants.roles import Principal, Role
@@ -442,10 +443,45 @@ def test_a_worker_restarted_mid_run_leaves_one_attempt_and_one_call(
     assert of_kind(execution, "attempt_succeeded")[0].data["output"]["worked_s"] == 4.0
 
 
+def _consume(name: str, execution: Execution, plan: list[str]) -> None:
+    """The tenant's queue consumer: one message per attempt, each ended as `plan` says
+    ("fail" or "succeed") through the capability its headers carry."""
+    pump = Pump()
+    with Connection(django_settings.CELERY_BROKER_URL) as conn:
+        publish(execution.id)
+        inbox = conn.SimpleQueue(name)
+        for n, end in enumerate(plan, start=1):
+            deadline = time.monotonic() + 20
+            message = None
+            while message is None and time.monotonic() < deadline:
+                pump()
+                try:
+                    message = inbox.get(timeout=0.2)
+                except inbox.Empty:
+                    continue
+            assert message is not None, f"attempt {n} never reached the consumer"
+            message.ack()
+            job = Completion.from_headers(message.headers)
+            if end == "fail":
+                state = job.fail(f"consumer failure {n}")["state"]
+                assert state == ("dead" if n == len(plan) else "retry_scheduled")
+            else:
+                assert job.succeed({"attempt": n})["state"] == "succeeded"
+        inbox.close()
+
+
 def test_a_queue_consumer_that_fails_twice_then_succeeds(
     up: WebServer, admin_principal: Principal
 ) -> None:
-    name = f"{admin_principal.tenant.slug}.flaky"
+    """The retry policy, alerts and health hold for a queue-executed job: an occurrence
+    whose consumer fails three times is dead (one failure alert, by the tenant's
+    default policy), the next fails twice then succeeds (retries spaced by the policy,
+    one recovery alert), and the schedule's health counts both."""
+    tenant = admin_principal.tenant
+    AlertChannel.objects.create(
+        tenant=tenant, name="ops", kind="email", config={"to": ["o@x.test"]}
+    )
+    name = f"{tenant.slug}.flaky"
     queue_target = {
         "type": "queue",
         "broker": "default",
@@ -458,29 +494,15 @@ def test_a_queue_consumer_that_fails_twice_then_succeeds(
     }
     three = {"max_attempts": 3, "backoff": "fixed", "initial_s": 1, "max_s": 1}
     schedule = make_schedule(admin_principal, queue_target, retry=three, timeout_s=60)
-    execution = make_execution(schedule)
-    pump = Pump()
     with Connection(django_settings.CELERY_BROKER_URL) as conn:
         conn.default_channel.client.delete(name)
-        publish(execution.id)
-        inbox = conn.SimpleQueue(name)
-        for n in (1, 2, 3):
-            deadline = time.monotonic() + 20
-            message = None
-            while message is None and time.monotonic() < deadline:
-                pump()
-                try:
-                    message = inbox.get(timeout=0.2)
-                except inbox.Empty:
-                    continue
-            assert message is not None, f"attempt {n} never reached the consumer"
-            message.ack()
-            job = Completion.from_headers(message.headers)
-            if n < 3:
-                assert job.fail(f"consumer failure {n}")["state"] == "retry_scheduled"
-            else:
-                assert job.succeed({"attempt": n})["state"] == "succeeded"
-        inbox.close()
+    earlier = make_execution(schedule, due_in_s=-60)
+    _consume(name, earlier, ["fail", "fail", "fail"])
+    execution = make_execution(schedule)
+    _consume(name, execution, ["fail", "fail", "succeed"])
+
+    earlier.refresh_from_db()
+    assert earlier.state == "dead" and earlier.attempt == 3
     execution.refresh_from_db()
     assert execution.state == "succeeded" and execution.attempt == 3
     # Spaced by the policy: 1 s, jittered downwards by at most retry.JITTER_FRACTION.
@@ -490,6 +512,20 @@ def test_a_queue_consumer_that_fails_twice_then_succeeds(
     claims = [e.at for e in of_kind(execution, "claimed")]
     assert len(claims) == 3
     assert all((b - a).total_seconds() >= floor for a, b in pairwise(claims))
+    # One alert per occurrence, as the default policy says: the dead one's failure,
+    # then the recovery; none for the attempts on the way.
+    sent = list(
+        Alert.objects.filter(schedule=schedule)
+        .order_by("scheduled_for")
+        .values_list("kind", "execution_id")
+    )
+    assert sent == [(AlertKind.FAILURE, earlier.id), (AlertKind.RECOVERY, execution.id)]
+    # Health counts both occurrences, each once, with the durations the callbacks gave.
+    health = selectors.schedule_health(tenant=tenant, schedule=schedule, now=db_now())
+    day = health.windows["24h"]
+    assert (day.runs, day.succeeded, day.success_rate) == (2, 1, 0.5)
+    assert health.last_state == "succeeded" and health.consecutive_failures == 0
+    assert day.p50_s is not None and day.p50_s > 0
 
 
 def tenant_token(principal: Principal) -> str:

@@ -9,6 +9,7 @@ takeover, a stale fencing token; another tenant's execution is a 404."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -28,11 +29,14 @@ from dispatch.models import Execution, ExecutionEvent, ManagedCommand
 from dispatch.scheduler.sweeper import sweep_expired_leases
 from dispatch.services.identity import key_ensure
 from dispatch.states import EventKind
+from dispatch.worker import vault as secret_backends
 from tenants import services as tenant_services
 from tenants.models import Tenant
 from tenants.roles import Principal, Role
 from tests.support.console_support import client_for, text, user
 from tests.support.procs import ROOT, Proc, WebServer
+from tests.support.rows import rows_containing
+from tests.support.secret_forms import transformed
 from tests.support.worker_support import (
     Pump,
     db_now,
@@ -45,6 +49,15 @@ from tests.support.worker_support import (
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 CAP = 4096  # LIVE_LOG_MAX_BYTES of the module's worker (and of this test process)
+# Tenant billing's env:API_KEY in the worker: characters every transformation changes.
+SECRET = f"Fy/{os.urandom(6).hex()}+k=v&w x:Q~"
+# Prints the secret as a careless command would: whole, then in every echoed form.
+ECHO_FORMS = (
+    "import os, sys; sys.path.insert(0, {root!r}); "
+    "from tests.support.secret_forms import transformed; "
+    "key = os.environ['API_KEY']; print('key', key, flush=True); "
+    "[print('form', i, '<' + f + '>', flush=True) for i, f in enumerate(transformed(key))]"
+)
 
 
 class _Streaming(BaseHTTPRequestHandler):
@@ -98,6 +111,8 @@ def worker_settings(platform_url: str, streamer: str) -> dict[str, Any]:
         "PLATFORM_URL": platform_url,
         "LIVE_LOG_MAX_BYTES": str(CAP),
         "TARGET_TEST_ALLOW": streamer,
+        "SECRETS_BACKEND": "env",
+        secret_backends.env_name("billing", "API_KEY"): SECRET,
     }
 
 
@@ -413,7 +428,11 @@ def test_an_http_targets_text_answer_is_its_log_as_it_streams(
     # The first lines are there while the response is still coming.
     assert first["lines"][0]["text"] == "progress 1" and state_of(execution) == "running"
     Pump().until(lambda: state_of(execution) == "succeeded", timeout=30)
-    assert [x[3] for x in kept(execution)["lines"]] == [f"progress {i}" for i in range(1, 9)]
+    lines = kept(execution)["lines"]
+    assert [x[3] for x in lines] == [f"progress {i}" for i in range(1, 9)]
+    # Stored as they came, not at the end: the answer took 2.4 s, its first line was
+    # stored (after the quiet second) more than half a second before its last.
+    assert lines[-1][1] - lines[0][1] > 0.5, lines
 
     for path in ("short", "image"):
         quiet = make_execution(
@@ -426,3 +445,37 @@ def test_an_http_targets_text_answer_is_its_log_as_it_streams(
         assert live_keys(quiet) == (0, {}), "no live log was written, none sealed"
         quiet.refresh_from_db()
         assert ("done at once" if path == "short" else "PNG") in quiet.log_excerpt
+
+
+def test_no_echoed_form_of_a_secret_reaches_a_stored_line(
+    api: httpx.Client, admin_principal: Principal
+) -> None:
+    name = f"echoer-{time.monotonic_ns()}"
+    ManagedCommand.objects.create(
+        name=name,
+        argv=[sys.executable, "-c", ECHO_FORMS.format(root=str(ROOT))],
+        env=["API_KEY"],
+    )
+    schedule = make_schedule(
+        admin_principal,
+        {
+            "type": "command",
+            "command": name,
+            "args": {},
+            "env": {"API_KEY": {"secret": "env:API_KEY"}},
+        },
+        timeout_s=60,
+    )
+    execution = make_execution(schedule)
+    publish(execution.id)
+    Pump().until(lambda: state_of(execution) in {"succeeded", "dead"}, timeout=30)
+    assert state_of(execution) == "succeeded"
+    texts = [x[3] for x in kept(execution)["lines"]]
+    forms = transformed(SECRET)
+    assert texts[0] == "key [redacted]" and len(texts) == 1 + len(forms), texts
+    for text_ in texts[1:]:  # an embedding (Basic auth) keeps its edges, not the secret
+        assert "[redacted]" in text_, text_
+        assert not any(form in text_ for form in (SECRET, *forms)), text_
+    # Nowhere in the database: not in the kept log, not in the excerpt, not anywhere.
+    for form in (SECRET, *forms):
+        assert rows_containing(form) == {}, form

@@ -11,7 +11,6 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import quote, quote_plus
 
 import pytest
 from rest_framework.test import APIClient
@@ -24,6 +23,7 @@ from tests.conftest import make_principal
 from tests.support.ledger import Ledger, Respond
 from tests.support.procs import Proc
 from tests.support.rows import rows_containing
+from tests.support.secret_forms import transformed
 from tests.support.worker_support import (
     ONE_SHOT,
     QUICK_RETRY,
@@ -119,26 +119,6 @@ class FakeVault:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
-
-
-def transformed(value: str) -> list[str]:
-    """How a careless target may echo a credential: encoded, escaped, re-cased, embedded."""
-    raw = value.encode()
-    return [
-        base64.b64encode(raw).decode(),
-        base64.b64encode(raw).decode().rstrip("="),
-        base64.urlsafe_b64encode(raw).decode(),
-        base64.b64encode(b"user:" + raw).decode(),  # Basic auth built around it
-        base64.b64encode(b"xy:" + raw + b":z").decode(),
-        quote(value, safe=""),
-        quote(value, safe="").lower(),
-        quote_plus(value),
-        value.upper(),
-        value.lower(),
-        raw.hex(),
-        raw.hex().upper(),
-        json.dumps(value)[1:-1],
-    ]
 
 
 def echo(req: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
