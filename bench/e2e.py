@@ -16,6 +16,14 @@ timed, and its database round trips counted at the protocol level (libpq's
 trace: every ReadyForQuery, so BEGIN and COMMIT too). A no-op call ends long
 before the first heartbeat (a third of EXECUTION_LEASE_S after the claim):
 two round trips, the claim and the finish (issue 19).
+
+Last, what a live log costs the worker per execution: a command's LIVE_LOG_BENCH_LINES
+lines of 80 bytes fed through the attempt's LineWriter as the command's drain reads
+them (64 KiB at a time), then sealed and kept with its execution — measured on the
+overhead run's executions (a later attempt number, so they start with no log). The
+worker's finish writes the kept log inside its own statement; here it is written on
+its own (`keep_sealed`), an upper bound of what it adds to the finish. A no-op HTTP
+call (the e2e runs) writes no live log at all: its answer is complete at once.
 """
 
 from __future__ import annotations
@@ -83,6 +91,61 @@ def run(n: int, workers: int, concurrency: int, overhead_n: int) -> dict[str, An
             result["threads"] = _pool_run(receiver, n, workers, threads, "threads")
         result["overhead"] = _overhead(receiver, overhead_n)
     return result
+
+
+LIVE_LOG_BENCH_LINES = 1000
+LIVE_LOG_BENCH_RUNS = 50
+
+
+def _live_log_cost(execution_ids: list[str]) -> dict[str, Any]:
+    """Per execution: feeding LIVE_LOG_BENCH_LINES lines to the live log, and sealing
+    and keeping it; Redis calls counted."""
+    from dispatch import logs
+    from dispatch.services import logs as attempt_logs
+
+    chunk = 64 * 1024
+    line = b"x" * 79 + b"\n"
+    printed = line * LIVE_LOG_BENCH_LINES
+    feed_ms: list[float] = []
+    keep_ms: list[float] = []
+    calls: list[int] = []
+    original = logs.append
+    counted = [0]
+
+    def counting(*args: Any, **kwargs: Any) -> int:
+        counted[0] += 1
+        return original(*args, **kwargs)
+
+    with mock.patch.object(logs, "append", counting):
+        for eid in execution_ids[:LIVE_LOG_BENCH_RUNS]:
+            counted[0] = 0
+            writer = logs.LineWriter(
+                eid, 2, stream="output", redact=lambda text: text, fencing_token=1
+            )
+            t0 = time.perf_counter()
+            for at in range(0, len(printed), chunk):
+                writer.feed(printed[at : at + chunk])
+            writer.close()
+            t1 = time.perf_counter()
+            sealed = logs.seal(eid, 2)
+            if sealed is None or len(sealed.rows) != LIVE_LOG_BENCH_LINES:
+                raise BenchError(f"live log bench: {eid} sealed {sealed}")
+            if not attempt_logs.keep_sealed(eid, 2, sealed, actor="bench"):
+                raise BenchError(f"live log bench: {eid} not kept")
+            t2 = time.perf_counter()
+            feed_ms.append((t1 - t0) * 1000)
+            keep_ms.append((t2 - t1) * 1000)
+            calls.append(counted[0] + 2)  # the appends, the seal, the discard
+    return {
+        "lines": LIVE_LOG_BENCH_LINES,
+        "runs": len(feed_ms),
+        "feed_ms": statistics.fmean(feed_ms),
+        "seal_keep_ms": statistics.fmean(keep_ms),
+        "redis_calls": statistics.fmean(calls),
+        "per_line_us": statistics.fmean(
+            (f + k) * 1000 / LIVE_LOG_BENCH_LINES for f, k in zip(feed_ms, keep_ms, strict=True)
+        ),
+    }
 
 
 def _pool_run(
@@ -336,6 +399,7 @@ def _overhead(receiver: Receiver, k: int) -> dict[str, Any]:
                     per_exec.append((elapsed, *trips.stop(), outcome))
         finally:
             trips.close()
+        live_log = _live_log_cost(ids)
     finally:
         cleanup_tenant(tenant.pk)
     outcomes = {o for *_, o in per_exec}
@@ -357,6 +421,7 @@ def _overhead(receiver: Receiver, k: int) -> dict[str, Any]:
     run_ms = statistics.fmean(e for e, *_ in per_exec)
     return {
         "n": k,
+        "live_log": live_log,
         "db_round_trips_per_exec": statistics.fmean(r for _, r, _, _ in per_exec),
         "db_round_trips_max": max(r for _, r, _, _ in per_exec),
         "statements_per_exec": statistics.fmean(q for _, _, q, _ in per_exec),
@@ -408,7 +473,19 @@ def report(result: dict[str, Any], data: dict[str, Any]) -> str:
             f" at most {o['db_round_trips_max']}) per execution;"
             f" no-op HTTP call {o['target_call_ms']:.2f} ms; the rest of run_execution"
             f" {o['other_ms']:.2f} ms",
+            _live_log_line(o.get("live_log")),
         ]
+    )
+
+
+def _live_log_line(cost: dict[str, Any] | None) -> str:
+    if not cost:
+        return ""
+    return (
+        f"live log of a command printing {cost['lines']} lines (80 B), per execution"
+        f" ({cost['runs']} runs): fed {cost['feed_ms']:.2f} ms, sealed and kept"
+        f" {cost['seal_keep_ms']:.2f} ms, {cost['redis_calls']:.0f} Redis calls;"
+        f" {cost['per_line_us']:.1f} µs a line"
     )
 
 
@@ -445,4 +522,11 @@ def summary(data: dict[str, Any]) -> list[dict[str, Any]]:
             "value": o.get("claim_heartbeat_complete_ms"),
         },
         {"name": name, "figure": "DB round trips/exec", "value": o.get("db_round_trips_per_exec")},
+        {
+            "name": name,
+            "figure": f"live log ms/exec ({LIVE_LOG_BENCH_LINES} lines)",
+            "value": (o["live_log"]["feed_ms"] + o["live_log"]["seal_keep_ms"])
+            if o.get("live_log")
+            else None,
+        },
     ]

@@ -38,9 +38,9 @@ log = logging.getLogger("dispatch.logs")
 
 def log_event(attempt: int, sealed: logs.Sealed) -> Event | None:
     """The `attempt_log` event of a sealed log; None when it held nothing."""
-    if not sealed.lines and not sealed.dropped:
+    if not sealed.rows and not sealed.dropped:
         return None
-    message = f"attempt {attempt}'s log kept: {len(sealed.lines)} lines, {sealed.bytes} bytes"
+    message = f"attempt {attempt}'s log kept: {len(sealed.rows)} lines, {sealed.bytes} bytes"
     if sealed.dropped:
         message += f" (the oldest {sealed.dropped} lines were dropped by the cap)"
     return Event(
@@ -48,7 +48,7 @@ def log_event(attempt: int, sealed: logs.Sealed) -> Event | None:
         message,
         {
             "attempt": attempt,
-            "lines": [[x.cursor, x.at.timestamp(), x.stream, x.text] for x in sealed.lines],
+            "lines": sealed.rows,
             "written_lines": sealed.written,
             "dropped_lines": sealed.dropped,
             "bytes": sealed.bytes,

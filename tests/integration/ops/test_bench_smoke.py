@@ -177,6 +177,11 @@ def test_bench_all_smoke(tmp_path: Path) -> None:
     assert steps["lease_check"]["calls_per_exec"] == 1 and steps["lease_check"]["statements"] == 0
     assert steps["heartbeat"]["calls_per_exec"] == 0
     assert measured(overhead["claim_heartbeat_complete_ms"], overhead["db_ms_per_exec"])
+    # A command's 1,000 printed lines: fed in two 64 KiB reads (two appends), sealed,
+    # kept and discarded, on each of the overhead run's executions.
+    live_log = overhead["live_log"]
+    assert (live_log["lines"], live_log["runs"], live_log["redis_calls"]) == (1000, 10, 4)
+    assert measured(live_log["feed_ms"], live_log["seal_keep_ms"], live_log["per_line_us"])
 
     scale = data["scale"]
     assert scale["small"]["idle"] == 200 and scale["large"]["idle"] == 2000

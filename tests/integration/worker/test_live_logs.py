@@ -399,14 +399,19 @@ def test_the_sweeper_seals_a_lapsed_attempts_log_against_its_stale_writer(
         lease_expires_at=db_now() - timedelta(seconds=1),
     )
     eid = str(execution.id)
-    assert logs.append(eid, 1, "output", ["before the lapse"], fencing_token=4) == 1
+    assert (
+        logs.append(eid, 1, "output", ['before the lapse: naïve ☃ 🚀 \\ "q"'], fencing_token=4) == 1
+    )
     # A writer with an older token of the same attempt is refused, a newer one taken.
     assert logs.append(eid, 1, "output", ["from token 3"], fencing_token=3) == logs.STALE
     assert logs.append(eid, 1, "output", ["from token 5"], fencing_token=5) == 1
     assert logs.append(eid, 1, "output", ["token 4 again"], fencing_token=4) == logs.STALE
     assert sweep_expired_leases(partitions=None) == 1
     assert state_of(execution) == "retry_scheduled"
-    assert [x[3] for x in kept(execution)["lines"]] == ["before the lapse", "from token 5"]
+    assert [x[3] for x in kept(execution)["lines"]] == [
+        'before the lapse: naïve ☃ 🚀 \\ "q"',
+        "from token 5",
+    ]
     assert logs.append(eid, 1, "output", ["after the sweep"], fencing_token=5) == logs.SEALED
     assert live_keys(execution)[0] == 0
 
