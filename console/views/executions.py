@@ -114,7 +114,7 @@ def execution_detail(
         archived=record.archived,
         schedule=execution.schedule,
         timeline=selectors.execution_timeline(execution=execution, events=events),
-        **(_live_log(execution) if record.archived is None else {}),
+        **(_live_log(execution) if record.archived is None else _archived_log(record)),
         zone=execution.schedule.timezone,
         message=request.GET.get("done", "")[:200],
         **controls,
@@ -137,6 +137,20 @@ def _live_log(execution: Execution) -> dict[str, Any]:
         "log_cursor": lines[-1].cursor if lines else "",
         "log_shown": bool(lines) or follow["log_following"],
     } | follow
+
+
+def _archived_log(record: selectors.ExecutionRecord) -> dict[str, Any]:
+    """An archived execution's last attempt's log, as its archive kept it: its last lines."""
+    attempt = record.execution.attempt
+    page = selectors.archived_attempt_log(record=record, attempt=attempt, after=None, limit=None)
+    lines = page.lines[-LIVE_LOG_LINES:]
+    return {
+        "live_log": lines,
+        "log_attempt": attempt,
+        "log_cursor": "",
+        "log_shown": bool(lines),
+        "log_following": False,
+    }
 
 
 @require_GET

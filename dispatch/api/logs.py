@@ -88,11 +88,11 @@ class ExecutionAttemptLogView(StrictQueryView):
     )
     def get(self, request: Request, pk: str, n: str) -> Response:
         """An attempt's log, oldest line first: live while it runs, kept with the execution after."""
-        execution = selectors.execution_get(tenant=principal(request).tenant, execution_id=pk)
+        execution, archived = _lookup(request, pk)
         attempt = int(n)
         if not 1 <= attempt <= execution.attempt:
             raise NotFound(f"attempt {attempt} not found: the execution is at {execution.attempt}")
-        return _page(request, execution, attempt)
+        return _page(request, execution, attempt, archived)
 
 
 class ExecutionLogView(StrictQueryView):
@@ -103,22 +103,44 @@ class ExecutionLogView(StrictQueryView):
     )
     def get(self, request: Request, pk: str) -> Response:
         """The latest attempt's live log (its /attempts/{n}/log)."""
-        execution = selectors.execution_get(tenant=principal(request).tenant, execution_id=pk)
-        return _page(request, execution, execution.attempt)
+        execution, archived = _lookup(request, pk)
+        return _page(request, execution, execution.attempt, archived)
 
 
-def _page(request: Request, execution: Execution, attempt: int) -> Response:
+def _lookup(request: Request, pk: str) -> tuple[Execution, selectors.ExecutionRecord | None]:
+    """The tenant's execution, from the database or, once its day left it, from the
+    archive (with the logs the archive kept); NotFound for anything else."""
+    tenant = principal(request).tenant
+    try:
+        return selectors.execution_get(tenant=tenant, execution_id=pk), None
+    except NotFound:
+        record = selectors.archived_execution_get(tenant=tenant, execution_id=pk)
+        return record.execution, record
+
+
+def _page(
+    request: Request,
+    execution: Execution,
+    attempt: int,
+    archived: selectors.ExecutionRecord | None = None,
+) -> Response:
     after = request.query_params.get("after")
     if after is not None and not logs.valid_cursor(after):
         raise InvalidSchedule.field("after", "is not a cursor this API returned")
     wait = int_param(request, "wait", 0, 0, int(logs.FOLLOW_MAX_S))
     limit = int_param(request, "limit", 500, 1, logs.READ_MAX_LINES)
     eid = str(execution.id)
-    page = selectors.attempt_log(
-        execution=execution, attempt=attempt, after=after, limit=limit, wait_s=wait
+    page = (
+        selectors.attempt_log(
+            execution=execution, attempt=attempt, after=after, limit=limit, wait_s=wait
+        )
+        if archived is None
+        else selectors.archived_attempt_log(
+            record=archived, attempt=attempt, after=after, limit=limit
+        )
     )
     lines = page.lines
-    if wait and not lines:  # it may have ended while we waited
+    if wait and not lines and archived is None:  # it may have ended while we waited
         execution.refresh_from_db(fields=["state", "attempt"])
     dropped = page.dropped
     return Response(

@@ -85,7 +85,13 @@ from dispatch.selectors.health import (
     schedules_by_health,
     status_grid,
 )
-from dispatch.selectors.logs import LogPage, attempt_log, attempt_log_tail, kept_log
+from dispatch.selectors.logs import (
+    LogPage,
+    archived_attempt_log,
+    attempt_log,
+    attempt_log_tail,
+    kept_log,
+)
 from dispatch.selectors.operations import ItemPage, operation_get, operation_items
 from dispatch.selectors.ops import (
     LAG_EXCLUDED_TRIGGERS,
@@ -176,6 +182,7 @@ __all__ = [
     "WorkerSeen",
     "alert_channel_get",
     "alert_channel_list",
+    "archived_attempt_log",
     "archived_execution_get",
     "as_uuid",
     "attempt_log",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -32,7 +32,7 @@ from dispatch.selectors.paging import (
     tenant_object,
     within,
 )
-from dispatch.states import IN_FLIGHT_STATES, OFF_TIMELINE_EVENT_KINDS, Trigger
+from dispatch.states import IN_FLIGHT_STATES, OFF_TIMELINE_EVENT_KINDS, EventKind, Trigger
 from tenants.models import Tenant, TenantQuota
 
 _Row = TypeVar("_Row", bound=Model)
@@ -271,6 +271,9 @@ class ExecutionRecord:
     execution: Execution
     events: list[ExecutionEvent]
     archived: ArchivedExecution | None = None
+    # An archived execution's kept attempt logs (the `attempt_log` events' data, by
+    # attempt): read with the rest of its archive (dispatch/selectors/logs.py).
+    kept_logs: dict[int, dict[str, Any]] = field(default_factory=dict)
 
 
 def execution_record(*, tenant: Tenant, execution_id: uuid.UUID | str) -> ExecutionRecord:
@@ -298,21 +301,19 @@ def archived_execution_get(*, tenant: Tenant, execution_id: uuid.UUID | str) -> 
     # Events are partitioned by their own time: those of a later day than the
     # execution's may still be in the database.
     archived_ids = {event["id"] for event in found.events}
-    events = [
-        _unsaved(ExecutionEvent, event)
-        for event in found.events
-        if event["kind"] not in OFF_TIMELINE_EVENT_KINDS
-    ] + [
+    everything = [_unsaved(ExecutionEvent, event) for event in found.events] + [
         event
-        for event in ExecutionEvent.objects.filter(tenant=tenant, execution_id=key).exclude(
-            kind__in=OFF_TIMELINE_EVENT_KINDS
-        )
+        for event in ExecutionEvent.objects.filter(tenant=tenant, execution_id=key)
         if event.id not in archived_ids
     ]
+    events = [e for e in everything if e.kind not in OFF_TIMELINE_EVENT_KINDS]
     return ExecutionRecord(
         execution=_unsaved(Execution, found.execution),
         events=sorted(events, key=lambda e: (e.at, e.id)),
         archived=found,
+        kept_logs={
+            int(e.data["attempt"]): e.data for e in everything if e.kind == EventKind.ATTEMPT_LOG
+        },
     )
 
 

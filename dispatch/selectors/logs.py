@@ -1,7 +1,8 @@
 """An attempt's log: read from the execution's history once the attempt ended and its
-log was kept (dispatch/services/logs.py), else live from Redis (dispatch/logs.py).
-Both give the same lines under the same cursors, so a follower crosses the attempt's
-end without a gap or a repeat."""
+log was kept (dispatch/services/logs.py), else live from Redis (dispatch/logs.py);
+from the archive once the execution's day was archived. All give the same lines
+under the same cursors, so a follower crosses the attempt's end without a gap or a
+repeat."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 
 from dispatch import logs
 from dispatch.models import Execution, ExecutionEvent
+from dispatch.selectors.executions import ExecutionRecord
 from dispatch.states import EventKind
 
 # Events of an execution are written after its row: a bound on `at` (with room for
@@ -49,6 +51,23 @@ def _kept_lines(data: dict[str, Any]) -> list[logs.Line]:
     ]
 
 
+def _kept_page(data: dict[str, Any], after: str | None, limit: int | None) -> LogPage:
+    lines = _kept_lines(data)
+    if after is not None:
+        floor = logs.cursor_key(after)
+        lines = [x for x in lines if logs.cursor_key(x.cursor) > floor]
+    return LogPage(lines[:limit], int(data.get("dropped_lines", 0)), kept=True)
+
+
+def archived_attempt_log(
+    *, record: ExecutionRecord, attempt: int, after: str | None, limit: int | None
+) -> LogPage:
+    """An archived execution's attempt log, as its archive kept it (none: no lines;
+    `limit` None: every line)."""
+    data = record.kept_logs.get(attempt)
+    return _kept_page(data, after, limit) if data else LogPage([], 0, kept=True)
+
+
 def attempt_log(
     *, execution: Execution, attempt: int, after: str | None, limit: int, wait_s: float = 0.0
 ) -> LogPage:
@@ -57,11 +76,7 @@ def attempt_log(
     log's Redis does not answer."""
     data = kept_log(execution=execution, attempt=attempt)
     if data is not None:
-        lines = _kept_lines(data)
-        if after is not None:
-            floor = logs.cursor_key(after)
-            lines = [x for x in lines if logs.cursor_key(x.cursor) > floor]
-        return LogPage(lines[:limit], int(data.get("dropped_lines", 0)), kept=True)
+        return _kept_page(data, after, limit)
     eid = str(execution.id)
     lines = logs.read(eid, attempt, after=after, limit=limit, wait_s=wait_s)
     return LogPage(lines, logs.dropped(eid, attempt), kept=False)

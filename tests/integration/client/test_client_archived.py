@@ -1,7 +1,8 @@
 """An archived execution answered everywhere a tenant looks: the REST API (through the
 Python client, against a live gunicorn reading the same archive folder), `schedctl
-execution` and the console's execution page — each saying it was archived and
-where — while another tenant's token gets the same 404 as for a missing id."""
+execution` and `schedctl logs` and the console's execution page — each saying it was
+archived and where, its kept log read back from the archive — while another tenant's
+token gets the same 404 as for a missing id."""
 
 from __future__ import annotations
 
@@ -14,9 +15,11 @@ from typing import Any
 import pytest
 from django.test import override_settings
 
+from dispatch import logs
 from dispatch.history import archive, partitions
 from dispatch.history.objects import FileStore
 from dispatch.models import Execution
+from dispatch.services.logs import keep_attempt_log
 from tenants import services as tenant_services
 from tenants.models import Tenant as TenantModel
 from tenants.roles import Role
@@ -32,6 +35,8 @@ from scheduler_client import Client, NotFound  # isort: skip
 from scheduler_client.cli import main  # isort: skip
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+LOG = ["exported 12 rows", "archived-line ☃"]
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +70,9 @@ def archived(archive_dir: Path) -> Iterator[tuple[Any, Any, Execution]]:
     execution = execution_row(
         schedule, today + timedelta(hours=2), state="succeeded", status_code=204
     )
+    # Its attempt's log, kept with it as an ended attempt's log is (then archived with it).
+    logs.append(str(execution.id), 1, "output", LOG, fencing_token=1)
+    assert keep_attempt_log(execution.id, 1, actor="test")
     with override_settings(RETENTION_DAYS=1, RETENTION_MISFIRE_HORIZON_S=0):
         done = archive.archive_expired(
             now=today + timedelta(days=2, hours=12), store=FileStore(archive_dir)
@@ -92,6 +100,15 @@ def test_the_api_and_schedctl_answer_an_archived_execution(
 
     with Client(server.url, outsider.token) as other, pytest.raises(NotFound):
         other.get_execution(str(execution.id))
+    with Client(server.url, outsider.token) as other, pytest.raises(NotFound):
+        other.execution_logs(str(execution.id))
+
+    # Its log, as the archive kept it, paged by the same cursors.
+    with Client(server.url, owner.token) as client:
+        page = client.execution_logs(str(execution.id), attempt=1)
+        assert [x["text"] for x in page["lines"]] == LOG and page["live"] is False
+        rest = client.execution_logs(str(execution.id), after=page["lines"][0]["cursor"])
+        assert [x["text"] for x in rest["lines"]] == LOG[1:]
 
     monkeypatch.setenv("SCHEDCTL_URL", server.url)
     monkeypatch.setenv("SCHEDCTL_TOKEN", owner.token)
@@ -99,6 +116,9 @@ def test_the_api_and_schedctl_answer_an_archived_execution(
     assert main(["execution", str(execution.id)], out=out, err=err) == 0, err.getvalue()
     assert f"archived: its day ({day.isoformat()}, UTC)" in out.getvalue()
     assert location in out.getvalue() and "status_code: 204" in out.getvalue()
+    out = io.StringIO()
+    assert main(["logs", str(execution.id)], out=out, err=err) == 0, err.getvalue()
+    assert [line.split(None, 2)[2] for line in out.getvalue().splitlines()] == LOG
 
 
 def test_the_console_page_says_archived_and_offers_no_control(
@@ -118,5 +138,6 @@ def test_the_console_page_says_archived_and_offers_no_control(
         assert 'id="archived"' in html and "archived" in html
         assert "re-run that occurrence with a backfill" in html
         assert 'id="rerun-execution" disabled' in html
+        assert ">archived-line ☃</span>" in html and 'id="live-log-follow"' not in html
 
         assert pages["payroll"].get(f"/executions/{execution.id}/").status_code == 404
