@@ -159,14 +159,7 @@ class ExecutionSucceedView(_CompletionView):
         """The target finished its attempt: it succeeded, with an output value."""
         cap = self.capability(request, pk)
         data = validate_request(SucceedIn, request) if request.data else {}
-        state = services.completion_finish(
-            cap=cap,
-            ok=True,
-            output=data.get("output"),
-            message=data.get("message", ""),
-            retryable=False,
-        )
-        return Response({"execution_id": cap.execution_id, "attempt": cap.attempt, "state": state})
+        return _finish(cap, ok=True, output=data.get("output"), message=data.get("message", ""))
 
 
 class ExecutionFailView(_CompletionView):
@@ -181,11 +174,20 @@ class ExecutionFailView(_CompletionView):
         """The target's attempt failed: retried by the schedule's policy unless not retryable."""
         cap = self.capability(request, pk)
         data = validate_request(FailIn, request)
-        state = services.completion_finish(
-            cap=cap,
+        return _finish(
+            cap,
             ok=False,
             output=data.get("output"),
             message=data["error"],
             retryable=data["retryable"],
         )
-        return Response({"execution_id": cap.execution_id, "attempt": cap.attempt, "state": state})
+
+
+def _finish(
+    cap: completion.Capability, *, ok: bool, output: Any, message: str, retryable: bool = False
+) -> Response:
+    """End the attempt as the target says; the answer both ends share."""
+    state = services.completion_finish(
+        cap=cap, ok=ok, output=output, message=message, retryable=retryable
+    )
+    return Response({"execution_id": cap.execution_id, "attempt": cap.attempt, "state": state})
