@@ -42,3 +42,18 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info:
             line["exc"] = self.formatException(record.exc_info)
         return json.dumps(line, default=str)
+
+
+class ClientErrorsAtInfo(logging.Filter):
+    """Django logs every 4xx answer as a warning (django.request, and runserver's
+    django.server): a client's mistake — a 404, a form with a bad field — is not the
+    platform's, so it is logged at INFO, and only where INFO is shown. 5xx stay errors."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        status = getattr(record, "status_code", None)
+        if record.levelno != logging.WARNING or not isinstance(status, int):
+            return True
+        if not 400 <= status < 500:
+            return True
+        record.levelno, record.levelname = logging.INFO, "INFO"
+        return logging.getLogger(record.name).isEnabledFor(logging.INFO)

@@ -392,14 +392,22 @@ LOGGING = {
         "json": {"()": "config.logs.JsonFormatter"},
     },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},
+    # A 4xx is the client's mistake: INFO, not a warning (config/logs.py).
+    "filters": {"client_errors": {"()": "config.logs.ClientErrorsAtInfo"}},
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {
+        "django.request": {"filters": ["client_errors"]},
         "django.db.backends": {"level": "WARNING"},
         # The embedded PostgreSQL's wheel logs every pg_ctl command line at INFO.
         "pgserver": {"level": "WARNING"},
         # runserver's request log follows LOG_LEVEL too: `make run` (WARNING) shows
         # only 4xx/5xx, not every 5 s dashboard refresh.
-        "django.server": {"handlers": ["console"], "level": LOG_LEVEL, "propagate": False},
+        "django.server": {
+            "handlers": ["console"],
+            "level": LOG_LEVEL,
+            "propagate": False,
+            "filters": ["client_errors"],
+        },
     },
 }
 

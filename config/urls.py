@@ -1,4 +1,7 @@
 from django.contrib import admin
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect
+from django.templatetags.static import static
 from django.urls import URLPattern, URLResolver, include, path
 from drf_spectacular.views import SpectacularJSONAPIView, SpectacularSwaggerSplitView
 from rest_framework.permissions import AllowAny
@@ -30,6 +33,12 @@ api_v1: list[URLPattern | URLResolver] = [
     path("", include("tenants.api.urls")),
 ]
 
+
+def favicon(request: HttpRequest) -> HttpResponse:
+    # Resolved per request: the static file's hashed name exists once collected.
+    return redirect(static("console/favicon.svg"), permanent=True)
+
+
 urlpatterns = [
     path("v1/", include(api_v1)),
     path("admin/", admin.site.urls),
@@ -42,6 +51,9 @@ urlpatterns = [
         name="openid-configuration",
     ),
     path(".well-known/jwks.json", identity.jwks, name="jwks"),
+    # Browsers ask for /favicon.ico on pages without a <link rel="icon"> (the API's
+    # JSON, the admin): the console's icon, not a 404 in the log.
+    path("favicon.ico", favicon, name="favicon"),
     path("", include("console.urls")),
 ]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -85,3 +86,15 @@ def as_json(value: Any) -> str:
     """A stored JSON value (a target, a retry policy) as pretty JSON, not a Python repr.
     Targets hold secret references ({"secret": "vault:…"}) only, never their values."""
     return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+
+
+@register.filter
+def tagged(messages: Iterable[Any], tag: str) -> str:
+    """The text of the first message of the request tagged `tag` (a field's own error
+    after a redirect: the footer's time zone), "" when none; the request's messages
+    are spent, as any reading of them does."""
+    found = ""
+    for message in messages:
+        if not found and tag in str(getattr(message, "extra_tags", "")).split():
+            found = str(message)
+    return found

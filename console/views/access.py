@@ -7,6 +7,7 @@ import secrets
 from typing import Any
 
 from django.conf import settings
+from django.contrib import messages
 from django.contrib.auth.models import User
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -37,6 +38,10 @@ def tenant_switch(request: HttpRequest) -> HttpResponse:
     return redirect(next_url(request, reverse("console-home")))
 
 
+# The footer's "Show times in" shows its own error (templates/base.html).
+TZ_ERROR_TAG = "tz-pref"
+
+
 @require_POST
 def set_timezone(request: HttpRequest) -> HttpResponse:
     if not request.user.is_authenticated:
@@ -48,7 +53,15 @@ def set_timezone(request: HttpRequest) -> HttpResponse:
         try:
             cron.get_zone(name)
         except cron.CronError:
-            return HttpResponse("unknown time zone", status=400, content_type="text/plain")
+            # Back to the page it was set from, which says so beside the field (base.html).
+            shown = name if len(name) <= 64 else name[:64] + "…"
+            messages.error(
+                request,
+                f"“{shown}” is not a time zone: use an IANA name such as Europe/Amsterdam "
+                "or UTC (or leave it empty for your browser's zone).",
+                extra_tags=TZ_ERROR_TAG,
+            )
+            return redirect(next_url(request, reverse("console-home")))
         request.session[SESSION_TZ] = name
     return redirect(next_url(request, reverse("console-home")))
 

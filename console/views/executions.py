@@ -101,13 +101,23 @@ def execution_detail(
         record = selectors.execution_record(tenant=principal.tenant, execution_id=execution_id)
     except NotFound:
         raise Http404("execution not found") from None
+    ctx = _detail_context(request, principal, record)
+    if is_htmx(request) and request.headers.get("HX-Target") == "execution-live":
+        return render(request, "console/execution_detail.html#live", ctx)
+    return render(request, "console/execution_detail.html", ctx)
+
+
+def _detail_context(
+    request: HttpRequest, principal: Principal, record: selectors.ExecutionRecord
+) -> dict[str, Any]:
+    """Everything the execution page shows: its row, timeline, controls and log."""
     execution, events = record.execution, record.events
     if record.archived is None:
         controls = control_state(principal, execution)
     else:
         why = "Its day of history was archived: re-run that occurrence with a backfill."
         controls = {"can_cancel": False, "can_rerun": False, "cancel_why": why, "rerun_why": why}
-    ctx = base_context(
+    return base_context(
         request,
         principal,
         execution=execution,
@@ -119,9 +129,6 @@ def execution_detail(
         message=request.GET.get("done", "")[:200],
         **controls,
     )
-    if is_htmx(request) and request.headers.get("HX-Target") == "execution-live":
-        return render(request, "console/execution_detail.html#live", ctx)
-    return render(request, "console/execution_detail.html", ctx)
 
 
 def _live_log(execution: Execution) -> dict[str, Any]:
@@ -160,21 +167,23 @@ def execution_log_follow(
 ) -> HttpResponse:
     """The live log's next lines for the execution page (htmx, every LIVE_LOG_POLL_MS
     while it follows): appended after the page's last cursor, with the follower that
-    asks again. A new attempt replaces the whole log region; an ended one stops it."""
+    asks again. A new attempt replaces the whole log region; an ended one stops it.
+    When the execution's state is not the one the page shows, the page's state region
+    (state, timeline, controls) comes along, so the page never says two things."""
     execution = _execution_or_404(principal, execution_id)
     after = request.GET.get("after") or None
     try:
         attempt = int(request.GET.get("attempt", ""))
     except ValueError:
         attempt = 0
+    moved_on = request.GET.get("state") != execution.state
     if (after is not None and not logs.valid_cursor(after)) or attempt != execution.attempt:
         # Another attempt began (a retry, a re-run), or the page's own state is off:
-        # the region starts again from the current attempt.
-        response = render(
-            request,
-            "console/execution_detail.html#livelog",
-            {"execution": execution} | _live_log(execution),
-        )
+        # the region starts again from the current attempt (with the state region).
+        region = {"execution": execution} | _live_log(execution)
+        if moved_on:
+            region = _state_region(request, principal, execution) | region
+        response = render(request, "console/execution_detail.html#livelog-restart", region)
         return reswap(retarget(response, "#live-log"), "outerHTML")
     try:
         page = selectors.attempt_log(
@@ -182,17 +191,25 @@ def execution_log_follow(
         )
     except LiveLogUnavailable:
         page = selectors.LogPage([], 0, kept=False)  # Redis away: try again next time
-    return render(
-        request,
-        "console/execution_detail.html#livelog-step",
-        {
-            "execution": execution,
-            "lines": page.lines,
-            "log_attempt": attempt,
-            "log_cursor": page.lines[-1].cursor if page.lines else (after or ""),
-        }
-        | _follow(execution),
+    step: dict[str, Any] = {
+        "execution": execution,
+        "lines": page.lines,
+        "log_attempt": attempt,
+        "log_cursor": page.lines[-1].cursor if page.lines else (after or ""),
+    } | _follow(execution)
+    if moved_on:
+        step = _state_region(request, principal, execution) | step
+    return render(request, "console/execution_detail.html#livelog-step", step)
+
+
+def _state_region(
+    request: HttpRequest, principal: Principal, execution: Execution
+) -> dict[str, Any]:
+    """The page's state region (state, timeline, controls), to come out of band."""
+    record = selectors.ExecutionRecord(
+        execution, list(selectors.execution_events(execution=execution))
     )
+    return _detail_context(request, principal, record) | {"live_oob": True}
 
 
 def _done(execution_id: uuid.UUID, message: str) -> HttpResponse:

@@ -191,9 +191,19 @@ def _is_api(request: HttpRequest) -> bool:
     return request.path.startswith("/v1/")
 
 
+def _no_such_path(path: str) -> str:
+    """What is wrong with an API path that names nothing, as far as can be told."""
+    shown = path if len(path) <= 200 else path[:200] + "…"
+    if path.startswith("/v1/v1/"):
+        return f"no such API path: {shown} (the base URL already ends in /v1; give the server's address)"
+    if path.endswith("/") and path != "/v1/":
+        return f"no such API path: {shown} (API paths have no trailing slash)"
+    return f"no such API path: {shown}"
+
+
 def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
     if _is_api(request):
-        return _json_error(404, "not_found", "no such API path (paths have no trailing slash)")
+        return _json_error(404, "not_found", _no_such_path(request.path))
     return defaults.page_not_found(request, exception)
 
 

@@ -75,6 +75,9 @@ class Partitions:
         # holds: when the renewal (or the acquisition) that set it was sent, plus TTL.
         self._holds_until: dict[int, float] = {}
         self._lost: dict[int, int] = {}  # partition -> epoch the keeper could not renew
+        # When this beat last lost ranges and has not had any back since (monotonic):
+        # the acquisition that ends it is logged as a recovery, at the loss's level.
+        self._lost_since: float | None = None
         self._on_drop = on_drop
         self._on_fenced = on_fenced
 
@@ -172,11 +175,19 @@ class Partitions:
                     self._hold(grant)
                     self._holds_until[grant.number] = sent + self.cfg.lease_ttl_s
             if got:
-                log.info(
-                    "beat %s acquired partition ranges %s",
-                    self.cfg.name,
-                    sorted((g.number, g.epoch, f"{g.lo}-{g.hi - 1}") for g in got),
-                )
+                ranges = sorted((g.number, g.epoch, f"{g.lo}-{g.hi - 1}") for g in got)
+                if self._lost_since is not None:
+                    # The operator saw the loss as a warning: the recovery is said as loudly.
+                    log.warning(
+                        "beat %s: recovered — acquired partition ranges %s again, %.1f s "
+                        "after losing ranges; it fires them from now on",
+                        self.cfg.name,
+                        [number for number, _, _ in ranges],
+                        time.monotonic() - self._lost_since,
+                    )
+                    self._lost_since = None
+                else:
+                    log.info("beat %s acquired partition ranges %s", self.cfg.name, ranges)
             return len(got)
         return 0
 
@@ -224,15 +235,23 @@ class Partitions:
         self._on_drop(span)
 
     def _lose(self, numbers: set[int], *, why: str) -> None:
-        for number in sorted(numbers):
-            log.warning(
-                "beat %s: fencing — partition range %d (epoch %d) lost: %s; its writes are rejected",
-                self.cfg.name,
-                number,
-                self.owned.get(number, -1),
-                why,
-            )
+        """One line for every range lost at once (a recovery is logged when ranges come
+        back: rebalance)."""
+        if not numbers:
+            return
+        lost = sorted(numbers)
+        log.warning(
+            "beat %s: fencing — partition ranges %s (epochs %s) lost: %s; their writes are "
+            "rejected until this beat acquires ranges again",
+            self.cfg.name,
+            lost,
+            [self.owned.get(number, -1) for number in lost],
+            why,
+        )
+        for number in lost:
             self.drop(number)
+        if self._lost_since is None:
+            self._lost_since = time.monotonic()
 
 
 class LeaseKeeper:

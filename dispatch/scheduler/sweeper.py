@@ -31,7 +31,7 @@ from dispatch.models import ExecutionEvent
 from dispatch.scheduler import dependencies, store
 from dispatch.services.logs import keep_attempt_log
 from dispatch.states import EventKind, ExecutionState
-from dispatch.targets.runtime import clip
+from dispatch.targets.runtime import attempt_label, clip
 from dispatch.timing import retry
 from dispatch.worker import alerts
 
@@ -118,7 +118,8 @@ def sweep_expired_leases(*, partitions: list[int] | None, limit: int = 500) -> i
             delays=[plans[i]["delay"] for i in ids],
             codes=[plans[i]["code"] for i in ids],
             reasons=[
-                f"attempt {plans[i]['n']} timed out: {plans[i]['why']}"
+                f"{attempt_label(plans[i]['attempt'], plans[i]['base'])} timed out: "
+                f"{plans[i]['why']}"
                 + (" — attempts exhausted" if plans[i]["state"] == ExecutionState.DEAD else "")
                 for i in ids
             ],
@@ -141,7 +142,9 @@ def sweep_expired_leases(*, partitions: list[int] | None, limit: int = 500) -> i
             events.append(
                 ExecutionEvent(
                     kind=EventKind.TIMED_OUT,
-                    message=clip(f"attempt {plan['n']} timed out: {plan['why']}"),
+                    message=clip(
+                        f"{attempt_label(plan['attempt'], plan['base'])} timed out: {plan['why']}"
+                    ),
                     data={
                         "attempt": plan["attempt"],
                         "reason_code": plan["code"],
@@ -156,7 +159,8 @@ def sweep_expired_leases(*, partitions: list[int] | None, limit: int = 500) -> i
                     ExecutionEvent(
                         kind=EventKind.DEAD,
                         message=clip(
-                            f"dead after attempt {plan['n']} of {plan['max']}: "
+                            f"dead after "
+                            f"{attempt_label(plan['attempt'], plan['base'], of=plan['max'])}: "
                             f"{plan['why']} — attempts exhausted"
                         ),
                         data={"attempts": plan["n"], "reason_code": plan["code"]},
@@ -168,7 +172,7 @@ def sweep_expired_leases(*, partitions: list[int] | None, limit: int = 500) -> i
                 events.append(
                     ExecutionEvent(
                         kind=EventKind.RETRY_SCHEDULED,
-                        message=f"attempt {attempt_now - plan['base']} of {plan['max']} "
+                        message=f"{attempt_label(attempt_now, plan['base'], of=plan['max'])} "
                         f"in {plan['delay']:.1f} s",
                         data={"next_attempt": attempt_now, "delay_s": round(plan["delay"], 3)},
                         **base,

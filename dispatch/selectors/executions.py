@@ -32,7 +32,14 @@ from dispatch.selectors.paging import (
     tenant_object,
     within,
 )
-from dispatch.states import IN_FLIGHT_STATES, OFF_TIMELINE_EVENT_KINDS, EventKind, Trigger
+from dispatch.states import (
+    ATTEMPT_END_EVENT_KINDS,
+    CANCEL_EVENT_KINDS,
+    IN_FLIGHT_STATES,
+    OFF_TIMELINE_EVENT_KINDS,
+    EventKind,
+    Trigger,
+)
 from tenants.models import Tenant, TenantQuota
 
 _Row = TypeVar("_Row", bound=Model)
@@ -331,6 +338,23 @@ def execution_events(*, execution: Execution) -> QuerySet[ExecutionEvent]:
     )
 
 
+# Events that record an attempt's end: with one of them, the row's "finished" repeats it.
+_END_KINDS = frozenset(
+    str(kind)
+    for kind in ATTEMPT_END_EVENT_KINDS | CANCEL_EVENT_KINDS | {EventKind.COMPLETED_SKIPPED}
+)
+
+
+def _due_words(execution: Execution, later_s: float) -> str:
+    """Why the row came due after its occurrence time: a re-run's request, the
+    schedule's jitter, or (a backfill, a catch-up) when it was released."""
+    if execution.reruns:
+        return f"due again: re-run {execution.reruns} requested {later_s:g} s after the occurrence"
+    if execution.trigger == Trigger.CRON and 0 < later_s <= execution.schedule.jitter_s:
+        return f"due after {later_s:g} s of jitter"
+    return f"due {later_s:g} s after the occurrence time ({execution.trigger})"
+
+
 @dataclass
 class TimelineItem:
     at: datetime
@@ -345,18 +369,24 @@ def execution_timeline(
 ) -> list[TimelineItem]:
     """The execution's steps in time order: its row's timestamps (scheduled, due,
     published, started, finished) merged with its events. The console and the API
-    show the same list."""
+    show the same list.
+
+    The row keeps only its last attempt's start and end; where the events record
+    attempts (the worker writes them as they happen), those are the steps, and the
+    row's two summaries are left out — they would repeat them, a few milliseconds
+    apart and out of causal order."""
     if events is None:
         events = list(execution_events(execution=execution))
+    kinds = {ev.kind for ev in events}
     items: list[TimelineItem] = [
         TimelineItem(execution.created_at, "created", f"record created ({execution.trigger})"),
         TimelineItem(
             execution.scheduled_for, "scheduled", "nominal occurrence time (scheduled_for)"
         ),
     ]
-    jitter = (execution.due_at - execution.scheduled_for).total_seconds()
-    if jitter:
-        items.append(TimelineItem(execution.due_at, "due", f"due after {jitter:g} s of jitter"))
+    later = (execution.due_at - execution.scheduled_for).total_seconds()
+    if later:
+        items.append(TimelineItem(execution.due_at, "due", _due_words(execution, later)))
     if execution.enqueued_at:
         items.append(
             TimelineItem(
@@ -371,9 +401,9 @@ def execution_timeline(
                 execution.republished_at, "republished", "published again (the broker lost it)"
             )
         )
-    if execution.started_at:
+    if execution.started_at and EventKind.ATTEMPT_STARTED not in kinds:
         items.append(TimelineItem(execution.started_at, "started", "last attempt started"))
-    if execution.finished_at:
+    if execution.finished_at and not kinds & _END_KINDS:
         items.append(
             TimelineItem(execution.finished_at, "finished", f"finished: {execution.state}")
         )

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 
 from django.db import transaction
 
-from core.db import db_now
+from core.db import db_clock, db_now
 from dispatch.exceptions import StateConflict
 from dispatch.identity import keys
 from dispatch.models import IdentityKey
@@ -26,6 +26,11 @@ def key_ensure() -> IdentityKey:
         if current is not None:
             return current
         sql.one("identity_key_lock")
+        # Read the wall clock (the transaction's stands still): a key another process
+        # made while this one waited for the lock signs from a later instant than the
+        # `now` read before it, and would otherwise be missed — two first keys, the
+        # JWKS publishing both.
+        now = db_clock()
         current = ring.signing_key(now)
         if current is not None:
             return current

@@ -60,7 +60,11 @@ WITH claimed AS (
           'claimed by worker ' || %(owner)s || ' with token ' || s.fencing_token,
           jsonb_build_object('worker', %(owner)s, 'fencing_token', s.fencing_token, 'attempt', s.attempt)),
          (2, 'attempt_started',
-          'attempt ' || (s.attempt - s.attempt_base) || ' started by ' || %(owner)s
+          -- The words of dispatch/targets/runtime.py's attempt_label.
+          'attempt ' || s.attempt
+              || CASE WHEN s.attempt_base > 0
+                      THEN ' (re-run, try ' || (s.attempt - s.attempt_base) || ')' ELSE '' END
+              || ' started by ' || %(owner)s
               || ' (timeout ' || s.timeout_s || ' s)',
           jsonb_build_object('attempt', s.attempt, 'fencing_token', s.fencing_token,
                              'target', s.target->>'type', 'timeout_s', s.timeout_s))

@@ -52,6 +52,17 @@ def result_label(status_code: int | None, exit_code: int | None) -> str:
     return ""
 
 
+def attempt_label(attempt: int, base: int, *, of: int | None = None) -> str:
+    """An attempt as the timeline names it: the row's attempt number (X-Attempt), and
+    in a re-run's chain (`base`: the attempt it continued from) which try of that chain
+    it is — the retry policy counts those, `of` of them at most. worker.sql's claim
+    writes the same words."""
+    out_of = f" of {of}" if of is not None else ""
+    if base <= 0:
+        return f"attempt {attempt}{out_of}"
+    return f"attempt {attempt} (re-run, try {attempt - base}{out_of})"
+
+
 @dataclass
 class Outcome:
     """How one attempt ended. The runner turns it into a state change under the fencing token."""

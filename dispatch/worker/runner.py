@@ -53,6 +53,7 @@ from dispatch.targets.runtime import (
     Outcome,
     RunContext,
     SecretError,
+    attempt_label,
     clip,
     describe_exception,
     result_label,
@@ -280,10 +281,10 @@ def _hand_off(claim: Claim, outcome: Outcome, *, excerpt: str) -> str:
     the target until its first heartbeat is due (dispatch/completion.py)."""
     beat = completion.heartbeat_s(claim.target)
     shown = result_label(outcome.status_code, outcome.exit_code)
-    k = claim.attempt - claim.attempt_base
+    label = attempt_label(claim.attempt, claim.attempt_base)
     event = Event(
         EventKind.AWAITING_COMPLETION,
-        f"attempt {k} handed off to the target{' (' + shown + ')' if shown else ''} in "
+        f"{label} handed off to the target{' (' + shown + ')' if shown else ''} in "
         f"{outcome.latency_ms} ms: waiting for its completion, a heartbeat at least every "
         f"{beat} s, within the {claim.timeout_s} s timeout",
         {
@@ -304,7 +305,7 @@ def _hand_off(claim: Claim, outcome: Outcome, *, excerpt: str) -> str:
         event=event,
     )
     if held:
-        log.info("execution %s attempt %s: handed off to its target", claim.execution_id, k)
+        log.info("execution %s %s: handed off to its target", claim.execution_id, label)
         return "awaiting"
     peek = leases.execution_peek(execution_id=claim.execution_id)
     if peek is not None and peek.fencing_token == claim.fencing_token:
@@ -514,6 +515,7 @@ def record_outcome(
     # X-Attempt, the event data — keeps counting.
     n, max_attempts = claim.attempt, int(pol["max_attempts"])
     k = n - claim.attempt_base
+    label = attempt_label(n, claim.attempt_base)
     excerpt = redact(outcome.excerpt)
     error = redact(outcome.error)
     data: dict[str, Any] = {
@@ -543,7 +545,7 @@ def record_outcome(
             events=[
                 Event(
                     EventKind.ATTEMPT_SUCCEEDED,
-                    f"attempt {k} succeeded{' (' + shown + ')' if shown else ''} "
+                    f"{label} succeeded{' (' + shown + ')' if shown else ''} "
                     f"in {outcome.latency_ms} ms",
                     data,
                 ),
@@ -554,7 +556,7 @@ def record_outcome(
     else:
         failed = Event(
             EventKind.ATTEMPT_FAILED,
-            f"attempt {k} failed after {outcome.latency_ms} ms: {error}",
+            f"{label} failed after {outcome.latency_ms} ms: {error}",
             data
             | {
                 "error": clip(error, 500),
@@ -576,12 +578,13 @@ def record_outcome(
                 delay_s=delay,
                 error=error,
                 reason_code=outcome.reason_code,
-                reason=f"attempt {k} failed: {error}",
+                reason=f"{label} failed: {error}",
                 events=[
                     failed,
                     Event(
                         EventKind.RETRY_SCHEDULED,
-                        f"attempt {k + 1} of {max_attempts} in {delay:.1f} s "
+                        f"{attempt_label(n + 1, claim.attempt_base, of=max_attempts)} "
+                        f"in {delay:.1f} s "
                         f"({pol['backoff']} backoff{honoured})",
                         {
                             "next_attempt": n + 1,
@@ -610,7 +613,7 @@ def record_outcome(
                     failed,
                     Event(
                         EventKind.DEAD,
-                        f"dead after attempt {k}: {reason}",
+                        f"dead after {label}: {reason}",
                         {"attempts": k, "reason_code": outcome.reason_code},
                     ),
                     *with_log,

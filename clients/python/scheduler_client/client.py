@@ -93,6 +93,13 @@ def _flag(value: bool | None) -> str | None:
     return None if value is None else ("true" if value else "false")
 
 
+def api_base(url: str) -> str:
+    """The platform's address as the client speaks to it, given with or without the
+    API's `/v1` and a trailing slash (`make run` prints the API as `.../v1/`)."""
+    base = url.strip().rstrip("/")
+    return base[: -len("/v1")] if base.endswith("/v1") else base
+
+
 class Client:
     """A tenant's view of the API, authenticated by a bearer token."""
 
@@ -117,7 +124,7 @@ class Client:
             raise ValueError("token is required")
         if max_retries < 0 or retry_timeout < 0:
             raise ValueError("max_retries and retry_timeout must not be negative")
-        self.base_url = base_url.rstrip("/")
+        self.base_url = api_base(base_url)
         self.max_retries = max_retries
         self.retry_timeout = retry_timeout
         self.max_retry_after = max_retry_after

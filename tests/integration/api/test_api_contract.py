@@ -3,6 +3,7 @@ one route per action, and an OpenAPI document that describes the real answers.""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
@@ -44,8 +45,50 @@ def test_unknown_api_paths_are_404_json(api: APIClient, method: str, url: str) -
     assert_json_error(getattr(api, method)(url), 404, "not_found")
 
 
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        (
+            "/v1/v1/schedules",
+            "no such API path: /v1/v1/schedules (the base URL already ends in /v1",
+        ),
+        ("/v1/schedules/", "no such API path: /v1/schedules/ (API paths have no trailing slash)"),
+        ("/v1/nothing", "no such API path: /v1/nothing"),
+    ],
+)
+def test_an_unknown_api_path_says_what_is_wrong_with_it(
+    api: APIClient, url: str, says: str
+) -> None:
+    message = api.get(url).json()["error"]["message"]
+    assert message.startswith(says), message
+    if url == "/v1/nothing":  # nothing else to blame: no hint that is not true
+        assert message == says
+
+
 def test_unauthenticated_unknown_path_is_404_json_too(client: Client) -> None:
     assert_json_error(client.get("/v1/does-not-exist"), 404, "not_found")
+
+
+def test_a_client_error_is_not_a_warning_in_the_log(
+    client: Client, api: APIClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    """What `make run` shows (WARNING): no line for a 404 or a 400 — the client's
+    mistakes; at INFO they are there."""
+    with caplog.at_level(logging.WARNING):
+        assert client.get("/no-such-page/").status_code == 404
+        assert api.get("/v1/schedules", {"limit": "many"}).status_code == 400
+    assert [r for r in caplog.records if r.name.startswith("django.")] == []
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        assert client.get("/no-such-page/").status_code == 404
+    shown = [(r.name, r.levelname) for r in caplog.records if r.name == "django.request"]
+    assert shown == [("django.request", "INFO")]
+
+
+def test_the_favicon_is_the_consoles_icon_not_a_404(client: Client) -> None:
+    answer = client.get("/favicon.ico")
+    assert answer.status_code == 301 and answer["Location"].endswith(".svg")
+    assert 'rel="icon"' in client.get("/login/").content.decode()
 
 
 def test_console_404_stays_a_page(client: Client) -> None:

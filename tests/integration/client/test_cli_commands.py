@@ -118,6 +118,14 @@ def test_login_saves_a_private_config_and_never_prints_the_token(
     assert listed.code == 0, listed.err
     assert listed.rows() == [["ID", "NAME", "WHEN", "TIMEZONE", "PAUSED", "NEXT", "RUN", "VERSION"]]
 
+    # The API's address as `make run` prints it (…/v1/), or without the slash: the same
+    # server, saved as its address.
+    for given in (f"{server.url}/v1/", f"{server.url}/v1", f"{server.url}/"):
+        run = schedctl("login", "--url", given, "--token", tenant.token)
+        assert run.code == 0, (given, run.err)
+        assert f'url = "{server.url}"' in path.read_text(), path.read_text()
+        assert schedctl("ls").code == 0
+
 
 def _files(directory: Path) -> dict[str, str]:
     """Each entry of `directory`: a link as "-> target", a file as its mode."""

@@ -557,7 +557,18 @@ def test_times_in_the_viewers_zone_with_utc_on_hover(world: World) -> None:
     html = text(client.get(f"/executions/{world.execution.id}/"))
     assert re.search(r'title="[^"]+ UTC">[^<]+ E[SD]T</time>', html), "the user's setting wins"
     assert re.search(r">[^<]+ CES?T</time>", html), "and the schedule's zone is shown too"
-    assert client.post("/prefs/tz", {"tz": "Nowhere/Special"}).status_code == 400
+    # A zone that is none: back on the same page, which says so beside the field (no
+    # bare error page), and the setting unchanged.
+    page = f"/executions/{world.execution.id}/"
+    answer = client.post("/prefs/tz", {"tz": "Nowhere/Special", "next": page}, follow=True)
+    assert answer.redirect_chain == [(page, 302)] and answer.status_code == 200
+    html = text(answer)
+    assert 'id="tz-pref-error" role="alert">“Nowhere/Special” is not a time zone' in html
+    assert 'aria-invalid="true" aria-describedby="tz-pref-error"' in html
+    assert "<h1>Execution of" in html  # the page itself, with its layout
+    assert re.search(r'title="[^"]+ UTC">[^<]+ E[SD]T</time>', html), "the setting is kept"
+    html = text(client.get(page))
+    assert "tz-pref-error" not in html, "said once"
 
 
 # --- explainer page -----------------------------------------------------------------------------------------

@@ -78,3 +78,21 @@ def test_a_lease_the_keeper_could_not_renew_in_time_is_dropped_by_the_local_cloc
     time.sleep(TTL + 0.2)
     assert beat.partitions.apply_lost() == settings.SCHEDULER_PARTITIONS
     assert beat.owned == {} and beat.counters.stale_writes_rejected == 1
+
+
+def test_a_loss_is_one_warning_and_the_recovery_is_said_as_loudly(
+    beat: Beat, caplog: pytest.LogCaptureFixture
+) -> None:
+    """What `make run` shows (WARNING and up): the ranges lost at once in one line, and
+    a line when the beat has them again — not a silence that reads as a broken beat."""
+    beat.keeper.stop()
+    time.sleep(TTL + 0.2)
+    with caplog.at_level("WARNING", logger="dispatch.beat"):
+        assert beat.partitions.apply_lost() == settings.SCHEDULER_PARTITIONS
+        lost = [r.getMessage() for r in caplog.records if "lost:" in r.getMessage()]
+        assert len(lost) == 1, lost
+        assert f"partition ranges {list(range(settings.SCHEDULER_PARTITIONS))}" in lost[0]
+        beat.cycle()  # the leases lapsed: this beat takes its ranges back
+        assert len(beat.owned) == settings.SCHEDULER_PARTITIONS
+        recovered = [r.getMessage() for r in caplog.records if "recovered" in r.getMessage()]
+    assert len(recovered) == 1 and "acquired partition ranges" in recovered[0], recovered

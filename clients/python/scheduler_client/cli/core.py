@@ -13,7 +13,7 @@ import yaml
 
 from scheduler_client import config, definitions, preview
 from scheduler_client.cli.context import Context, UsageError
-from scheduler_client.client import Client
+from scheduler_client.client import Client, api_base
 from scheduler_client.models import Execution, Schedule
 
 # What `runs --failed` means: the server's "recent failures" (dead, failed, timed
@@ -49,6 +49,7 @@ def cmd_login(args: argparse.Namespace, ctx: Context) -> int:
     url = getattr(args, "url", None)
     if not url:
         raise UsageError("login: --url is required")
+    url = api_base(url)  # saved as the platform's address, with or without /v1 given
     token = getattr(args, "token", None)
     if not token:
         # From stdin, so the secret is in neither the shell history nor `ps`.
