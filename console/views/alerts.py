@@ -92,10 +92,12 @@ def _page(
         "window_form": {},
         "window_errors": {},
     }
+    channels = selectors.alert_channel_list(tenant=tenant)
     ctx = base_context(
         request,
         principal,
-        channels=selectors.alert_channel_list(tenant=tenant),
+        channels=channels,
+        channel_use=selectors.alert_channel_use(tenant=tenant, channels=channels),
         kinds=[k.value for k in ChannelKind],
         policy=policy,
         numbers=[(n, LABELS[n]) for n in NUMBERS],
@@ -125,7 +127,8 @@ def _channel_config(kind: str, post: Any) -> dict[str, Any]:
 
 def _channel_form(post: Any) -> dict[str, Any]:
     return {key: post.get(key, "") for key in ("name", "kind", "to", "url", "url_secret")} | {
-        "enabled": post.get("enabled") == "on"
+        "enabled": post.get("enabled") == "on",
+        "use_in_default_policy": post.get("use_in_default_policy") == "on",
     }
 
 
@@ -138,6 +141,7 @@ def channel_create(request: HttpRequest, principal: Principal) -> HttpResponse:
         "kind": kind,
         "config": _channel_config(kind, request.POST),
         "enabled": request.POST.get("enabled") == "on",
+        "use_in_default_policy": request.POST.get("use_in_default_policy") == "on",
     }
     try:
         channel = services.alert_channel_create(actor=principal, data=data)

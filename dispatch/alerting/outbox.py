@@ -41,6 +41,7 @@ from django.db import connection, transaction
 from dispatch import explain
 from dispatch.alerting import delivery, maintenance
 from dispatch.models import AlertChannel, AlertPolicy, Execution, ExecutionEvent, Schedule
+from dispatch.selectors.alerts import policy_channels
 from dispatch.sql import sql
 from dispatch.states import AlertKind, AlertState, EventKind
 from tenants.models import Tenant
@@ -130,10 +131,8 @@ def _channels(tenant_id: int, schedule_id: str) -> list[AlertChannel]:
         AlertPolicy.objects.filter(tenant_id=tenant_id, schedule_id=schedule_id).first()
         or AlertPolicy.objects.filter(tenant_id=tenant_id, schedule__isnull=True).first()
     )
-    chosen = list(policy.channels.filter(enabled=True)) if policy is not None else []
-    if policy is None or not policy.channels.exists():
-        chosen = list(AlertChannel.objects.filter(tenant_id=tenant_id, enabled=True))
-    return chosen
+    enabled = list(AlertChannel.objects.filter(tenant_id=tenant_id, enabled=True))
+    return policy_channels(policy, enabled)
 
 
 def _json(value: Any) -> Any:

@@ -35,16 +35,31 @@ CONFIG_HELP = (
 )
 
 
+def channels_out(channels: list[AlertChannel]) -> list[dict[str, Any]]:
+    """The channels as the API answers them, each with the policies that send to it."""
+    if not channels:
+        return []
+    use = selectors.alert_channel_use(tenant=channels[0].tenant, channels=channels)
+    return [
+        {
+            "id": str(channel.id),
+            "name": channel.name,
+            "kind": channel.kind,
+            "config": channel.config,
+            "enabled": channel.enabled,
+            "used_by": {
+                "default_policy": use[channel.id].default_policy,
+                "schedule_policies": use[channel.id].schedule_policies,
+            },
+            "created_at": iso_z(channel.created_at),
+            "updated_at": iso_z(channel.updated_at),
+        }
+        for channel in channels
+    ]
+
+
 def channel_out(channel: AlertChannel) -> dict[str, Any]:
-    return {
-        "id": str(channel.id),
-        "name": channel.name,
-        "kind": channel.kind,
-        "config": channel.config,
-        "enabled": channel.enabled,
-        "created_at": iso_z(channel.created_at),
-        "updated_at": iso_z(channel.updated_at),
-    }
+    return channels_out([channel])[0]
 
 
 def _as_sent(serializer_cls: type[StrictSerializer], request: Request) -> dict[str, Any]:
@@ -60,6 +75,22 @@ class ChannelInSerializer(StrictSerializer):
     kind = serializers.ChoiceField(choices=ChannelKind.choices)
     config = serializers.JSONField(help_text=CONFIG_HELP)
     enabled = serializers.BooleanField(required=False, default=True)
+    use_in_default_policy = serializers.BooleanField(
+        required=False,
+        default=True,
+        help_text="when the tenant's default policy names its channels, add this one to "
+        "them (a policy that names none sends to every enabled channel already)",
+    )
+
+
+class UsedByDoc(serializers.Serializer[Any]):
+    default_policy = serializers.BooleanField(
+        help_text="the tenant's default policy sends to it (every schedule without its own)"
+    )
+    schedule_policies = serializers.IntegerField(
+        help_text="how many schedules' own policies send to it; with default_policy false "
+        "and 0 here, no alert reaches this channel"
+    )
 
 
 class ChannelPatchSerializer(StrictSerializer):
@@ -77,6 +108,7 @@ class ChannelOutDoc(serializers.Serializer[Any]):
     kind = serializers.ChoiceField(choices=ChannelKind.choices)
     config = serializers.JSONField(help_text=CONFIG_HELP)
     enabled = serializers.BooleanField()
+    used_by = UsedByDoc()
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
 
@@ -102,7 +134,7 @@ class AlertChannelListView(AdminOnly):
     @extend_schema(operation_id="alert_channels_list", responses={200: ChannelListDoc})
     def get(self, request: Request) -> Response:
         channels = selectors.alert_channel_list(tenant=views.principal(request).tenant)
-        return Response({"results": [channel_out(c) for c in channels]})
+        return Response({"results": channels_out(channels)})
 
     @extend_schema(
         operation_id="alert_channels_create",

@@ -18,9 +18,12 @@ Callers use `from dispatch import selectors; selectors.x`: every public name is 
 from __future__ import annotations
 
 from dispatch.selectors.alerts import (
+    ChannelUse,
     EffectivePolicy,
     alert_channel_get,
     alert_channel_list,
+    alert_channel_use,
+    policy_channels,
     policy_effective,
 )
 from dispatch.selectors.backfills import (
@@ -159,6 +162,7 @@ __all__ = [
     "AlertStatus",
     "BackfillPlan",
     "BackfillProgress",
+    "ChannelUse",
     "CronText",
     "EffectivePolicy",
     "ExecutionFilter",
@@ -182,6 +186,7 @@ __all__ = [
     "WorkerSeen",
     "alert_channel_get",
     "alert_channel_list",
+    "alert_channel_use",
     "archived_attempt_log",
     "archived_execution_get",
     "as_uuid",
@@ -225,6 +230,7 @@ __all__ = [
     "ops_partitions",
     "ops_tenants",
     "ops_workers",
+    "policy_channels",
     "policy_effective",
     "queue_depths",
     "recently_active_schedules",

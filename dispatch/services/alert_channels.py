@@ -15,7 +15,7 @@ from django.db.models.functions import Now
 
 from dispatch.alerting import channel_config, delivery
 from dispatch.exceptions import InvalidSchedule
-from dispatch.models import AlertChannel
+from dispatch.models import AlertChannel, AlertPolicy
 from dispatch.selectors.alerts import alert_channel_get
 from dispatch.selectors.paging import tenant_object
 from dispatch.services.common import save_unique
@@ -83,6 +83,10 @@ def _locked(actor: Principal, channel_id: str) -> AlertChannel:
 
 @transaction.atomic
 def alert_channel_create(*, actor: Principal, data: dict[str, Any]) -> AlertChannel:
+    """A new channel. `use_in_default_policy` (default true): when the tenant's default
+    policy names its channels, this one joins them — else a new channel would receive
+    nothing but its test message. A default policy that names none already sends to
+    every enabled channel."""
     kind = data.get("kind")
     if not isinstance(kind, str):
         raise InvalidSchedule.field("kind", "is required: email, slack or webhook")
@@ -95,8 +99,25 @@ def alert_channel_create(*, actor: Principal, data: dict[str, Any]) -> AlertChan
     )
     if AlertChannel.objects.filter(tenant=actor.tenant).count() >= MAX_CHANNELS:
         raise InvalidSchedule.field("name", f"a tenant has at most {MAX_CHANNELS} alert channels")
+    attach = data.get("use_in_default_policy", True)
+    if not isinstance(attach, bool):
+        raise InvalidSchedule.field("use_in_default_policy", "must be true or false")
     save_unique(channel, _NAME_TAKEN, force_insert=True)
-    record_audit(actor, AuditAction.ALERT_CHANNEL_CREATE, channel, after=channel_snapshot(channel))
+    default = (
+        AlertPolicy.objects.select_for_update()
+        .filter(tenant=actor.tenant, schedule__isnull=True)
+        .first()
+    )
+    added = False
+    if attach and default is not None and default.channels.exists():
+        default.channels.add(channel)
+        added = True
+    record_audit(
+        actor,
+        AuditAction.ALERT_CHANNEL_CREATE,
+        channel,
+        after=channel_snapshot(channel) | {"added_to_default_policy": added},
+    )
     return channel
 
 

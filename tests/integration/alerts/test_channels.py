@@ -13,9 +13,11 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
+from tenants import services as tenant_services
 from tenants.models import AuditEvent, Tenant
 from tenants.roles import Role
 from tests.integration.alerts.conftest import Mailbox
+from tests.support.console_support import client_for, user
 from tests.support.ledger import Ledger
 
 pytestmark = pytest.mark.django_db
@@ -240,3 +242,36 @@ def test_channels_are_in_the_openapi_document(api: APIClient) -> None:
     assert set(paths["/v1/alert-channels/{id}"]) == {"get", "patch", "delete"}
     test_op = paths["/v1/alert-channels/{id}:test"]["post"]
     assert {"200", "400", "403", "404"} <= set(test_op["responses"])
+
+
+def test_a_new_channel_joins_a_default_policy_that_names_its_channels(
+    api: APIClient, tenant: Tenant
+) -> None:
+    """A default policy naming its channels sends nowhere else: a channel made later
+    joins it unless told not to, and one that no policy uses says so (API and page)."""
+    first = create(api, EMAIL).json()
+    assert first["used_by"] == {"default_policy": True, "schedule_policies": 0}
+    assert (
+        api.put("/v1/alert-policy", {"channels": [first["id"]]}, format="json").status_code == 200
+    )
+
+    second = create(api, EMAIL | {"name": "ops-mail-2"}).json()
+    assert second["used_by"] == {"default_policy": True, "schedule_policies": 0}
+    policy = api.get("/v1/alert-policy").json()
+    assert sorted(policy["channels"]) == sorted([first["id"], second["id"]])
+
+    aside = create(api, EMAIL | {"name": "aside", "use_in_default_policy": False}).json()
+    assert aside["used_by"] == {"default_policy": False, "schedule_policies": 0}
+    assert aside["id"] not in api.get("/v1/alert-policy").json()["channels"]
+    bad = create(api, EMAIL | {"name": "bad", "use_in_default_policy": "yes"})
+    assert field_error(bad, "use_in_default_policy") == "must be true or false"
+
+    listed = {c["name"]: c["used_by"] for c in api.get("/v1/alert-channels").json()["results"]}
+    assert listed["aside"] == {"default_policy": False, "schedule_policies": 0}
+    admin = user("ada")
+    tenant_services.membership_set(tenant=tenant, user=admin, role=Role.ADMIN, actor=None)
+    page = client_for(admin).get("/alerts/").content.decode()
+    row = page[page.index(f'id="channel-use-{aside["id"]}"') :][:400]
+    assert "not used by any policy" in row
+    used = page[page.index(f'id="channel-use-{second["id"]}"') :][:200]
+    assert "the default policy" in used and "not used" not in used
