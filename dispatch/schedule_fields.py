@@ -7,6 +7,8 @@ naming the field.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -36,6 +38,35 @@ PRIORITIES = tuple(Priority.values)
 DURATIONS = tuple(DurationClass.values)
 OVERLAPS = tuple(Overlap.values)
 MISFIRES = tuple(Misfire.values)
+
+
+class FieldErrors:
+    """Every field error of a definition at once, in the one error shape: each check
+    runs in `check()`; what it raises is kept and the next check runs; `raise_any()`
+    raises them together (`detail`: each field with its reasons, the message listing
+    them). A check that needs an earlier field's value is skipped while that field is
+    wrong: its error would only repeat the first."""
+
+    def __init__(self) -> None:
+        self.detail: dict[str, list[str]] = {}
+
+    @contextmanager
+    def check(self) -> Iterator[None]:
+        try:
+            yield
+        except InvalidSchedule as exc:
+            for name, reasons in (exc.detail or {"definition": [exc.message]}).items():
+                self.detail.setdefault(name, []).extend(str(r) for r in reasons)
+
+    def wrong(self, *names: str) -> bool:
+        return any(name in self.detail for name in names)
+
+    def raise_any(self) -> None:
+        if self.detail:
+            message = "; ".join(
+                f"{name}: {reason}" for name, reasons in self.detail.items() for reason in reasons
+            )
+            raise InvalidSchedule(message, detail=self.detail)
 
 
 @dataclass
@@ -114,8 +145,71 @@ def clean_schedule(
         }
     merged.update(data)
     values: dict[str, Any] = {}
+    errors = FieldErrors()
+    with errors.check():
+        values["name"] = _clean_name(merged.get("name"))
+    tz = merged.get("timezone") or "UTC"
+    with errors.check():
+        try:
+            cron.get_zone(tz)
+        except cron.CronError as exc:
+            raise InvalidSchedule.field("timezone", exc.message) from None
+        values["timezone"] = tz
+    # The timing is checked in UTC when the zone is wrong: a bad cron is said too.
+    with errors.check():
+        values.update(
+            _clean_when(
+                data, merged, existing, "UTC" if errors.wrong("timezone") else tz, schedule_id
+            )
+        )
+    with errors.check():
+        target = clean_target(merged.get("target"), tenant=tenant)
+        values["target"] = target
+        values["timeout_s"] = target["timeout_s"]
+    with errors.check():
+        values["retry"] = clean_retry(merged.get("retry"))
+    with errors.check():
+        values["priority"] = _choice(merged, "priority", PRIORITIES, Priority.DEFAULT)
+    with errors.check():
+        values["duration_class"] = _choice(merged, "duration", DURATIONS, DurationClass.SHORT)
+    with errors.check():
+        values["overlap"] = _choice(merged, "concurrency", OVERLAPS, Overlap.FORBID)
+    with errors.check():
+        values["misfire"] = _choice(merged, "misfire", MISFIRES, Misfire.SKIP)
+    with errors.check():
+        values["misfire_grace_s"] = _int(
+            merged, "misfire_grace_s", settings.DEFAULT_MISFIRE_GRACE_S, 0, MAX_GRACE_S
+        )
+    with errors.check():
+        values["catch_up_limit"] = _int(merged, "catch_up_limit", 10, 1, settings.MAX_CATCH_UP)
+    with errors.check():
+        values["jitter_s"] = _int(merged, "jitter_s", 0, 0, MAX_JITTER_S)
+    if "kind" in values:  # a lifecycle bound means something for one kind only
+        with errors.check():
+            values["max_runs"] = lifecycle.clean_max_runs(
+                merged.get("max_runs"), kind=values["kind"]
+            )
+        with errors.check():
+            values["delete_after"] = lifecycle.clean_delete_after(
+                merged.get("delete_after"), kind=values["kind"]
+            )
+    if "name" in values and "target" in values:
+        with errors.check():
+            # Rendered now, from the definition as it will be stored (see concurrency_keys).
+            values["concurrency_key"] = concurrency_keys.clean(
+                merged.get("concurrency_key"), name=values["name"], target=values["target"]
+            )
+    spec = ScheduleSpec(values=values)
+    if "depends_on" in data:
+        with errors.check():
+            spec.depends_on = clean_dependencies(
+                tenant=tenant, ids=data["depends_on"], schedule_id=schedule_id
+            )
+    errors.raise_any()
+    return spec
 
-    name = merged.get("name")
+
+def _clean_name(name: Any) -> str:
     if not isinstance(name, str) or not name.strip():
         raise InvalidSchedule.field("name", "is required")
     if len(name) > 200 or any(ord(c) < 32 for c in name):
@@ -126,15 +220,17 @@ def clean_schedule(
         raise InvalidSchedule.field(
             "name", f"must not contain bidi controls or invisible characters (found {invisible})"
         )
-    values["name"] = name.strip()
+    return name.strip()
 
-    tz = merged.get("timezone") or "UTC"
-    try:
-        cron.get_zone(tz)
-    except cron.CronError as exc:
-        raise InvalidSchedule.field("timezone", exc.message) from None
-    values["timezone"] = tz
 
+def _clean_when(
+    data: dict[str, Any],
+    merged: dict[str, Any],
+    existing: Schedule | None,
+    tz: str,
+    schedule_id: UUID,
+) -> dict[str, Any]:
+    """kind, cron and run_at: recurring (cron or specs) or one-off (run_at)."""
     given_specs = data.get("specs") is not None
     if given_specs and data.get("cron") is not None:
         raise InvalidSchedule.field("specs", "give either 'cron' or 'specs', not both")
@@ -155,45 +251,15 @@ def clean_schedule(
         )
     if expr:
         text = clean_timing(data=data, existing=existing, tz=tz, seed=str(schedule_id))
-        values.update(kind="cron", cron=text, run_at=None)
-    else:
-        for key in ("start_at", "end_at"):
-            if data.get(key) is not None:
-                raise InvalidSchedule.field(key, "applies to recurring schedules only")
-        if not isinstance(run_at, datetime) or run_at.tzinfo is None:
-            raise InvalidSchedule.field(
-                "run_at", "must be an ISO 8601 instant with a zone, e.g. 2026-09-26T09:00:00Z"
-            )
-        values.update(kind="once", cron="", run_at=run_at)
-
-    target = clean_target(merged.get("target"), tenant=tenant)
-    values["target"] = target
-    values["timeout_s"] = target["timeout_s"]
-    values["retry"] = clean_retry(merged.get("retry"))
-    values["priority"] = _choice(merged, "priority", PRIORITIES, Priority.DEFAULT)
-    values["duration_class"] = _choice(merged, "duration", DURATIONS, DurationClass.SHORT)
-    values["overlap"] = _choice(merged, "concurrency", OVERLAPS, Overlap.FORBID)
-    values["misfire"] = _choice(merged, "misfire", MISFIRES, Misfire.SKIP)
-    values["misfire_grace_s"] = _int(
-        merged, "misfire_grace_s", settings.DEFAULT_MISFIRE_GRACE_S, 0, MAX_GRACE_S
-    )
-    values["catch_up_limit"] = _int(merged, "catch_up_limit", 10, 1, settings.MAX_CATCH_UP)
-    values["jitter_s"] = _int(merged, "jitter_s", 0, 0, MAX_JITTER_S)
-    values["max_runs"] = lifecycle.clean_max_runs(merged.get("max_runs"), kind=values["kind"])
-    values["delete_after"] = lifecycle.clean_delete_after(
-        merged.get("delete_after"), kind=values["kind"]
-    )
-    # Rendered now, from the definition as it will be stored (see concurrency_keys).
-    values["concurrency_key"] = concurrency_keys.clean(
-        merged.get("concurrency_key"), name=values["name"], target=target
-    )
-
-    spec = ScheduleSpec(values=values)
-    if "depends_on" in data:
-        spec.depends_on = clean_dependencies(
-            tenant=tenant, ids=data["depends_on"], schedule_id=schedule_id
+        return {"kind": "cron", "cron": text, "run_at": None}
+    for key in ("start_at", "end_at"):
+        if data.get(key) is not None:
+            raise InvalidSchedule.field(key, "applies to recurring schedules only")
+    if not isinstance(run_at, datetime) or run_at.tzinfo is None:
+        raise InvalidSchedule.field(
+            "run_at", "must be an ISO 8601 instant with a zone, e.g. 2026-09-26T09:00:00Z"
         )
-    return spec
+    return {"kind": "once", "cron": "", "run_at": run_at}
 
 
 def _clean_spec(index: int, item: Any, tz: str, seed: str) -> cron.Spec:

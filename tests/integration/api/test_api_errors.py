@@ -168,6 +168,23 @@ def test_invalid_schedule_is_400_naming_the_field_and_stores_nothing(
     assert Schedule.objects.count() == 0
 
 
+def test_every_wrong_field_is_named_at_once(api: APIClient, seed_example: dict[str, Any]) -> None:
+    """A bad cron, a bad zone and a negative jitter: one answer naming all three (the
+    first alone sent the user back three times), nothing stored."""
+    body = seed_example | {"cron": "61 * * * *", "timezone": "Mars/Olympus", "jitter_s": -5}
+    err = assert_error(post(api, body), 400, "timezone", code="invalid")
+    assert set(err["detail"]) == {"cron", "timezone", "jitter_s"}, err
+    for field in ("cron", "timezone", "jitter_s"):
+        assert f"{field}: " in err["message"], err["message"]
+    assert err["detail"]["jitter_s"] == ["must be a whole number in 0..3600"]
+    assert Schedule.objects.count() == 0
+    # A field that needs another one is not judged while that one is wrong: no error
+    # that would only repeat the first.
+    both = seed_example | {"run_at": "2030-01-01T00:00:00Z", "max_runs": 0}
+    err = assert_error(post(api, both), 400, "cron")
+    assert set(err["detail"]) == {"cron"}, err
+
+
 def test_secret_reference_in_header_is_accepted_and_stored_as_reference(
     api: APIClient, seed_example: dict[str, Any]
 ) -> None:
