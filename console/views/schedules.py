@@ -475,6 +475,7 @@ def _plan_context(plan: selectors.BackfillPlan, form: control_forms.BackfillForm
     return {
         "total": len(items),
         "counts": [(action, n) for action, n in plan.counts.items() if n],
+        "spans": _spans(items),
         "rows": [
             {
                 "scheduled_for": item.scheduled_for,
@@ -487,6 +488,29 @@ def _plan_context(plan: selectors.BackfillPlan, form: control_forms.BackfillForm
         "runs": _runs(plan),
         "params": form.carried(),
     }
+
+
+def _spans(items: list[Any]) -> list[dict[str, Any]]:
+    """The plan as runs of one action in a row: "1-96 create, from ... to ..." — what a
+    reader checks before confirming; the table below lists every occurrence."""
+    spans: list[dict[str, Any]] = []
+    for n, item in enumerate(items, start=1):
+        action = str(item.action)
+        if spans and spans[-1]["action"] == action:
+            spans[-1].update(last=n, to=item.scheduled_for, count=spans[-1]["count"] + 1)
+            continue
+        spans.append(
+            {
+                "action": action,
+                "meaning": BackfillAction(item.action).label,
+                "first": n,
+                "last": n,
+                "since": item.scheduled_for,
+                "to": item.scheduled_for,
+                "count": 1,
+            }
+        )
+    return spans
 
 
 def _runs(plan: selectors.BackfillPlan) -> int:

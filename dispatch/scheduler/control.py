@@ -17,18 +17,28 @@ a thread of their own (dispatch/alerting/outbox.py) and does not wait for them.
 
 Each step does one bounded chunk of work and returns how much it did; a step's
 thread goes round again at once while it did something, and otherwise sleeps
-CONTROL_INTERVAL_S.
+CONTROL_INTERVAL_S — or less: a step with a wake channel (WAKE_CHANNELS) LISTENs on it
+and goes round as soon as a notification comes. The backfill step's channel is
+notified by the worker's finish of a backfill's run, so the next run is released
+when the last one ends, not up to an interval later (one at a time under overlap
+forbid, the default, that interval was the backfill's pace).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import select
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
+import psycopg
 from django.conf import settings
 from django.db import connection
+
+from core.db import listen
 
 log = logging.getLogger("dispatch.control")
 
@@ -48,6 +58,14 @@ def steps() -> list[Step]:
         outbox.pump_step,
         calendars_refresh_once,
     ]
+
+
+def wake_channel(step: Step) -> str | None:
+    """The channel that wakes `step` before its interval is up, if it has one."""
+    from dispatch.scheduler import backfills
+    from dispatch.services import BACKFILL_WAKE_CHANNEL
+
+    return BACKFILL_WAKE_CHANNEL if step is backfills.pump_once else None
 
 
 def pump_once() -> int:
@@ -96,6 +114,7 @@ class ControlPump:
         outbox.drain(max(0.0, ends - time.monotonic()))
 
     def _run(self, step: Step) -> None:
+        waker = _Waker(wake_channel(step), self.name)
         try:
             while not self._stop.is_set():
                 try:
@@ -107,6 +126,56 @@ class ControlPump:
                     connection.close()
                     busy = 0
                 if not busy:
-                    self._stop.wait(self.interval_s)
+                    waker.wait(self.interval_s, self._stop)
         finally:
+            waker.close()
             connection.close()
+
+
+class _Waker:
+    """Waits an interval, or less when `channel` is notified: LISTEN on a connection of
+    its own (autocommit; Django's transactions never hold it). Without a channel, or
+    while LISTEN is unavailable, it only waits the interval."""
+
+    def __init__(self, channel: str | None, name: str) -> None:
+        self.channel, self.name = channel, name
+        self.conn: psycopg.Connection[Any] | None = None
+
+    def _open(self) -> None:
+        if self.channel is None or self.conn is not None:
+            return
+        params = connection.get_connection_params()
+        params.pop("cursor_factory", None)
+        params.pop("context", None)
+        try:
+            self.conn = psycopg.connect(**params, autocommit=True)
+            listen(self.conn, self.channel)
+        except psycopg.Error as exc:
+            log.info("control pump %s: LISTEN %s unavailable (%s)", self.name, self.channel, exc)
+            self.close()
+
+    def wait(self, interval_s: float, stop: threading.Event) -> None:
+        self._open()
+        if self.conn is None:
+            stop.wait(interval_s)
+            return
+        # Woken by a notification, or at the latest after the interval; `stop` is
+        # looked at after each (a second at most, as the beat's own wait).
+        ends = time.monotonic() + interval_s
+        while not stop.is_set() and (left := ends - time.monotonic()) > 0:
+            try:
+                ready, _, _ = select.select([self.conn.fileno()], [], [], min(left, 1.0))
+                if ready:
+                    woken = [note.channel for note in self.conn.notifies(timeout=0)]
+                    if woken:
+                        return
+            except (psycopg.Error, OSError, ValueError):
+                self.close()  # opened again at the next wait
+                stop.wait(max(0.0, ends - time.monotonic()))
+                return
+
+    def close(self) -> None:
+        if self.conn is not None:
+            with contextlib.suppress(psycopg.Error):
+                self.conn.close()
+        self.conn = None

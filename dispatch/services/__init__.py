@@ -50,6 +50,7 @@ from dispatch.services.bulk import (
     operation_cancel,
 )
 from dispatch.services.common import (
+    BACKFILL_WAKE_CHANNEL,
     WAKE_CHANNEL,
     WAKE_HORIZON,
     save_schedule_unique,
@@ -83,6 +84,7 @@ from dispatch.services.triggers import (
 )
 
 __all__ = [
+    "BACKFILL_WAKE_CHANNEL",
     "TRIGGER_RETRY_AFTER_S",
     "WAKE_CHANNEL",
     "WAKE_HORIZON",

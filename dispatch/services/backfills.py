@@ -11,12 +11,12 @@ from datetime import datetime
 from django.conf import settings
 from django.db import transaction
 
-from core.db import db_now
+from core.db import db_now, notify
 from dispatch.exceptions import RunningLimit, StateConflict
 from dispatch.models import Backfill
 from dispatch.selectors import BackfillPlan, backfill_plan, check_backfill_request
 from dispatch.selectors.paging import tenant_object
-from dispatch.services.common import live_schedule, record_event
+from dispatch.services.common import BACKFILL_WAKE_CHANNEL, live_schedule, record_event
 from dispatch.sql import sql
 from dispatch.states import (
     AuditAction,
@@ -117,6 +117,8 @@ def backfill_create(
         data={EventData.BACKFILL_ID: str(backfill.id), "counts": plan.counts},
         audit=audit,
     )
+    # The pump starts on it at once, not at its next interval (delivered at commit).
+    notify(BACKFILL_WAKE_CHANNEL, str(backfill.id))
     return BackfillResult(plan=plan, backfill=backfill)
 
 

@@ -28,6 +28,9 @@ from tenants.models import AuditEvent, TenantQuota
 from tenants.roles import Principal
 
 WAKE_CHANNEL = "scheduler_wakeup"
+# Wakes the control pump's backfill step (dispatch/scheduler/control.py): a backfill
+# was started, or one of its runs ended (worker.sql finish_attempt notifies it too).
+BACKFILL_WAKE_CHANNEL = "dispatch_backfill"
 # One-offs and triggers due sooner than this wake the beat at once instead of
 # waiting for its next cycle: at least the beat's stage-ahead window, so a job due
 # inside it is staged now rather than at the next incremental load.

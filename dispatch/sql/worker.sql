@@ -125,7 +125,15 @@ WITH done AS (
        AND scheduled_for = %(scheduled_for)s::timestamptz  -- the claim's: one partition
        AND fencing_token = %(token)s
        AND state = 'running'
- RETURNING id, tenant_id, schedule_id
+ RETURNING id, tenant_id, schedule_id, backfill_id
+), woken AS (
+    -- A backfill's run ended: the pump's backfill step (LISTEN dispatch_backfill,
+    -- dispatch/services/common.py BACKFILL_WAKE_CHANNEL) may release the next one now.
+    -- Delivered at commit; a row of no backfill notifies nothing.
+    SELECT pg_notify('dispatch_backfill', d.backfill_id::text)
+      FROM done d
+     WHERE d.backfill_id IS NOT NULL
+       AND %(state)s::text IN ('succeeded', 'dead', 'cancelled', 'skipped')
 ), logged AS (
     INSERT INTO dispatch_executionevent (tenant_id, schedule_id, execution_id, kind, message, data, actor)
     SELECT d.tenant_id, d.schedule_id, d.id, ev.e->>'kind', ev.e->>'message', ev.e->'data', %(actor)s
@@ -175,8 +183,9 @@ WITH done AS (
                    FROM withdrawn) w
      WHERE t.reached
 )
--- The update decides whether the write applied, with or without events to log.
-SELECT id FROM done
+-- The update decides whether the write applied, with or without events to log
+-- (`woken` is read so that it runs: a plain SELECT in a WITH runs only when used).
+SELECT d.id FROM done d, (SELECT count(*) FROM woken) AS w
 
 -- name: record_fencing_rejected
 -- A stale writer's heartbeat or completion matched no row: record it against the row's current token, never apply it.

@@ -73,3 +73,68 @@ def test_the_form_shows_the_fields_of_the_kind_and_policy_chosen(
         run_at.fill("2031-03-01T10:00:00")
         page.get_by_role("button", name="Create schedule").click()
         page.get_by_role("heading", name="once-nojs").wait_for()
+
+
+# Every word-sized text of a table (a zone, a state, a date's parts, a header) on one
+# line: the number of line boxes each single-token text node of a cell takes.
+BROKEN_WORDS = """() => {
+  const broken = [];
+  for (const cell of document.querySelectorAll("main table th, main table td")) {
+    const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      for (const word of node.textContent.split(/\\s+/)) {
+        if (word.length < 2 || word.length > 40) continue;
+        const at = node.textContent.indexOf(word);
+        const range = document.createRange();
+        range.setStart(node, at);
+        range.setEnd(node, at + word.length);
+        const lines = new Set(Array.from(range.getClientRects()).map(r => Math.round(r.top)));
+        if (lines.size > 1) broken.push(word);
+      }
+    }
+  }
+  // Nor does a table reach past the card (or section) it is in.
+  for (const table of document.querySelectorAll("main table")) {
+    const box = table.closest(".card, section, main").getBoundingClientRect();
+    if (table.getBoundingClientRect().right > box.right + 1) broken.push("table past its card");
+  }
+  return broken;
+}"""
+
+
+def test_tables_never_break_a_word_in_half(new_page: Any, alice: Any) -> None:
+    """At desktop width, no table breaks a zone, a state, a date or a header mid-word
+    (issue 35, defect 4: "Europe/A|msterda|m", "Tenan|t", "pause|d" beside empty
+    space), while a 200-character name still wraps rather than widening the page."""
+    paused = services.schedule_create(
+        actor=alice,
+        data={
+            "name": "nightly-export",
+            "cron": "30 2 * * *",
+            "timezone": "Europe/Amsterdam",
+            "target": TARGET,
+        },
+    )
+    services.schedule_pause(actor=alice, schedule_id=paused.id)
+    services.schedule_create(
+        actor=alice, data={"name": "n" * 200, "cron": "* * * * *", "target": TARGET}
+    )
+    page = new_page(viewport={"width": 1440, "height": 900})
+    login(page, "alice", PW)
+    for url in ("/", "/schedules/", "/schedules/health", "/members/", "/tokens/"):
+        page.goto(url)
+        assert page.evaluate(BROKEN_WORDS) == [], url
+        assert page_width(page) <= 1440, url
+    # The new-schedule preview: occurrences with their zone, in a table.
+    page.goto("/schedules/new")
+    page.get_by_label("Name").fill("preview-me")
+    zone = page.get_by_label("Timezone")
+    zone.fill("")
+    zone.press_sequentially("Europe/Amsterdam", delay=10)
+    page.get_by_label("Cron").press_sequentially("30 2 * * *", delay=30)
+    preview = page.locator("#preview")
+    preview.get_by_text("At 02:30 AM").wait_for()
+    preview.get_by_text("Europe/Amsterdam").first.wait_for()
+    assert page.evaluate(BROKEN_WORDS) == []
+    assert page_width(page) <= 1440
+    shot(page, "48-preview-words-whole")

@@ -173,10 +173,13 @@ def test_backfill_dry_run_then_run_with_live_progress_that_keeps_focus(
     page.locator("#backfill-dry-run").click()
     plan = page.locator("#plan-table")
     plan.wait_for()
-    # Seven nights, each to be created; the confirm button comes after the table.
+    # Seven nights, each to be created: one line says so, the confirm button right
+    # after it, then every occurrence (a short list, open).
     assert plan.locator("tbody tr").count() == 7
     assert plan.locator("tbody tr", has_text="create").count() == 7
     assert page.locator("#backfill-confirm").inner_text() == "Run backfill: 7 to run"
+    assert page.locator("#plan-spans li").count() == 1
+    assert "#1-7 (7)" in page.locator("#plan-spans").inner_text()
     assert not Backfill.objects.exists(), "a dry run writes nothing"
     shot(page, "43-backfill-dry-run")
     page.locator("#backfill-confirm").click()

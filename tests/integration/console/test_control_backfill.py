@@ -62,7 +62,7 @@ def test_the_schedule_page_has_the_form_for_operators_only(world: World) -> None
     assert not Backfill.objects.exists()
 
 
-def test_dry_run_lists_each_occurrence_before_the_confirm_button_and_writes_nothing(
+def test_dry_run_says_what_happens_then_the_confirm_then_each_occurrence(
     world: World,
 ) -> None:
     response = world.client("operator").post(_url(world), _form())
@@ -72,8 +72,23 @@ def test_dry_run_lists_each_occurrence_before_the_confirm_button_and_writes_noth
     table = text[text.index('id="plan-table"') :]
     assert len(re.findall(r"<tr><td>\d+</td>", table)) == 5
     assert table.count(">create</span>") == 5
-    assert text.index('id="plan-table"') < text.index('id="backfill-confirm"')
+    # The same action in a row is one line, and the confirm comes right after those
+    # lines, before the list of every occurrence (open: a short one).
+    spans = text[text.index('id="plan-spans"') : text.index("</ul>", text.index('id="plan-spans"'))]
+    assert spans.count("<li>") == 1 and ">create</span> #1-5 (5)" in spans
+    assert (
+        text.index('id="plan-spans"')
+        < text.index('id="backfill-confirm"')
+        < text.index('id="plan-table"')
+    )
+    assert '<details id="plan-details" open>' in text
     assert "Run backfill: 5 to run" in text
+    # A month of nights: the list is folded away, the confirm still right after the lines.
+    month = world.client("operator").post(_url(world), _form(range_from=_local(32))).content
+    longer = month.decode()
+    assert "Dry run: 30 occurrences" in longer, longer[:2000]
+    assert '<details id="plan-details">' in longer
+    assert longer.index('id="backfill-confirm"') < longer.index('id="plan-table"')
     assert not Backfill.objects.exists()
     assert Execution.objects.filter(schedule=world.schedule).count() == 1
 

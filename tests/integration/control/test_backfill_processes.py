@@ -5,6 +5,7 @@ the target; overlap forbid lets one run at a time through; cancel stops it."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import uuid
@@ -92,13 +93,28 @@ def hourly(
 def platform(tmp_path: Path, ledger: Ledger) -> Iterator[Callable[[], None]]:
     """A worker (4 slots: more than any backfill here may use) and a beat whose
     control pump looks for work every 0.2 s; `check()` fails if either died."""
+    with _platform(tmp_path, ledger, pump_interval_s=0.2) as check:
+        yield check
+
+
+@pytest.fixture
+def idle_pump_platform(tmp_path: Path, ledger: Ledger) -> Iterator[Callable[[], None]]:
+    """The same, with a pump that looks for work on its own only every 60 s."""
+    with _platform(tmp_path, ledger, pump_interval_s=60) as check:
+        yield check
+
+
+@contextlib.contextmanager
+def _platform(
+    tmp_path: Path, ledger: Ledger, *, pump_interval_s: float
+) -> Iterator[Callable[[], None]]:
     purge(settings.CELERY_BROKER_URL)
     # The backfilled days are fixed (the 2026 fall-back) and now older than the default
     # 30 days of history: the beat's retention pass would purge the final rows a test
     # writes before its backfill reads them (CI saw the dead runs created again).
     env = {
         "TARGET_TEST_ALLOW": ledger.allow_entry,
-        "CONTROL_INTERVAL_S": "0.2",
+        "CONTROL_INTERVAL_S": str(pump_interval_s),
         "RETENTION_DAYS": "36500",
     }
     with processes(tmp_path) as start:
@@ -195,6 +211,31 @@ def test_overlap_forbid_runs_one_at_a_time(
     wait_for(ended(created.id, platform), timeout=120, what="backfill done")
     rows = Execution.objects.filter(schedule=schedule)
     # None skipped by the beat's overlap check: the pump never let two be active.
+    assert sorted(rows.values_list("state", flat=True)) == ["succeeded"] * 6
+    assert counter.calls == 6 and counter.peak == 1, (counter.calls, counter.peak)
+
+
+def test_the_next_run_is_released_when_the_last_one_ends_not_an_interval_later(
+    idle_pump_platform: Callable[[], None], ledger: Ledger, admin_principal: Principal
+) -> None:
+    """Under overlap forbid a backfill runs one at a time, so the pump's pace was the
+    backfill's: one run per CONTROL_INTERVAL_S (issue 35, defect 9: a day of a
+    15-minute schedule took 100 s). The backfill's start and each run's end wake the
+    pump (LISTEN/NOTIFY): six runs end long before the first 60 s interval would."""
+    schedule = hourly(admin_principal, ledger, concurrency="forbid")
+    counter = Concurrency(hold_s=0.05)
+    ledger.respond = counter
+    start = FALL_BACK_DAY[0]
+    created = services.backfill_create(
+        actor=admin_principal,
+        schedule_id=schedule.id,
+        range_from=start,
+        range_to=start.replace(hour=6),
+        max_concurrent=4,
+    ).backfill
+    assert created is not None
+    wait_for(ended(created.id, idle_pump_platform), timeout=40, what="backfill done")
+    rows = Execution.objects.filter(schedule=schedule)
     assert sorted(rows.values_list("state", flat=True)) == ["succeeded"] * 6
     assert counter.calls == 6 and counter.peak == 1, (counter.calls, counter.peak)
 
