@@ -111,7 +111,12 @@ def test_pause_then_the_explainer_answers_for_a_skipped_occurrence(
     nine = (datetime.now(UTC) - timedelta(days=1)).replace(
         hour=8, minute=0, second=0, microsecond=0
     )
-    Schedule.objects.filter(pk=s.pk).update(created_at=nine - timedelta(days=2))
+    # Its next run an hour or more away: no occurrence falls due while the test pauses
+    # it, even when the test runs at the top of an hour (CI once made it at 15:00:00).
+    later = (datetime.now(UTC) + timedelta(minutes=2)).replace(minute=0, second=0, microsecond=0)
+    Schedule.objects.filter(pk=s.pk).update(
+        created_at=nine - timedelta(days=2), next_run_at=later + timedelta(hours=1)
+    )
     for kind, action, at, msg in (
         (
             "paused",
