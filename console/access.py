@@ -27,6 +27,7 @@ P = ParamSpec("P")
 TenantView = Callable[Concatenate[HttpRequest, Principal, P], HttpResponse]
 SESSION_TENANT = "tenant"
 SESSION_TZ = "tz"
+SESSION_THEME = "theme"
 TZ_COOKIE = "console_tz"
 
 

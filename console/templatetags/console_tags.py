@@ -9,9 +9,11 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from django import template
+from django.templatetags.static import static
 from django.utils.html import format_html
-from django.utils.safestring import SafeString
+from django.utils.safestring import SafeString, mark_safe
 
+from console import nav as navigation
 from console.access import known_zone
 
 register = template.Library()
@@ -98,3 +100,44 @@ def tagged(messages: Iterable[Any], tag: str) -> str:
         if not found and tag in str(getattr(message, "extra_tags", "")).split():
             found = str(message)
     return found
+
+
+@register.simple_tag(takes_context=True)
+def nav(context: template.Context) -> list[dict[str, object]]:
+    """The sidebar's groups for this viewer, the current page's item marked."""
+    request = context["request"]
+    return navigation.menu(
+        request.path,
+        can_admin=bool(context.get("can_admin")),
+        is_staff=bool(getattr(request.user, "is_staff", False)),
+    )
+
+
+@register.simple_tag
+def icon(name: str, label: str = "") -> SafeString:
+    """An icon of static/console/icons.svg; decorative unless given a label."""
+    aria = (
+        format_html('role="img" aria-label="{}"', label)
+        if label
+        else mark_safe('aria-hidden="true"')
+    )
+    return format_html(
+        '<svg class="icon" {} focusable="false"><use href="{}#i-{}"></use></svg>',
+        aria,
+        static("console/icons.svg"),
+        name,
+    )
+
+
+@register.filter
+def duration_ms(ms: float | None) -> str:
+    """A duration in the unit that reads best: 12 ms, 2.4 s, 3.5 min, 2.0 h."""
+    if ms is None:
+        return "—"
+    if ms < 1000:
+        return f"{ms:.0f} ms"
+    if ms < 60_000:
+        return f"{ms / 1000:.1f} s"
+    if ms < 3_600_000:
+        return f"{ms / 60_000:.1f} min"
+    return f"{ms / 3_600_000:.1f} h"

@@ -9,6 +9,7 @@ from typing import Any
 
 from django import template
 
+from console import charts
 from console.access import viewer_zone
 from console.templatetags.console_tags import fmt, zone_of
 from dispatch import selectors, services
@@ -32,9 +33,16 @@ def schedule_health(context: template.Context, schedule: Any) -> dict[str, Any]:
     grid = selectors.status_grid(
         tenant=tenant, schedules=[schedule], now=now, past=SCHEDULE_PAST, future=SCHEDULE_FUTURE
     )
+    zone = zone_of(context_zone(context))
+    activity = selectors.activity_by_hour(tenant=tenant, now=now, schedule=schedule)
     return {
         "request": context["request"],
-        "zone": context_zone(context),
+        "zone": zone,
+        "activity": activity,
+        "activity_scan": selectors.ACTIVITY_SCAN,
+        "chart": charts.activity_chart(activity, zone),
+        "chart_id": "schedule-activity",
+        "chart_title": "Runs per hour, last 24 hours",
         "schedule": schedule,
         "health": health,
         "windows": list(health.windows.items()),

@@ -15,7 +15,14 @@ from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
 from console import forms as console_forms
-from console.access import SESSION_TENANT, SESSION_TZ, base_context, tenant_view, viewer_zone
+from console.access import (
+    SESSION_TENANT,
+    SESSION_THEME,
+    SESSION_TZ,
+    base_context,
+    tenant_view,
+    viewer_zone,
+)
 from console.views.common import next_url
 from dispatch import services
 from dispatch.timing import cron
@@ -63,6 +70,24 @@ def set_timezone(request: HttpRequest) -> HttpResponse:
             )
             return redirect(next_url(request, reverse("console-home")))
         request.session[SESSION_TZ] = name
+    return redirect(next_url(request, reverse("console-home")))
+
+
+# The colour theme: "auto" follows the system's (prefers-color-scheme), the others
+# pin one; base.html puts it on <html data-theme> so the first paint is right.
+THEMES = ("auto", "light", "dark")
+
+
+@require_POST
+def set_theme(request: HttpRequest) -> HttpResponse:
+    if not request.user.is_authenticated:
+        return redirect(settings.LOGIN_URL)
+    theme = request.POST.get("theme", "")
+    if theme not in THEMES:
+        return HttpResponse(
+            f"theme must be one of {', '.join(THEMES)}", status=400, content_type="text/plain"
+        )
+    request.session[SESSION_THEME] = theme
     return redirect(next_url(request, reverse("console-home")))
 
 

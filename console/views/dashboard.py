@@ -19,29 +19,42 @@ from tenants.roles import Principal, Role
 FAILURE_STATES = ",".join([ExecutionState.FAILED, ExecutionState.TIMED_OUT, ExecutionState.DEAD])
 
 
+# Rows of the running and failures lists; the counts above them say "20+" at this.
+DASHBOARD_LIST = 20
+
+
 def _dashboard_context(principal: Principal) -> dict[str, Any]:
     now = services.db_now()
     day_start = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     usage = selectors.tenant_usage(tenant=principal.tenant, day_start=day_start)
-    total, capped = selectors.upcoming_count(
-        tenant=principal.tenant, now=now, horizon=timedelta(hours=1)
-    )
     return {
         "now": now,
         # Where the runs page links start: today's executions, the last day's failures.
         "day_start": day_start,
         "since_24h": now - timedelta(days=1),
-        "upcoming": selectors.upcoming_fires(
-            tenant=principal.tenant, now=now, horizon=timedelta(hours=1)
-        ),
-        "upcoming_total": total,
-        "upcoming_capped": capped,
-        "running": selectors.executions_running(tenant=principal.tenant),
+        "running": selectors.executions_running(tenant=principal.tenant, limit=DASHBOARD_LIST),
         "troubled": selectors.executions_troubled(
-            tenant=principal.tenant, since=now - timedelta(days=1)
+            tenant=principal.tenant, since=now - timedelta(days=1), limit=DASHBOARD_LIST
         ),
+        "list_limit": DASHBOARD_LIST,
         "failure_states": FAILURE_STATES,
         "usage": usage,
+    }
+
+
+def _upcoming_context(principal: Principal) -> dict[str, Any]:
+    """Upcoming fires one row a schedule: an every-minute schedule is one row of 60."""
+    now = services.db_now()
+    horizon = timedelta(hours=1)
+    groups, schedules = selectors.upcoming_by_schedule(
+        tenant=principal.tenant, now=now, horizon=horizon
+    )
+    total, capped = selectors.upcoming_count(tenant=principal.tenant, now=now, horizon=horizon)
+    return {
+        "upcoming_groups": groups,
+        "upcoming_schedules": schedules,
+        "upcoming_total": total,
+        "upcoming_capped": capped,
     }
 
 
@@ -49,8 +62,18 @@ def _dashboard_context(principal: Principal) -> dict[str, Any]:
 @replica_reads
 @tenant_view(Role.VIEWER)
 def home(request: HttpRequest, principal: Principal) -> HttpResponse:
-    ctx = base_context(request, principal, **_dashboard_context(principal))
+    ctx = base_context(
+        request, principal, **_dashboard_context(principal), **_upcoming_context(principal)
+    )
     return render(request, "console/dashboard.html", ctx)
+
+
+@require_GET
+@replica_reads
+@tenant_view(Role.VIEWER)
+def dashboard_upcoming(request: HttpRequest, principal: Principal) -> HttpResponse:
+    ctx = base_context(request, principal, **_upcoming_context(principal))
+    return render(request, "console/dashboard.html#upcoming", ctx)
 
 
 @require_GET
@@ -68,7 +91,7 @@ UPCOMING_PAGE = 200
 @replica_reads
 @tenant_view(Role.VIEWER)
 def upcoming(request: HttpRequest, principal: Principal) -> HttpResponse:
-    """Every fire due in the next hour (the dashboard shows the first 50), by pages."""
+    """Every fire due in the next hour, soonest first, by pages (the dashboard groups them)."""
     try:
         page = max(1, int(request.GET.get("page", "1")))
     except ValueError:

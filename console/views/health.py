@@ -10,6 +10,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
+from console import charts
 from console.access import base_context, tenant_view, viewer_zone
 from console.views.common import is_htmx
 from core.replicas import replica_reads
@@ -45,13 +46,19 @@ def schedules_by_health(request: HttpRequest, principal: Principal) -> HttpRespo
 @replica_reads
 @tenant_view(Role.VIEWER)
 def dashboard_health(request: HttpRequest, principal: Principal) -> HttpResponse:
-    board = selectors.health_dashboard(
-        tenant=principal.tenant, now=services.db_now(), grid_past=DASHBOARD_PAST
-    )
+    now = services.db_now()
+    zone = viewer_zone(request)
+    board = selectors.health_dashboard(tenant=principal.tenant, now=now, grid_past=DASHBOARD_PAST)
+    activity = selectors.activity_by_hour(tenant=principal.tenant, now=now)
     ctx = base_context(
         request,
         principal,
-        zone=viewer_zone(request),
+        zone=zone,
+        activity=activity,
+        activity_scan=selectors.ACTIVITY_SCAN,
+        chart=charts.activity_chart(activity, zone),
+        chart_id="tenant-activity",
+        chart_title="Runs per hour, last 24 hours",
         board=board,
         rows=board.grid,
         outcomes=selectors.OUTCOMES,

@@ -378,3 +378,75 @@ def health_dashboard(*, tenant: Tenant, now: datetime, grid_past: int) -> Health
         schedules_total=counts["n_total"],
         grid=grid,
     )
+
+
+# The activity chart: hours shown, and the executions read at most to draw them.
+ACTIVITY_HOURS = 24
+ACTIVITY_SCAN = 20_000
+ACTIVITY_FAILURES = [
+    ExecutionState.FAILED.value,
+    ExecutionState.TIMED_OUT.value,
+    ExecutionState.DEAD.value,
+]
+
+
+@dataclass(frozen=True)
+class HourActivity:
+    hour: datetime
+    ok: int
+    bad: int
+    other: int
+    p95_ms: float | None
+    lag_p95_ms: float | None
+
+    @property
+    def runs(self) -> int:
+        return self.ok + self.bad + self.other
+
+
+@dataclass(frozen=True)
+class Activity:
+    """Every hour of the window (empty hours included, oldest first); `sampled` when
+    the scan cap cut the window short, so the oldest hours may be undercounted."""
+
+    hours: list[HourActivity]
+    sampled: bool
+
+
+def activity_by_hour(
+    *, tenant: Tenant, now: datetime, schedule: Schedule | None = None
+) -> Activity:
+    """Runs per hour of the last ACTIVITY_HOURS by outcome (succeeded; failed, timed out
+    or dead; anything else), with p95 duration and fire lag: the dashboard's and a
+    schedule page's chart."""
+    end = now.replace(minute=0, second=0, microsecond=0)
+    first = end - timedelta(hours=ACTIVITY_HOURS - 1)
+    rows = sql.rows(
+        "activity_by_hour",
+        {
+            "tenant_id": tenant.pk,
+            "schedule_id": schedule.pk if schedule else None,
+            "since": first,
+            "now": now,
+            "scan": ACTIVITY_SCAN,
+            "ok": SUCCESS.value,
+            "bad": ACTIVITY_FAILURES,
+        },
+        using=reads(),
+    )
+    found = {r.hour: r for r in rows}
+    hours = []
+    for i in range(ACTIVITY_HOURS):
+        hour = first + timedelta(hours=i)
+        r = found.get(hour)
+        hours.append(
+            HourActivity(
+                hour=hour,
+                ok=r.ok if r else 0,
+                bad=r.bad if r else 0,
+                other=r.other if r else 0,
+                p95_ms=float(r.p95_ms) if r and r.p95_ms is not None else None,
+                lag_p95_ms=float(r.lag_p95_ms) if r and r.lag_p95_ms is not None else None,
+            )
+        )
+    return Activity(hours=hours, sampled=bool(rows) and rows[0].read >= ACTIVITY_SCAN)

@@ -5,11 +5,12 @@ starts from the tenant (fails closed)."""
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from itertools import islice
 from typing import Any
 
-from django.db.models import Case, F, Q, Value, When
+from django.db.models import Case, F, Q, QuerySet, Value, When
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Now
 
@@ -163,35 +164,92 @@ def schedule_get_including_deleted(*, tenant: Tenant, schedule_id: uuid.UUID | s
 # --- the dashboard ----------------------------------------------------------------
 
 
+def _due_within(*, tenant: Tenant, end: datetime) -> QuerySet[Schedule]:
+    """Live, unpaused schedules whose next run is due by `end`, soonest first."""
+    return Schedule.objects.filter(
+        tenant=tenant,
+        deleted_at__isnull=True,
+        paused=False,
+        next_run_at__isnull=False,
+        next_run_at__lte=end,
+    ).order_by("next_run_at", "id")
+
+
+def _occurrences_until(
+    schedule: Schedule,
+    *,
+    now: datetime,
+    end: datetime,
+    count: int,
+    filters: dict[uuid.UUID, DateFilter],
+) -> list[cron.Occurrence]:
+    """At most `count` of the schedule's occurrences from now (or its overdue next run)
+    to `end`."""
+    next_run = schedule.next_run_at or now
+    after = min(now, next_run) - timedelta(microseconds=1)
+    occurrences = schedule_preview(schedule=schedule, after=after, count=count, filters=filters)
+    return [occ for occ in occurrences if occ.scheduled_for <= end]
+
+
+def _per_schedule_max(horizon: timedelta) -> int:
+    # A cron fires at most once a minute: no schedule has more occurrences than this.
+    return min(int(horizon.total_seconds() // 60) + 1, cron.PREVIEW_MAX)
+
+
 def upcoming_fires(
     *, tenant: Tenant, now: datetime, horizon: timedelta, limit: int = 50
 ) -> list[tuple[Schedule, cron.Occurrence]]:
     """Occurrences due within `horizon` of live, unpaused schedules, soonest first."""
     end = now + horizon
-    schedules = list(
-        Schedule.objects.filter(
-            tenant=tenant,
-            deleted_at__isnull=True,
-            paused=False,
-            next_run_at__isnull=False,
-            next_run_at__lte=end,
-        ).order_by("next_run_at", "id")[:limit]
-    )
-    out: list[tuple[Schedule, cron.Occurrence]] = []
-    per_schedule = min(limit, int(horizon.total_seconds() // 60) + 1, cron.PREVIEW_MAX)
+    schedules = list(_due_within(tenant=tenant, end=end)[:limit])
+    per_schedule = min(limit, _per_schedule_max(horizon))
     filters = schedule_filters(s.id for s in schedules)
-    for schedule in schedules:
-        next_run = schedule.next_run_at or now
-        after = min(now, next_run) - timedelta(microseconds=1)
-        occurrences = schedule_preview(
-            schedule=schedule, after=after, count=per_schedule, filters=filters
+    out = [
+        (schedule, occ)
+        for schedule in schedules
+        for occ in _occurrences_until(
+            schedule, now=now, end=end, count=per_schedule, filters=filters
         )
-        for occ in occurrences:
-            if occ.scheduled_for > end:
-                break
-            out.append((schedule, occ))
+    ]
     out.sort(key=lambda pair: (pair[1].due_at, str(pair[0].id)))
     return out[:limit]
+
+
+@dataclass(frozen=True)
+class UpcomingGroup:
+    """One schedule's fires within the horizon: the first, how many, and the ones after."""
+
+    schedule: Schedule
+    first: cron.Occurrence
+    count: int
+    then: list[cron.Occurrence]
+
+
+def upcoming_by_schedule(
+    *, tenant: Tenant, now: datetime, horizon: timedelta, limit: int = 20, shown: int = 3
+) -> tuple[list[UpcomingGroup], int]:
+    """The dashboard's upcoming fires, one row a schedule (an every-minute schedule is
+    one row of 60, not 60 rows), soonest first; and how many schedules are due in all."""
+    end = now + horizon
+    due = _due_within(tenant=tenant, end=end)
+    schedules = list(due[:limit])
+    filters = schedule_filters(s.id for s in schedules)
+    groups = []
+    for schedule in schedules:
+        occurrences = _occurrences_until(
+            schedule, now=now, end=end, count=_per_schedule_max(horizon), filters=filters
+        )
+        if occurrences:
+            groups.append(
+                UpcomingGroup(
+                    schedule=schedule,
+                    first=occurrences[0],
+                    count=len(occurrences),
+                    then=occurrences[1 : 1 + shown],
+                )
+            )
+    total = len(schedules) if len(schedules) < limit else due.count()
+    return groups, total
 
 
 UPCOMING_COUNT_CAP = 2_000
@@ -203,18 +261,9 @@ def upcoming_count(*, tenant: Tenant, now: datetime, horizon: timedelta) -> tupl
     the count stopped at UPCOMING_COUNT_CAP (a dashboard must say "50 of 426", not stop
     silently at 50, yet not expand every schedule of a huge tenant on each refresh)."""
     end = now + horizon
-    due = Schedule.objects.filter(
-        tenant=tenant,
-        deleted_at__isnull=True,
-        paused=False,
-        next_run_at__isnull=False,
-        next_run_at__lte=end,
-    ).order_by("next_run_at", "id")
-    # A cron fires at most once a minute: no schedule has more occurrences than this.
-    per_schedule = min(int(horizon.total_seconds() // 60) + 1, cron.PREVIEW_MAX)
+    per_schedule = _per_schedule_max(horizon)
     total = 0
-    chunk: list[Schedule] = []
-    rows = due.iterator(chunk_size=COUNT_CHUNK)
+    rows = _due_within(tenant=tenant, end=end).iterator(chunk_size=COUNT_CHUNK)
     while True:
         chunk = list(islice(rows, COUNT_CHUNK))
         if not chunk:
@@ -222,16 +271,12 @@ def upcoming_count(*, tenant: Tenant, now: datetime, horizon: timedelta) -> tupl
         # The chunk's calendars in one query, not one per schedule.
         filters = schedule_filters(s.id for s in chunk)
         for schedule in chunk:
-            next_run = schedule.next_run_at or now
-            after = min(now, next_run) - timedelta(microseconds=1)
             room = UPCOMING_COUNT_CAP - total
-            occurrences = schedule_preview(
-                schedule=schedule, after=after, count=min(room, per_schedule), filters=filters
+            total += len(
+                _occurrences_until(
+                    schedule, now=now, end=end, count=min(room, per_schedule), filters=filters
+                )
             )
-            for occ in occurrences:
-                if occ.scheduled_for > end:
-                    break
-                total += 1
             if total >= UPCOMING_COUNT_CAP:
                 return UPCOMING_COUNT_CAP, True
 

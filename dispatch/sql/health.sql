@@ -158,3 +158,32 @@ JOIN dispatch_schedule s ON s.id = r.schedule_id AND s.deleted_at IS NULL
 GROUP BY r.schedule_id
 ORDER BY max(r.scheduled_for) DESC, r.schedule_id
 LIMIT %(limit)s
+
+-- name: activity_by_hour
+-- Runs per hour of [%(since)s, %(now)s] by outcome, with the hour's p95 duration and
+-- p95 fire lag (started_at - due_at), for the tenant or one schedule (%(schedule_id)s,
+-- NULL: all). Reads the newest %(scan)s executions only, so a busy tenant's chart costs
+-- a bounded index range; `read` (the same on every row) says how many were read.
+WITH recent AS (
+    SELECT e.scheduled_for, e.state, e.due_at, e.started_at, e.finished_at
+    FROM dispatch_execution e
+    WHERE e.tenant_id = %(tenant_id)s
+      AND (%(schedule_id)s::uuid IS NULL OR e.schedule_id = %(schedule_id)s::uuid)
+      AND e.scheduled_for >= %(since)s AND e.scheduled_for <= %(now)s
+    ORDER BY e.scheduled_for DESC
+    LIMIT %(scan)s
+)
+SELECT date_trunc('hour', r.scheduled_for) AS hour,
+       count(*) FILTER (WHERE r.state = %(ok)s) AS ok,
+       count(*) FILTER (WHERE r.state = ANY(%(bad)s)) AS bad,
+       count(*) FILTER (WHERE r.state <> %(ok)s AND r.state <> ALL(%(bad)s)) AS other,
+       percentile_disc(0.95) WITHIN GROUP (
+           ORDER BY extract(epoch FROM r.finished_at - r.started_at) * 1000
+       ) FILTER (WHERE r.finished_at IS NOT NULL AND r.started_at IS NOT NULL) AS p95_ms,
+       percentile_disc(0.95) WITHIN GROUP (
+           ORDER BY extract(epoch FROM r.started_at - r.due_at) * 1000
+       ) FILTER (WHERE r.started_at IS NOT NULL) AS lag_p95_ms,
+       (SELECT count(*) FROM recent) AS read
+FROM recent r
+GROUP BY 1
+ORDER BY 1
