@@ -127,7 +127,9 @@ def test_the_theme_toggle_pins_a_theme_over_the_systems(
     assert page.evaluate(LUMINANCE) < DARK
 
 
-def test_the_dashboard_and_a_schedule_draw_the_days_runs_as_charts(new_page: Any, world: dict[str, Any]) -> None:
+def test_the_dashboard_and_a_schedule_draw_the_days_runs_as_charts(
+    new_page: Any, world: dict[str, Any]
+) -> None:
     page = new_page(viewport={"width": 1440, "height": 900})
     login(page, "dora", PW)
     chart = page.locator("#tenant-activity svg.chart")
