@@ -89,7 +89,11 @@ def tenant_view(
             principal = principal_for(request)
             if principal is None:
                 raise Http404("no tenant")
-            request.session[SESSION_TENANT] = principal.tenant.slug
+            # Written only when it changes: a write saves the whole session as this
+            # request read it, so a dashboard poll running beside a POST that set the
+            # theme or time zone would put the old session back (a lost update).
+            if request.session.get(SESSION_TENANT) != principal.tenant.slug:
+                request.session[SESSION_TENANT] = principal.tenant.slug
             needed = role
             if request.method == "POST" and write_role is not None:
                 needed = max(role, write_role)

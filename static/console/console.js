@@ -159,4 +159,22 @@
       setTimeout(function () { button.textContent = label; }, 1500);
     });
   });
+
+  // A table wider than the screen scrolls sideways in place (console.css, phones):
+  // keyboard users reach it by Tab (tabindex 0) to scroll it with the arrow keys.
+  function scrollers() {
+    Array.prototype.forEach.call(document.querySelectorAll("main table"), function (t) {
+      var wide = t.scrollWidth > t.clientWidth + 1;
+      if (wide && !t.hasAttribute("tabindex")) {
+        t.setAttribute("tabindex", "0");
+        t.setAttribute("data-scroller", "");
+      } else if (!wide && t.hasAttribute("data-scroller")) {
+        t.removeAttribute("tabindex");
+        t.removeAttribute("data-scroller");
+      }
+    });
+  }
+  scrollers();
+  window.addEventListener("resize", scrollers);
+  document.addEventListener("htmx:afterSettle", scrollers);
 })();

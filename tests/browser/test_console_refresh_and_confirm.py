@@ -93,14 +93,21 @@ def test_new_token_secret_shows_once_and_a_reload_makes_no_second_token(
 
 def test_dashboard_refresh_keeps_focus_and_scroll(new_page: Any, team: dict[str, Any]) -> None:
     actor = principal_of(team["alice"], team["tenant"], Role.ADMIN)
+    # Twelve failures of the last hours: the live region (refreshed every 5 s) lists
+    # them first, each with a link to its execution.
+    now = services.db_now()
     for i in range(12):
-        services.schedule_create(
+        s = services.schedule_create(
             actor=actor, data={"name": f"every-5-{i:02d}", "cron": "*/5 * * * *", "target": TARGET}
+        )
+        at = now - timedelta(hours=1, minutes=i)
+        Execution.objects.create(
+            schedule=s, tenant=team["tenant"], scheduled_for=at, due_at=at, state="dead"
         )
     page = new_page(viewport={"width": 1000, "height": 500})
     login(page, "alice", PW)
     page.evaluate(COUNT_SWAPS, "live")
-    link = page.locator("#live a[href^='/schedules/']").nth(5)
+    link = page.locator("#live a[href^='/executions/']").nth(5)
     link.focus()
     page.evaluate("() => window.scrollTo(0, 300)")
     focused = "() => [document.activeElement.tagName, document.activeElement.href || '']"

@@ -90,7 +90,8 @@ def test_schedule_detail_and_execution_pages_are_bounded(
     client = world.client("admin")
     grow(world, 2)
     url = f"/schedules/{world.schedule.id}/"
-    with django_assert_max_num_queries(25):
+    # 26: the runs-per-hour chart is one statement of its own.
+    with django_assert_max_num_queries(26):
         assert client.get(url).status_code == 200
     eid = Execution.objects.filter(tenant=world.tenant).first().id  # type: ignore[union-attr]
     with django_assert_max_num_queries(15):
