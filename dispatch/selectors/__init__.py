@@ -95,7 +95,13 @@ from dispatch.selectors.logs import (
     attempt_log_tail,
     kept_log,
 )
-from dispatch.selectors.operations import ItemPage, operation_get, operation_items
+from dispatch.selectors.operations import (
+    ItemObject,
+    ItemPage,
+    operation_get,
+    operation_item_objects,
+    operation_items,
+)
 from dispatch.selectors.ops import (
     LAG_EXCLUDED_TRIGGERS,
     WorkerSeen,
@@ -173,6 +179,7 @@ __all__ = [
     "HealthDashboard",
     "HealthRank",
     "HistoryRow",
+    "ItemObject",
     "ItemPage",
     "LogPage",
     "Page",
@@ -223,6 +230,7 @@ __all__ = [
     "kept_log",
     "last_executions",
     "operation_get",
+    "operation_item_objects",
     "operation_items",
     "ops_beats",
     "ops_dead",

@@ -56,3 +56,69 @@ def test_last_run_says_never_while_the_only_execution_is_waiting(world: World) -
 
     last_cell = re.findall(r"<td>(.*?)</td>", row, re.S)[-1]
     assert "never" in last_cell and "/executions/" not in last_cell, last_cell
+
+
+# --- defect 12: bulk results name their schedules -----------------------------------------
+
+
+def _item_rows(page: str) -> list[str]:
+    table = page[page.index('id="operation-items"') :]
+    return re.findall(r"<tr><td>\d+</td>.*?</tr>", table[: table.index("</table>")], re.S)
+
+
+def test_a_schedule_operations_results_are_by_name_linking_to_each(world: World) -> None:
+    etl = services.schedule_create(
+        actor=world.admin_p,
+        data={"name": "etl-orders", "cron": "0 3 * * *", "target": world.schedule.target},
+    )
+    client = world.client("operator")
+    response = client.post(
+        "/schedules/bulk",
+        {"action": "pause", "scope": "ids", "ids": [str(world.schedule.id), str(etl.id)]}
+        | {"reason": "freeze", "confirm": "on"},
+    )
+    assert response.status_code == 302
+    rows = _item_rows(text(client.get(response["Location"])))
+
+    assert len(rows) == 2
+    for row, schedule in zip(rows, (world.schedule, etl), strict=True):
+        # The name is the link's text; the id stays on the page, after it.
+        link = re.search(r'<a id="item-\d+" href="([^"]+)">(.*?)</a>', row, re.S)
+        assert link is not None, row
+        assert link.group(1) == f"/schedules/{schedule.id}/"
+        assert link.group(2).strip() == schedule.name
+        assert str(schedule.id) in row[link.end() :]
+
+
+def test_a_deleted_schedule_keeps_its_name_in_the_results(world: World) -> None:
+    client = world.client("operator")
+    response = client.post(
+        "/schedules/bulk",
+        {"action": "delete", "scope": "ids", "ids": [str(world.schedule.id)], "confirm": "on"},
+    )
+    assert response.status_code == 302
+    (row,) = _item_rows(text(client.get(response["Location"])))
+    assert ">ok</span>" in row and f">{world.schedule.name}</a>" in row
+
+
+def test_a_run_operations_results_name_the_schedule_and_occurrence(world: World) -> None:
+    now = services.db_now()
+    dead = execution_row(world.schedule, now - timedelta(days=1), state="dead")
+    theirs = world.other_execution
+    client = world.client("operator")
+    response = client.post(
+        "/executions/bulk",
+        {"action": "rerun", "scope": "ids", "ids": [str(dead.id), str(theirs.id)]}
+        | {"confirm": "on"},
+    )
+    assert response.status_code == 302
+    mine, other = _item_rows(text(client.get(response["Location"])))
+
+    link = re.search(r'<a id="item-0" href="([^"]+)">(.*?)</a>', mine, re.S)
+    assert link is not None, mine
+    assert link.group(1) == f"/executions/{dead.id}/" and link.group(2).strip() == "nightly"
+    stamp = dead.scheduled_for.isoformat().replace("+00:00", "Z")
+    assert f'<time datetime="{stamp}"' in mine and str(dead.id) in mine
+    # Another tenant's run names nothing here: its id only, no link, no name.
+    assert ">not_found</span>" in other and str(theirs.id) in other
+    assert "<a " not in other and world.other_schedule.name not in other
