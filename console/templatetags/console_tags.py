@@ -59,6 +59,14 @@ def ts(context: template.Context, value: datetime | None, zone: Any = None) -> S
     )
 
 
+@register.simple_tag(takes_context=True)
+def ts_zones(context: template.Context, value: datetime | None, zone: Any) -> SafeString | str:
+    """`value` in `zone` (a schedule's) and in the viewer's zone — once when the two read
+    the same (the viewer is in that zone, or one that keeps the same time and name)."""
+    theirs, mine = ts(context, value, zone), ts(context, value)
+    return theirs if theirs == mine else format_html("{} · {}", theirs, mine)
+
+
 @register.filter
 def badge(state: str) -> SafeString:
     return format_html(

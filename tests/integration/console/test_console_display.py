@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 
 from dispatch import services
+from dispatch.models import Execution
 from tests.support.console_support import World, text
 from tests.support.rows import execution_row
 
@@ -122,3 +124,71 @@ def test_a_run_operations_results_name_the_schedule_and_occurrence(world: World)
     # Another tenant's run names nothing here: its id only, no link, no name.
     assert ">not_found</span>" in other and str(theirs.id) in other
     assert "<a " not in other and world.other_schedule.name not in other
+
+
+# --- defect 13: a finished run's page -----------------------------------------------------
+
+
+def _finished(world: World, state: str = "succeeded") -> str:
+    Execution.objects.filter(pk=world.execution.pk).update(state=state)
+    return f"/executions/{world.execution.id}/"
+
+
+def _control(page: str) -> str:
+    start = page.index('id="execution-control"')
+    return page[start : page.index("</div>", start)]
+
+
+@pytest.mark.parametrize("state", ["succeeded", "dead", "skipped", "cancelled"])
+def test_a_finished_run_offers_no_cancel_at_all(world: World, state: str) -> None:
+    url = _finished(world, state)
+
+    control = _control(text(world.client("operator").get(url)))
+
+    assert 'id="cancel-execution"' not in control and "Cancel" not in control, control
+    assert "can be cancelled" not in control
+    assert f'href="{url}rerun"' in control, "re-run is what a finished run offers"
+
+
+def test_a_viewer_on_a_finished_run_reads_the_reason_once(world: World) -> None:
+    url = _finished(world)
+
+    control = _control(text(world.client("viewer").get(url)))
+
+    assert 'id="cancel-execution"' not in control
+    assert re.search(r'<button type="button" class="muted" id="rerun-execution" disabled', control)
+    assert control.count("need the operator role") == 1
+
+
+def test_a_waiting_run_still_offers_cancel(world: World) -> None:
+    url = f"/executions/{world.execution.id}/"
+    control = _control(text(world.client("operator").get(url)))
+    assert f'href="{url}cancel"' in control
+
+
+def _scheduled_for(page: str) -> str:
+    match = re.search(r"<dt>Scheduled for</dt><dd>(.*?)</dd>", page, re.S)
+    assert match is not None
+    return match.group(1)
+
+
+@pytest.mark.parametrize("page", ["", "cancel", "rerun"])
+def test_scheduled_for_is_shown_once_when_the_viewer_is_in_the_schedules_zone(
+    world: World, page: str
+) -> None:
+    if page == "rerun":
+        _finished(world)
+    url = f"/executions/{world.execution.id}/{page}"
+    client = world.client("operator")
+    client.cookies["console_tz"] = world.schedule.timezone  # Europe/Amsterdam
+
+    shown = _scheduled_for(text(client.get(url)))
+
+    assert shown.count("<time ") == 1, shown
+    local = world.execution.scheduled_for.astimezone(ZoneInfo("Europe/Amsterdam"))
+    assert local.strftime("%Y-%m-%d %H:%M:%S") in shown
+
+    # In another zone, both: the schedule's and the viewer's.
+    client.cookies["console_tz"] = "Asia/Tokyo"
+    both = _scheduled_for(text(client.get(url)))
+    assert both.count("<time ") == 2 and "JST" in both and ("CET" in both or "CEST" in both)
