@@ -13,6 +13,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from console.access import known_zone
+from dispatch.timing.durations import measured
 
 register = template.Library()
 
@@ -77,11 +78,20 @@ def badge(state: str) -> SafeString:
 
 
 @register.filter
-def seconds_between(later: datetime | None, earlier: datetime | None) -> str:
+def duration(value: float | timedelta | None) -> str:
+    """A measured duration (seconds, or a timedelta) in ms, s or min: the console's one
+    rule for run durations, percentiles and lags (dispatch.timing.durations.measured)."""
+    if value is None:
+        return "—"
+    return measured(value.total_seconds() if isinstance(value, timedelta) else float(value))
+
+
+@register.filter
+def duration_between(later: datetime | None, earlier: datetime | None) -> str:
+    """`later - earlier` as a duration; "" when either is missing."""
     if later is None or earlier is None:
         return ""
-    delta: timedelta = later - earlier
-    return f"{delta.total_seconds():.3f} s"
+    return duration(later - earlier)
 
 
 @register.filter

@@ -192,3 +192,56 @@ def test_scheduled_for_is_shown_once_when_the_viewer_is_in_the_schedules_zone(
     client.cookies["console_tz"] = "Asia/Tokyo"
     both = _scheduled_for(text(client.get(url)))
     assert both.count("<time ") == 2 and "JST" in both and ("CET" in both or "CEST" in both)
+
+
+# --- defect 16: durations in ms / s / min --------------------------------------------------
+
+
+def _ran(world: World, ago: timedelta, took: timedelta) -> None:
+    at = services.db_now() - ago
+    execution_row(world.schedule, at, state="succeeded", started_at=at, finished_at=at + took)
+
+
+def test_short_runs_read_in_ms_on_the_health_card_and_the_health_list(world: World) -> None:
+    _ran(world, timedelta(hours=1), timedelta(milliseconds=8))
+    _ran(world, timedelta(hours=2), timedelta(milliseconds=30))
+
+    card = text(world.client("viewer").get(f"/schedules/{world.schedule.id}/"))
+    day = re.search(r'<tr id="health-24h">(.*?)</tr>', card, re.S)
+    assert day is not None
+    assert re.findall(r"<td>(.*?)</td>", day.group(1))[-2:] == ["8 ms", "30 ms"]
+
+    listed = text(world.client("viewer").get("/schedules/health"))
+    assert "<td>8 ms / 30 ms</td>" in listed and "0.0 s" not in listed
+
+
+def test_longer_runs_read_in_s_then_min(world: World) -> None:
+    _ran(world, timedelta(hours=1), timedelta(milliseconds=2400))
+    _ran(world, timedelta(hours=2), timedelta(seconds=90))
+
+    card = text(world.client("viewer").get(f"/schedules/{world.schedule.id}/"))
+    day = re.search(r'<tr id="health-24h">(.*?)</tr>', card, re.S)
+    assert day is not None
+    assert re.findall(r"<td>(.*?)</td>", day.group(1))[-2:] == ["2.4 s", "1.5 min"]
+
+
+def test_the_execution_pages_fire_lag_and_jitter_read_in_ms(world: World) -> None:
+    e = world.execution
+    Execution.objects.filter(pk=e.pk).update(
+        due_at=e.scheduled_for + timedelta(milliseconds=250),
+        enqueued_at=e.scheduled_for + timedelta(milliseconds=262),
+    )
+    page = text(world.client("viewer").get(f"/executions/{e.id}/"))
+    assert "(jitter 250 ms)" in page
+    assert "<dd>12 ms from due to published</dd>" in page
+
+
+def test_the_operator_views_fire_lag_reads_in_ms(world: World) -> None:
+    e = world.execution
+    Execution.objects.filter(pk=e.pk).update(
+        due_at=e.scheduled_for,
+        enqueued_at=e.scheduled_for + timedelta(milliseconds=40),
+        trigger="cron",
+    )
+    html = text(world.client("staff").get("/ops/"))
+    assert "p50 <strong>40 ms</strong>" in html
