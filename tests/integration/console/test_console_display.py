@@ -6,13 +6,21 @@ as a sentence with a coloured, worded answer badge."""
 from __future__ import annotations
 
 import re
-from datetime import timedelta
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
+from django.template import Context, Template
+from django.utils.html import escape
+from rest_framework.test import APIClient
 
 from dispatch import services
-from dispatch.models import Execution
+from dispatch.models import Execution, Schedule
+from dispatch.states import ExplainCode
+from tenants.models import Tenant
+from tenants.roles import Role
 from tests.support.console_support import World, text
 from tests.support.rows import execution_row
 
@@ -245,3 +253,68 @@ def test_the_operator_views_fire_lag_reads_in_ms(world: World) -> None:
     )
     html = text(world.client("staff").get("/ops/"))
     assert "p50 <strong>40 ms</strong>" in html
+
+
+# --- defect 23: the explainer's sentence and answer badge ----------------------------------
+
+MIDNIGHT = datetime(2026, 1, 4, 23, 0, tzinfo=UTC)  # 2026-01-05 00:00 in Amsterdam
+
+
+def _answer_for(world: World, api: APIClient, **row: Any) -> tuple[str, str, dict[str, Any]]:
+    """The explainer page's answer badge and sentence for the world's schedule's
+    2026-01-05 midnight occurrence with an execution of `row`, and the API's answer."""
+    sid = world.schedule.id
+    Schedule.objects.filter(pk=sid).update(created_at=MIDNIGHT - timedelta(days=1))
+    world.schedule.refresh_from_db()
+    execution_row(world.schedule, MIDNIGHT, **row)
+    html = text(world.client("viewer").get(f"/explain?schedule={sid}&at=2026-01-05T00:00"))
+    badge = re.search(r'<span [^>]*id="answer-code"[^>]*>[^<]*</span>', html)
+    sentence = re.search(r'<p class="sentence" id="answer-sentence">(.*?)</p>', html, re.S)
+    assert badge is not None and sentence is not None, html[-3000:]
+    answer = api.get(f"/v1/schedules/{sid}/explain", {"at": "2026-01-04T23:00:00Z"}).json()
+    return badge.group(0), sentence.group(1), answer
+
+
+@pytest.mark.parametrize(
+    ("row", "code", "tone", "label"),
+    [
+        ({"state": "dead", "error": "HTTP 503"}, "dead", "bad", "Dead"),
+        ({"state": "succeeded"}, "ran", "ok", "Ran"),
+        (
+            {"state": "skipped", "reason_code": "overlap_forbid", "reason": "previous run"},
+            "skipped_overlap",
+            "warn",
+            "Skipped: overlap",
+        ),
+    ],
+)
+def test_the_answer_reads_as_a_sentence_with_a_coloured_worded_badge(
+    world: World,
+    api_for: Callable[[Tenant, Role], APIClient],
+    row: dict[str, Any],
+    code: str,
+    tone: str,
+    label: str,
+) -> None:
+    badge, sentence, api = _answer_for(world, api_for(world.tenant, Role.VIEWER), **row)
+
+    assert f'class="badge badge-{tone}"' in badge, badge
+    assert f">{label}</span>" in badge and f'data-code="{code}"' in badge
+    assert sentence[:1].isupper(), sentence
+    # The API answers as before: the code, and the sentence as the explainer wrote it.
+    assert api["code"] == code
+    assert sentence == api["sentence"][:1].upper() + api["sentence"][1:]
+
+
+def test_every_answer_code_has_a_tone_and_a_label() -> None:
+    from console.templatetags.console_tags import ANSWER_TONES
+
+    # Each code's tone is decided, none left to the default by oversight.
+    assert set(ANSWER_TONES) == set(ExplainCode.values)
+    badge = Template("{% load console_tags %}{{ code|answer_badge }}")
+    for code in ExplainCode:
+        html = badge.render(Context({"code": code.value}))
+        assert f'class="badge badge-{ANSWER_TONES[code]}"' in html, code
+        shown = re.search(r">([^<]+)</span>", html)
+        assert shown is not None and "_" not in shown.group(1) and shown.group(1)[0].isupper()
+        assert f'title="{code.value}: {escape(code.label)}"' in html, "the meaning on hover"
