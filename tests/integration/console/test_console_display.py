@@ -301,8 +301,9 @@ def test_the_answer_reads_as_a_sentence_with_a_coloured_worded_badge(
     assert f'class="badge badge-{tone}"' in badge, badge
     assert f">{label}</span>" in badge and f'data-code="{code}"' in badge
     assert sentence[:1].isupper(), sentence
-    # The API answers as before: the code, and the sentence as the explainer wrote it.
-    assert api["code"] == code
+    # The API answers as before: the code, and the sentence as the explainer wrote it
+    # (to be quoted inside others: lower case).
+    assert api["code"] == code and api["sentence"][:1].islower()
     assert sentence == api["sentence"][:1].upper() + api["sentence"][1:]
 
 
