@@ -29,6 +29,9 @@ CLAIMABLE_STATES = frozenset(
 )
 # Not finished yet: an occurrence in one of these may still run.
 ACTIVE_STATES = CLAIMABLE_STATES | {ExecutionState.RUNNING}
+# Not started yet: waiting for its time or for a worker. A schedule's "last run" (the
+# console's list, the health card) is never one of these: it has not run.
+NOT_STARTED_STATES = frozenset({ExecutionState.SCHEDULED, ExecutionState.QUEUED})
 # Finished for good: dependents fire or skip on these; nothing changes them again.
 FINAL_STATES = frozenset(
     {

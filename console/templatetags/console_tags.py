@@ -15,6 +15,8 @@ from django.utils.safestring import SafeString, mark_safe
 
 from console import nav as navigation
 from console.access import known_zone
+from dispatch.states import ExplainCode
+from dispatch.timing.durations import measured
 
 register = template.Library()
 
@@ -61,6 +63,14 @@ def ts(context: template.Context, value: datetime | None, zone: Any = None) -> S
     )
 
 
+@register.simple_tag(takes_context=True)
+def ts_zones(context: template.Context, value: datetime | None, zone: Any) -> SafeString | str:
+    """`value` in `zone` (a schedule's) and in the viewer's zone — once when the two read
+    the same (the viewer is in that zone, or one that keeps the same time and name)."""
+    theirs, mine = ts(context, value, zone), ts(context, value)
+    return theirs if theirs == mine else format_html("{} · {}", theirs, mine)
+
+
 @register.filter
 def badge(state: str) -> SafeString:
     return format_html(
@@ -70,12 +80,78 @@ def badge(state: str) -> SafeString:
     )
 
 
+# The explainer's answer codes by what they mean for the person asking: it ran well,
+# it failed, it did not run for a reason worth a look, it is under way or waiting, or
+# there was nothing to run. Every code is listed (a test keeps the list whole: a new
+# code must be given its tone, not fall to "muted" by oversight).
+ANSWER_TONES: dict[str, str] = {
+    ExplainCode.RAN: "ok",
+    ExplainCode.RUNNING: "run",
+    ExplainCode.RETRYING: "warn",
+    ExplainCode.FAILED: "bad",
+    ExplainCode.TIMED_OUT: "bad",
+    ExplainCode.DEAD: "bad",
+    ExplainCode.MISSING: "bad",
+    ExplainCode.PENDING: "wait",
+    ExplainCode.HELD: "warn",
+    ExplainCode.PAUSED: "warn",
+    ExplainCode.SKIPPED_MISFIRE: "warn",
+    ExplainCode.SKIPPED_OVERLAP: "warn",
+    ExplainCode.SKIPPED_UPSTREAM: "warn",
+    ExplainCode.SKIPPED_KEY: "warn",
+    ExplainCode.SKIPPED_QUOTA: "warn",
+    ExplainCode.SKIPPED: "warn",
+    ExplainCode.CANCELLED: "muted",
+    ExplainCode.NOT_AN_OCCURRENCE: "muted",
+    ExplainCode.DST_SHIFTED: "muted",
+    ExplainCode.EXCLUDED_BY_CALENDAR: "muted",
+    ExplainCode.NOT_CREATED_YET: "muted",
+    ExplainCode.ARCHIVED: "muted",
+    ExplainCode.DELETED: "muted",
+    ExplainCode.COMPLETED: "muted",
+}
+# Words for the codes that "snake_case -> Sentence case" would spell badly.
+ANSWER_WORDS: dict[str, str] = {
+    ExplainCode.DST_SHIFTED: "DST shifted",
+    ExplainCode.SKIPPED_MISFIRE: "Skipped: misfire",
+    ExplainCode.SKIPPED_OVERLAP: "Skipped: overlap",
+    ExplainCode.SKIPPED_UPSTREAM: "Skipped: upstream",
+    ExplainCode.SKIPPED_KEY: "Skipped: concurrency key",
+    ExplainCode.SKIPPED_QUOTA: "Skipped: quota",
+}
+
+
 @register.filter
-def seconds_between(later: datetime | None, earlier: datetime | None) -> str:
+def answer_badge(code: str) -> SafeString:
+    """The explainer's answer code as a badge: coloured by its meaning, in words ("dead"
+    → "Dead"), the code itself in `data-code` and its meaning on hover."""
+    words = ANSWER_WORDS.get(code) or code.replace("_", " ").capitalize()
+    meaning = ExplainCode(code).label if code in ExplainCode.values else ""
+    return format_html(
+        '<span class="badge badge-{}" id="answer-code" data-code="{}" title="{}: {}">{}</span>',
+        ANSWER_TONES.get(code, "muted"),
+        code,
+        code,
+        meaning,
+        words,
+    )
+
+
+@register.filter
+def duration(value: float | timedelta | None) -> str:
+    """A measured duration (seconds, or a timedelta) in ms, s or min: the console's one
+    rule for run durations, percentiles and lags (dispatch.timing.durations.measured)."""
+    if value is None:
+        return "—"
+    return measured(value.total_seconds() if isinstance(value, timedelta) else float(value))
+
+
+@register.filter
+def duration_between(later: datetime | None, earlier: datetime | None) -> str:
+    """`later - earlier` as a duration; "" when either is missing."""
     if later is None or earlier is None:
         return ""
-    delta: timedelta = later - earlier
-    return f"{delta.total_seconds():.3f} s"
+    return duration(later - earlier)
 
 
 @register.filter

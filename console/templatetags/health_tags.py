@@ -69,13 +69,6 @@ def percent(rate: float | None) -> str:
 
 
 @register.filter
-def seconds(value: float | None) -> str:
-    if value is None:
-        return "—"
-    return f"{value:.1f} s" if value < 120 else f"{value / 60:.1f} min"
-
-
-@register.filter
 def cell_label(cell: selectors.GridCell, zone: Any) -> str:
     """What a cell says to a screen reader and on hover: time, outcome, and the reason."""
     at = fmt(cell.scheduled_for, zone_of(zone), seconds=False)

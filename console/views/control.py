@@ -50,11 +50,13 @@ def _operation_page(
         items, next_cursor = page.items, page.next_cursor
     except InvalidSchedule as exc:
         error, items, next_cursor = exc.message, [], None
+    named = selectors.operation_item_objects(operation=operation, items=items)
     ctx = base_context(
         request,
         principal,
         operation=operation,
-        items=[(item, _item_href(operation, item)) for item in items],
+        # Each item by what it names (the id stays on the page, second).
+        items=[(item, _item_href(operation, item), named.get(item.object_id)) for item in items],
         next_cursor=next_cursor,
         error=error,
         percent=round(100 * operation.processed / operation.total) if operation.total else 100,

@@ -69,7 +69,10 @@ def stop_bound_s() -> int:
 
 
 def control_state(principal: Principal, execution: Execution) -> dict[str, Any]:
-    """Which of cancel / re-run this viewer may do now, and why not."""
+    """Which of cancel / re-run this viewer may do now, and why not. `offer_cancel`:
+    whether the execution page shows Cancel at all — only while the run may still run
+    (a finished one never can be cancelled: a disabled Cancel beside its reason read as
+    an offer); the cancel page still says why not (`cancel_why`)."""
     state = ExecutionState(execution.state)
     label = state.value.replace("_", " ")
     cancel_why = rerun_why = ""
@@ -83,6 +86,7 @@ def control_state(principal: Principal, execution: Execution) -> dict[str, Any]:
         if state not in FINAL_STATES:
             rerun_why = f"It is {label}: only a final execution (succeeded, dead, skipped, cancelled) can be re-run."
     return {
+        "offer_cancel": state in ACTIVE_STATES,
         "can_cancel": not cancel_why,
         "can_rerun": not rerun_why,
         "cancel_why": cancel_why,
@@ -117,6 +121,10 @@ def _detail_context(
     else:
         why = "Its day of history was archived: re-run that occurrence with a backfill."
         controls = {"can_cancel": False, "can_rerun": False, "cancel_why": why, "rerun_why": why}
+        controls["offer_cancel"] = False
+    if not controls["offer_cancel"]:
+        # No Cancel on the page, so nothing to explain about it.
+        controls["cancel_why"] = ""
     return base_context(
         request,
         principal,

@@ -58,7 +58,7 @@ def schedule_list(request: HttpRequest, principal: Principal) -> HttpResponse:
         error = exc.message
         page = selectors.Page(items=[], next_cursor=None)
     last = selectors.last_executions(
-        tenant=principal.tenant, schedule_ids=[s.id for s in page.items]
+        tenant=principal.tenant, schedule_ids=[s.id for s in page.items], started=True
     )
     rows = [(s, last.get(s.id)) for s in page.items]
     ctx = base_context(

@@ -100,7 +100,13 @@ from dispatch.selectors.logs import (
     attempt_log_tail,
     kept_log,
 )
-from dispatch.selectors.operations import ItemPage, operation_get, operation_items
+from dispatch.selectors.operations import (
+    ItemObject,
+    ItemPage,
+    operation_get,
+    operation_item_objects,
+    operation_items,
+)
 from dispatch.selectors.ops import (
     LAG_EXCLUDED_TRIGGERS,
     WorkerSeen,
@@ -184,6 +190,7 @@ __all__ = [
     "HealthRank",
     "HistoryRow",
     "HourActivity",
+    "ItemObject",
     "ItemPage",
     "LogPage",
     "Page",
@@ -236,6 +243,7 @@ __all__ = [
     "kept_log",
     "last_executions",
     "operation_get",
+    "operation_item_objects",
     "operation_items",
     "ops_beats",
     "ops_dead",

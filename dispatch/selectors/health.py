@@ -41,7 +41,13 @@ from dispatch.models import Schedule
 from dispatch.selectors.calendars import schedule_filters
 from dispatch.selectors.schedules import schedule_next_runs
 from dispatch.sql import sql
-from dispatch.states import AUTO_PAUSE_ACTOR, AlertState, ExecutionState
+from dispatch.states import (
+    AUTO_PAUSE_ACTOR,
+    NOT_STARTED_STATES,
+    AlertState,
+    ExecutionState,
+    state_values,
+)
 from tenants.models import Tenant
 
 HEALTH_SCAN = 1000
@@ -53,8 +59,8 @@ WINDOWS: tuple[tuple[str, timedelta], ...] = (
 )
 SUCCESS = ExecutionState.SUCCEEDED
 FINAL_FAILURE = ExecutionState.DEAD
-# Not run yet: not a "last run".
-WAITING_STATES = [ExecutionState.SCHEDULED.value, ExecutionState.QUEUED.value]
+# Not run yet: not a "last run" (the same rule as the schedules list's, last_executions).
+WAITING_STATES = state_values(NOT_STARTED_STATES)
 # The dashboard's grid: this many schedules, the newest executions read to find them.
 DASHBOARD_ROWS = 50
 ACTIVE_SCAN = 5000

@@ -21,6 +21,7 @@ from dispatch.models import Execution, Kind, Schedule
 from dispatch.selectors.calendars import schedule_filter, schedule_filters
 from dispatch.selectors.executions import ExecutionFilter, execution_list, reading_windows
 from dispatch.selectors.paging import Page, as_uuid, keyset_page, tenant_object, within
+from dispatch.states import NOT_STARTED_STATES, state_values
 from dispatch.timing import cron
 from dispatch.timing.calendars import DateFilter
 from tenants.models import Tenant
@@ -281,16 +282,24 @@ def upcoming_count(*, tenant: Tenant, now: datetime, horizon: timedelta) -> tupl
                 return UPCOMING_COUNT_CAP, True
 
 
-def last_executions(*, tenant: Tenant, schedule_ids: list[uuid.UUID]) -> dict[uuid.UUID, Execution]:
+def last_executions(
+    *, tenant: Tenant, schedule_ids: list[uuid.UUID], started: bool = False
+) -> dict[uuid.UUID, Execution]:
     """The latest execution of each schedule: one query (DISTINCT ON) per window of days,
-    newest first (reading_windows), for the schedules not found in a newer one."""
+    newest first (reading_windows), for the schedules not found in a newer one.
+    `started`: the latest that has run or is running (a schedule's "last run"), not an
+    upcoming one still waiting (NOT_STARTED_STATES) — a job's own execution is whatever
+    state it is in, a schedule's last run is never its next."""
     found: dict[uuid.UUID, Execution] = {}
     missing = set(schedule_ids)
+    base = Execution.objects.filter(tenant=tenant)
+    if started:
+        base = base.exclude(state__in=state_values(NOT_STARTED_STATES))
     for lo, hi in reading_windows(ExecutionFilter())(None):
         if not missing:
             break
         rows = within(
-            Execution.objects.filter(tenant=tenant, schedule_id__in=missing),
+            base.filter(schedule_id__in=missing),
             field="scheduled_for",
             lo=lo,
             hi=hi,

@@ -1,6 +1,8 @@
 """A duration as the platform's messages write it: whole hours and minutes, minutes
 and seconds, or seconds. One breakdown, two spellings (the beat's reasons are
-compact, "14m00s"; the explainer's sentences spaced, "14 min 00 s")."""
+compact, "14m00s"; the explainer's sentences spaced, "14 min 00 s"). A measured one
+(a run's duration, a percentile, a lag: fractions of a second matter) in the one unit
+that fits it: `measured`."""
 
 from __future__ import annotations
 
@@ -17,6 +19,21 @@ def spell(delta: timedelta, *, units: tuple[str, str, str] = ("h", "m", "s"), se
     if seconds >= 60:
         return f"{seconds // 60}{sep}{minute}{sep}{seconds % 60:02d}{sep}{second}"
     return f"{seconds}{sep}{second}"
+
+
+def measured(seconds: float) -> str:
+    """A measured duration as people read it: ms below a second ("8 ms", "0.4 ms"), s
+    below a minute ("2.4 s"), min above ("1.5 min", "120 min") — never "0.0 s" for a run
+    of 8 ms. A value that rounds up to the next unit is said in it ("1.0 s", not "1000 ms")."""
+    if seconds < 0:
+        return f"-{measured(-seconds)}"
+    ms = seconds * 1000
+    if round(ms) < 1000:
+        return f"{ms:.1f} ms" if 0 < ms < 1 else f"{ms:.0f} ms"
+    if round(seconds, 1) < 60:
+        return f"{seconds:.1f} s"
+    minutes = seconds / 60
+    return f"{minutes:.1f} min" if minutes < 100 else f"{minutes:.0f} min"
 
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}

@@ -180,7 +180,8 @@ def test_pause_then_the_explainer_answers_for_a_skipped_occurrence(
     row.get_by_role("link", name="why?").click()
     answer = page.locator("#answer")
     answer.wait_for()
-    assert page.locator("#answer-code").inner_text() == "paused"
+    assert page.locator("#answer-code").get_attribute("data-code") == "paused"
+    assert page.locator("#answer-code").inner_text() == "Paused"
     sentence = page.locator("#answer-sentence").inner_text()
     assert "paused by bob at" in sentence and '("deploy freeze")' in sentence
     assert "the misfire policy (skip) recorded this occurrence as skipped" in sentence

@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 from dispatch.explain.present import late
-from dispatch.timing.durations import spell
+from dispatch.timing.durations import measured, spell
 
 
 @pytest.mark.parametrize(
@@ -26,3 +26,24 @@ def test_both_spellings(seconds: int, compact: str, spaced: str) -> None:
     delta = timedelta(seconds=seconds, microseconds=900_000)  # whole seconds only
     assert spell(delta) == compact
     assert late(delta) == spaced
+
+
+@pytest.mark.parametrize(
+    ("seconds", "shown"),
+    [
+        (0.0, "0 ms"),
+        (0.0004, "0.4 ms"),
+        (0.008, "8 ms"),
+        (0.0304, "30 ms"),
+        (0.9994, "999 ms"),
+        (0.9996, "1.0 s"),  # rounds up to a second: said in seconds, not "1000 ms"
+        (2.4, "2.4 s"),
+        (59.94, "59.9 s"),
+        (59.96, "1.0 min"),  # likewise, not "60.0 s"
+        (150, "2.5 min"),
+        (7200, "120 min"),
+        (-0.012, "-12 ms"),
+    ],
+)
+def test_a_measured_duration_reads_in_ms_s_or_min(seconds: float, shown: str) -> None:
+    assert measured(seconds) == shown

@@ -244,6 +244,31 @@ def test_a_schedule_from_create_to_rm(owner: Tenant) -> None:
     assert gone.code == 1 and gone.err.startswith("error: ")
 
 
+def test_runs_name_each_schedule_and_keep_its_id_in_json(owner: Tenant) -> None:
+    """`schedctl runs` across schedules says whose each run is by name (the id stays in
+    --json); a deleted schedule's runs keep its id, the one thing left to name it."""
+    ids = {}
+    for name in ("orders-export", "ledger-close", "gone-soon"):
+        made = schedctl("create", "--name", name, "--cron", "0 4 * * *", "--target-url", "https://billing.internal/hook", "--json")  # fmt: skip
+        assert made.code == 0, made.err
+        ids[name] = made.json()["id"]
+        assert schedctl("trigger", name).code == 0
+    assert schedctl("rm", "gone-soon").code == 0
+
+    runs = schedctl("runs")
+    assert runs.code == 0, runs.err
+    header, *rows = runs.rows()
+    assert header[:2] == ["ID", "SCHEDULE"]
+    assert sorted(row[1] for row in rows) == sorted(
+        ["orders-export", "ledger-close", ids["gone-soon"]]
+    )
+    as_json = schedctl("runs", "--json").json()
+    assert sorted(r["schedule_id"] for r in as_json) == sorted(ids.values())
+
+    one = schedctl("runs", "ledger-close")
+    assert [row[1] for row in one.rows()[1:]] == ["ledger-close"]
+
+
 def test_exit_codes_and_error_messages(owner: Tenant, server: WebServer, tmp_path: Path) -> None:
     invalid = schedctl("create", "--name", "bad", "--cron", "0 99 * * *", "--target-url", "https://billing.internal/hook")  # fmt: skip
     assert invalid.code == 2  # the API's 400: invalid input

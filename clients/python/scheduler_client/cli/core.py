@@ -4,8 +4,10 @@ rm, runs, why, and preview (local: no server needed)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -14,6 +16,7 @@ import yaml
 from scheduler_client import config, definitions, preview
 from scheduler_client.cli.context import Context, UsageError
 from scheduler_client.client import Client, api_base
+from scheduler_client.errors import NotFound
 from scheduler_client.models import Execution, Schedule
 
 # What `runs --failed` means: the server's "recent failures" (dead, failed, timed
@@ -232,7 +235,7 @@ def cmd_trigger(args: argparse.Namespace, ctx: Context) -> int:
     if ctx.json:
         ctx.emit_json(execution.raw)
     else:
-        ctx.table([_run_row(execution)], RUN_COLUMNS)
+        ctx.table([_run_row(execution, {schedule.id: schedule.name})], RUN_COLUMNS)
     return 0
 
 
@@ -249,12 +252,29 @@ def cmd_rm(args: argparse.Namespace, ctx: Context) -> int:
 # ---------------------------------------------------------------------- runs and why
 
 
-def _run_row(e: Execution) -> tuple[Any, ...]:
-    return (e.id, e.schedule_id, e.scheduled_for, e.trigger, e.attempt, e.state, e.error)
+def _run_row(e: Execution, names: Mapping[str, str]) -> tuple[Any, ...]:
+    """A run's table row; its schedule by name (`names`, by id), else by id."""
+    schedule = names.get(e.schedule_id or "", e.schedule_id)
+    return (e.id, schedule, e.scheduled_for, e.trigger, e.attempt, e.state, e.error)
+
+
+def _schedule_names(
+    client: Client, runs: list[Execution], known: Schedule | None
+) -> dict[str, str]:
+    """The name of each run's schedule, by id (a run carries only its schedule's id): one
+    read per schedule not already `known`; a deleted schedule (not found) is left out, its
+    runs keep its id."""
+    names = {known.id: known.name} if known is not None else {}
+    for schedule_id in dict.fromkeys(e.schedule_id for e in runs if e.schedule_id):
+        if schedule_id not in names:
+            with contextlib.suppress(NotFound):
+                names[schedule_id] = client.get_schedule(schedule_id).name
+    return names
 
 
 def cmd_runs(args: argparse.Namespace, ctx: Context) -> int:
-    schedule_id = ctx.client.find_schedule(args.schedule).id if args.schedule else None
+    schedule = ctx.client.find_schedule(args.schedule) if args.schedule else None
+    schedule_id = schedule.id if schedule else None
     states: list[str] | None = list(FAILED_STATES) if args.failed else None
     if args.state:
         states = [*(states or []), *args.state.split(",")]
@@ -267,7 +287,8 @@ def cmd_runs(args: argparse.Namespace, ctx: Context) -> int:
     if ctx.json:
         ctx.emit_json([e.raw for e in found])
     else:
-        ctx.table((_run_row(e) for e in found), RUN_COLUMNS)
+        names = _schedule_names(ctx.client, found, schedule)
+        ctx.table((_run_row(e, names) for e in found), RUN_COLUMNS)
     return 0
 
 
