@@ -98,3 +98,11 @@ def tagged(messages: Iterable[Any], tag: str) -> str:
         if not found and tag in str(getattr(message, "extra_tags", "")).split():
             found = str(message)
     return found
+
+
+@register.filter
+def untagged(messages: Iterable[Any], tag: str) -> list[Any]:
+    """The request's messages not tagged `tag`: the page-wide ones
+    (templates/console/_messages.html), without a field's own error that the field
+    shows beside itself (`tagged`)."""
+    return [m for m in messages if tag not in str(getattr(m, "extra_tags", "")).split()]
