@@ -1,5 +1,6 @@
 """Calendar pages: the tenant's calendars with a create form (sources as JSON, as in
-the API), one calendar's dates for the coming year, its edit and its delete.
+the API), one calendar's dates for the coming year, its edit and its delete. Each
+change lands on a page that says what was done, once (console.views.common.done).
 
 Writes go through dispatch.services.calendars; a 400 names the field (shown with
 the form), a delete of a calendar in use shows the 409's message (which names the
@@ -14,11 +15,12 @@ import uuid
 from typing import Any
 
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
 from console.access import base_context, tenant_view
+from console.views.common import done
 from core.api import inputs
 from dispatch.exceptions import InvalidSchedule, NotFound, StateConflict
 from dispatch.models import Calendar
@@ -26,6 +28,8 @@ from dispatch.selectors import calendars as calendar_reads
 from dispatch.services import calendars as calendar_writes
 from tenants.roles import Principal, Role
 
+# Shown as help beside an empty field, never as its value: a value there was a real
+# calendar (NL holidays and weekends) that one click on Create saved by accident.
 EXAMPLE = '[{"type": "holidays", "country": "NL"}, {"type": "preset", "preset": "weekends"}]'
 
 
@@ -55,7 +59,7 @@ def _get(principal: Principal, calendar_id: uuid.UUID) -> Calendar:
 @require_http_methods(["GET", "POST"])
 @tenant_view(Role.VIEWER, write_role=Role.OPERATOR)
 def calendars_page(request: HttpRequest, principal: Principal) -> HttpResponse:
-    form = {"name": "", "description": "", "sources": EXAMPLE}
+    form = {"name": "", "description": "", "sources": ""}
     errors: list[str] = []
     status = 200
     if request.method == "POST":
@@ -66,7 +70,8 @@ def calendars_page(request: HttpRequest, principal: Principal) -> HttpResponse:
             except InvalidSchedule as exc:
                 errors = _errors(exc)
             else:
-                return redirect(reverse("console-calendar", args=[calendar.id]))
+                url = reverse("console-calendar", args=[calendar.id])
+                return done(request, url, f"Calendar {calendar.name} created.")
         status = 400
     ctx = base_context(
         request,
@@ -74,6 +79,7 @@ def calendars_page(request: HttpRequest, principal: Principal) -> HttpResponse:
         calendars=calendar_reads.calendar_list(tenant=principal.tenant),
         form=form,
         errors=errors,
+        example=EXAMPLE,
     )
     return render(request, "console/calendars.html", ctx, status=status)
 
@@ -101,7 +107,8 @@ def calendar_detail(
             except InvalidSchedule as exc:
                 errors = _errors(exc)
             else:
-                return redirect(reverse("console-calendar", args=[calendar.id]))
+                url = reverse("console-calendar", args=[calendar.id])
+                return done(request, url, f"Calendar {calendar.name} saved.")
         status = 400
     today = dt.datetime.now(dt.UTC).date()
     ctx = base_context(
@@ -114,7 +121,8 @@ def calendar_detail(
             calendar, start=today, end=today + dt.timedelta(days=365)
         ),
         users=calendar_reads.calendar_users(calendar),
-        delete_error=request.GET.get("delete_error", ""),
+        delete_error="",
+        example=EXAMPLE,
     )
     return render(request, "console/calendar_detail.html", ctx, status=status)
 
@@ -138,6 +146,7 @@ def calendar_delete(
             dates=[],
             users=calendar_reads.calendar_users(calendar),
             delete_error=exc.message,
+            example=EXAMPLE,
         )  # fmt: skip
         return render(request, "console/calendar_detail.html", ctx, status=409)
-    return redirect(reverse("console-calendars"))
+    return done(request, reverse("console-calendars"), f"Calendar {calendar.name} deleted.")

@@ -112,3 +112,49 @@ def test_calendar_pages_create_show_dates_refuse_bad_input_and_in_use_delete(
     assert world.client("viewer").get(f"/calendars/{calendar.id}/").status_code == 200
     assert world.client("viewer").post("/calendars/", {"name": "v"}).status_code == 403
     assert world.client("outsider").get(f"/calendars/{calendar.id}/").status_code == 404
+
+
+def _messages(html: str) -> list[str]:
+    region = re.search(r'<div id="messages">(.*?)</div>', html, re.S)
+    return re.findall(r"<p [^>]*>(.*?)</p>", region.group(1), re.S) if region else []
+
+
+def test_new_calendar_form_is_empty_with_the_example_as_help(world: World) -> None:
+    """Issue 35, defect 21: the sources field came filled with NL holidays and
+    weekends, which one click on Create saved as a calendar nobody wrote."""
+    client = world.client("operator")
+    page = client.get("/calendars/").content.decode()
+    field = re.search(r'<textarea id="cal-sources"[^>]*>(.*?)</textarea>', page, re.S)
+    assert field is not None and field.group(1) == "", "no value to submit by accident"
+    example = re.search(r'<code id="cal-sources-example">(.*?)</code>', page, re.S)
+    assert example is not None and "holidays" in example.group(1), "the example is help"
+    before = Calendar.objects.count()
+    response = client.post("/calendars/", {"name": "untouched", "description": "", "sources": ""})
+    assert response.status_code == 400
+    assert "sources: must be a non-empty list of sources" in response.content.decode()
+    assert Calendar.objects.count() == before
+
+
+def test_calendar_changes_say_so_once_and_lead_back(world: World) -> None:
+    client = world.client("operator")
+    sources = '[{"type": "dates", "dates": ["2030-12-24"], "name": "closed"}]'
+    response = client.post("/calendars/", {"name": "office", "sources": sources})
+    calendar = Calendar.objects.get(tenant=world.tenant, name="office")
+    page = f"/calendars/{calendar.id}/"
+    assert response.status_code == 302 and response["Location"] == page
+    html = client.get(page).content.decode()
+    assert _messages(html) == ["Calendar office created."]
+    assert '<a href="/calendars/" id="back-to-calendars">' in html, "a way back to the list"
+    assert _messages(client.get(page).content.decode()) == [], "said once"
+
+    response = client.post(
+        page, {"name": "office", "description": "closed days", "sources": sources}
+    )
+    assert response.status_code == 302 and response["Location"] == page
+    assert _messages(client.get(page).content.decode()) == ["Calendar office saved."]
+
+    response = client.post(f"{page}delete")
+    assert response.status_code == 302 and response["Location"] == "/calendars/"
+    html = client.get("/calendars/").content.decode()
+    assert _messages(html) == ["Calendar office deleted."]
+    assert Calendar.objects.get(pk=calendar.pk).deleted_at is not None
