@@ -3,6 +3,7 @@ exclude/only calendars, shown again on edit, an unknown name an inline error."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -158,3 +159,64 @@ def test_calendar_changes_say_so_once_and_lead_back(world: World) -> None:
     html = client.get("/calendars/").content.decode()
     assert _messages(html) == ["Calendar office deleted."]
     assert Calendar.objects.get(pk=calendar.pk).deleted_at is not None
+
+
+def _beside(html: str, field: str) -> str:
+    """The error shown beside a field of the calendar form ("" when none)."""
+    found = re.search(rf'<span class="error" id="cal-{field}-error">(.*?)</span>', html, re.S)
+    return found.group(1) if found else ""
+
+
+def test_structured_fields_make_the_common_sources_without_json(world: World) -> None:
+    """Defect 21's form: dates, a country's holidays, an iCalendar URL and a preset
+    each make one source; the JSON stays for the other kinds and adds to them."""
+    client = world.client("operator")
+    data = {
+        "name": "office",
+        "dates": "2030-12-31, 2030-12-24\n2031-01-02",
+        "country": "nl",
+        "preset": "weekends",
+        "sources": "",
+    }
+    response = client.post("/calendars/", data)
+    assert response.status_code == 302, response.content.decode()[:3000]
+    calendar = Calendar.objects.get(tenant=world.tenant, name="office")
+    assert calendar.sources == [
+        {"type": "dates", "dates": ["2030-12-24", "2030-12-31", "2031-01-02"], "name": ""},
+        {"type": "holidays", "country": "NL", "subdivision": None},
+        {"type": "preset", "preset": "weekends"},
+    ]
+    # On its page the JSON holds what it has; a field adds a source to it.
+    page = f"/calendars/{calendar.id}/"
+    html = client.get(page).content.decode()
+    field = re.search(r'<textarea id="cal-sources"[^>]*>(.*?)</textarea>', html, re.S)
+    assert field is not None and "&quot;holidays&quot;" in field.group(1)
+    assert _beside(html, "dates") == ""
+    sources = json.dumps(calendar.sources)
+    response = client.post(page, {"name": "office", "sources": sources, "dates": "2031-05-05"})
+    assert response.status_code == 302
+    calendar.refresh_from_db()
+    assert calendar.sources[-1]["dates"] == ["2031-05-05"] and len(calendar.sources) == 4
+
+
+@pytest.mark.parametrize(
+    ("data", "field", "reason"),
+    [
+        ({"dates": "2030-12-24\n24-12-2030"}, "dates", "24-12-2030"),
+        ({"country": "XX"}, "country", "unknown country code"),
+        ({"country": "US", "subdivision": "ZZ"}, "subdivision", "unknown subdivision"),
+        ({"subdivision": "NY"}, "subdivision", "needs the country"),
+        ({"preset": "holidays"}, "preset", "must be one of weekends, business_days"),
+        ({"ics_url": "https://127.0.0.1/cal.ics"}, "ics-url", ""),
+    ],
+)
+def test_a_wrong_field_is_named_beside_itself(
+    world: World, data: dict[str, str], field: str, reason: str
+) -> None:
+    before = Calendar.objects.count()
+    response = world.client("operator").post("/calendars/", {"name": "x", **data})
+    assert response.status_code == 400
+    html = response.content.decode()
+    assert reason in _beside(html, field) and _beside(html, field), html[:3000]
+    assert 'id="calendar-errors"' in html, "and in the list above the form"
+    assert Calendar.objects.count() == before
