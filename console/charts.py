@@ -40,7 +40,7 @@ class ActivityChart:
     y_labels: list[Label]
     baseline: float
     lag_points: str  # an SVG polyline's points: p95 fire lag, scaled to its own maximum
-    max_lag_ms: float
+    max_lag_s: float
     empty: bool
 
 
@@ -63,7 +63,7 @@ def activity_chart(activity: Activity, zone: ZoneInfo) -> ActivityChart:
     baseline = TOP + plot_h
     bars: list[Bar] = []
     x_labels: list[Label] = []
-    lags = [h.lag_p95_ms for h in hours if h.lag_p95_ms is not None]
+    lags = [h.lag_p95_s for h in hours if h.lag_p95_s is not None]
     max_lag = max(lags, default=0.0)
     points = []
     for i, h in enumerate(hours):
@@ -79,8 +79,8 @@ def activity_chart(activity: Activity, zone: ZoneInfo) -> ActivityChart:
             x_labels.append(
                 Label(x=round(x + bar_w / 2, 1), y=HEIGHT - 6, text=local.strftime("%H:%M"))
             )
-        if h.lag_p95_ms is not None and max_lag > 0:
-            py = baseline - plot_h * h.lag_p95_ms / max_lag
+        if h.lag_p95_s is not None and max_lag > 0:
+            py = baseline - plot_h * h.lag_p95_s / max_lag
             points.append(f"{x + bar_w / 2:.1f},{py:.1f}")
     y_labels = [
         Label(x=LEFT - 6, y=baseline, text="0"),
@@ -95,6 +95,6 @@ def activity_chart(activity: Activity, zone: ZoneInfo) -> ActivityChart:
         y_labels=y_labels,
         baseline=baseline,
         lag_points=" ".join(points) if len(points) > 1 else "",
-        max_lag_ms=max_lag,
+        max_lag_s=max_lag,
         empty=not any(h.runs for h in hours),
     )

@@ -206,14 +206,8 @@ def icon(name: str, label: str = "") -> SafeString:
 
 
 @register.filter
-def duration_ms(ms: float | None) -> str:
-    """A duration in the unit that reads best: 12 ms, 2.4 s, 3.5 min, 2.0 h."""
-    if ms is None:
-        return "—"
-    if ms < 1000:
-        return f"{ms:.0f} ms"
-    if ms < 60_000:
-        return f"{ms / 1000:.1f} s"
-    if ms < 3_600_000:
-        return f"{ms / 60_000:.1f} min"
-    return f"{ms / 3_600_000:.1f} h"
+def untagged(messages: Iterable[Any], tag: str) -> list[Any]:
+    """The request's messages not tagged `tag`: the page-wide ones
+    (templates/console/_messages.html), without a field's own error that the field
+    shows beside itself (`tagged`)."""
+    return [m for m in messages if tag not in str(getattr(m, "extra_tags", "")).split()]

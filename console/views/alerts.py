@@ -13,13 +13,13 @@ import uuid
 from typing import Any
 
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from console.access import base_context, tenant_view, viewer_zone
 from console.forms import parse_local
-from console.views.common import is_htmx, schedule_or_404
+from console.views.common import done, is_htmx, schedule_or_404
 from dispatch import selectors, services
 from dispatch.exceptions import InvalidSchedule, NotFound
 from dispatch.models import AlertChannel, MaintenanceWindow, Schedule
@@ -102,14 +102,13 @@ def _page(
         policy=policy,
         numbers=[(n, LABELS[n]) for n in NUMBERS],
         windows=list(MaintenanceWindow.objects.filter(tenant=tenant).order_by("name")),
-        message=request.GET.get("done", "")[:200],
         **(forms | extra),
     )
     return render(request, "console/alerts.html", ctx, status=status)
 
 
-def _done(message: str) -> HttpResponse:
-    return redirect(f"{reverse('console-alerts')}?done={message}")
+def _done(request: HttpRequest, message: str) -> HttpResponse:
+    return done(request, reverse("console-alerts"), message)
 
 
 @require_GET
@@ -153,7 +152,7 @@ def channel_create(request: HttpRequest, principal: Principal) -> HttpResponse:
             channel_form=_channel_form(request.POST),
             channel_errors=_errors(exc, CHANNEL_INPUTS, CONFIG_FIELDS),
         )
-    return _done(f"Channel {channel.name} created")
+    return _done(request, f"Channel {channel.name} created")
 
 
 def _channel_or_404(principal: Principal, channel_id: uuid.UUID) -> AlertChannel:
@@ -199,7 +198,7 @@ def channel_edit(request: HttpRequest, principal: Principal, channel_id: uuid.UU
                 400,
             )
         else:
-            return _done(f"Channel {data['name'].strip()} saved")
+            return _done(request, f"Channel {data['name'].strip()} saved")
     ctx = base_context(request, principal, channel=channel, form=form, errors=errors)
     return render(request, "console/alerts_channel_edit.html", ctx, status=status)
 
@@ -216,7 +215,7 @@ def channel_toggle(
         )
     except NotFound:
         raise Http404("alert channel not found") from None
-    return _done(f"Channel {channel.name} {'enabled' if channel.enabled else 'disabled'}")
+    return _done(request, f"Channel {channel.name} {'enabled' if channel.enabled else 'disabled'}")
 
 
 @require_POST
@@ -229,7 +228,7 @@ def channel_delete(
         services.alert_channel_delete(actor=principal, channel_id=str(channel.id))
     except NotFound:
         raise Http404("alert channel not found") from None
-    return _done(f"Channel {channel.name} deleted")
+    return _done(request, f"Channel {channel.name} deleted")
 
 
 @require_POST
@@ -274,7 +273,7 @@ def policy_set(request: HttpRequest, principal: Principal) -> HttpResponse:
             policy_form=_policy_form(request.POST),
             policy_errors=_errors(exc, POLICY_INPUTS),
         )
-    return _done("Default alert policy saved")
+    return _done(request, "Default alert policy saved")
 
 
 @require_POST
@@ -306,7 +305,7 @@ def window_create(request: HttpRequest, principal: Principal) -> HttpResponse:
         except InvalidSchedule as exc:
             errors = _errors(exc, WINDOW_INPUTS)
         else:
-            return _done(f"Maintenance window {window.name} created")
+            return _done(request, f"Maintenance window {window.name} created")
     return _page(request, principal, status=400, window_form=form, window_errors=errors)
 
 
@@ -317,7 +316,7 @@ def window_delete(request: HttpRequest, principal: Principal, window_id: uuid.UU
         services.maintenance_window_delete(actor=principal, window_id=str(window_id))
     except NotFound:
         raise Http404("maintenance window not found") from None
-    return _done("Maintenance window deleted")
+    return _done(request, "Maintenance window deleted")
 
 
 # --- a schedule's alerts (the partial on the schedule page) ------------------------
@@ -351,9 +350,9 @@ def _schedule_page(
     return render(request, "console/alerts_schedule.html", ctx, status=400)
 
 
-def _back(schedule: Schedule, message: str) -> HttpResponse:
+def _back(request: HttpRequest, schedule: Schedule, message: str) -> HttpResponse:
     url = reverse("console-schedule", kwargs={"schedule_id": schedule.id})
-    return redirect(f"{url}?done={message}#alerts")
+    return done(request, f"{url}#alerts", message)
 
 
 @require_POST
@@ -375,7 +374,7 @@ def schedule_policy_set(
             alert_form=_policy_form(request.POST),
             alert_errors=_errors(exc, POLICY_INPUTS),
         )
-    return _back(schedule, "Alert policy saved")
+    return _back(request, schedule, "Alert policy saved")
 
 
 @require_POST
@@ -388,7 +387,7 @@ def schedule_policy_delete(
         services.alert_policy_delete(actor=principal, schedule_id=str(schedule.id))
     except NotFound:
         raise Http404("schedule not found") from None
-    return _back(schedule, "Alert policy override removed")
+    return _back(request, schedule, "Alert policy override removed")
 
 
 @require_POST
@@ -415,4 +414,4 @@ def schedule_snooze(
             snooze_errors=_errors(exc, SNOOZE_INPUTS),
             snooze_value=raw,
         )
-    return _back(schedule, "Alerts snoozed" if until else "Snooze ended")
+    return _back(request, schedule, "Alerts snoozed" if until else "Snooze ended")

@@ -1,5 +1,6 @@
 """Calendar pages: the tenant's calendars with a create form (sources as JSON, as in
-the API), one calendar's dates for the coming year, its edit and its delete.
+the API), one calendar's dates for the coming year, its edit and its delete. Each
+change lands on a page that says what was done, once (console.views.common.done).
 
 Writes go through dispatch.services.calendars; a 400 names the field (shown with
 the form), a delete of a calendar in use shows the 409's message (which names the
@@ -10,39 +11,146 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import uuid
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
 from console.access import base_context, tenant_view
+from console.views.common import done
 from core.api import inputs
+from dispatch.calendars import PRESETS
 from dispatch.exceptions import InvalidSchedule, NotFound, StateConflict
 from dispatch.models import Calendar
 from dispatch.selectors import calendars as calendar_reads
 from dispatch.services import calendars as calendar_writes
 from tenants.roles import Principal, Role
 
+# Shown as help beside an empty field, never as its value: a value there was a real
+# calendar (NL holidays and weekends) that one click on Create saved by accident.
 EXAMPLE = '[{"type": "holidays", "country": "NL"}, {"type": "preset", "preset": "weekends"}]'
 
 
-def _form_data(post: Any) -> tuple[dict[str, str], dict[str, Any], list[str]]:
-    form = {k: post.get(k, "") for k in ("name", "description", "sources")}
-    data: dict[str, Any] = {"name": form["name"], "description": form["description"]}
-    try:
-        # The API's JSON rules: depth, finite numbers, storable text.
-        data["sources"] = inputs.loads_json(form["sources"] or "null", "sources")
-    except inputs.InvalidInput as exc:
-        return form, data, [exc.message]
-    return form, data, []
+# The form's fields besides the JSON: each makes one source of its kind without
+# writing JSON (the common kinds); dispatch/calendars.py judges them as any source.
+# The JSON field stays, for the rest (ranges, .ics text, several of a kind) and for
+# editing what a calendar has: a calendar's sources are the JSON's, then these.
+LABELS = {
+    "name": "Name",
+    "description": "Description",
+    "dates": "Dates",
+    "country": "Public holidays of",
+    "subdivision": "Region",
+    "ics_url": "iCalendar URL",
+    "preset": "Days of the week",
+}
+SOURCE_FIELDS = ("dates", "country", "subdivision", "ics_url", "preset", "sources")
+_SOURCE_KEY = re.compile(r"sources\[(\d+)\](?:\.(\w+))?$")
 
 
-def _errors(exc: InvalidSchedule) -> list[str]:
-    detail = exc.detail if isinstance(exc.detail, dict) else {}
-    return [f"{k}: {r}" for k, rs in detail.items() for r in rs] or [exc.message]
+@dataclass
+class CalendarInput:
+    """A posted calendar form: what was typed, the service's data, which field each
+    source came from (by index, to show a source's error beside its field) and the
+    errors by field ("sources" is the JSON's, whose messages name their path)."""
+
+    form: dict[str, str]
+    data: dict[str, Any]
+    origin: list[str] = field(default_factory=list)
+    invalid: dict[str, list[str]] = field(default_factory=dict)
+
+    def add(self, source: dict[str, Any], origin: str) -> None:
+        self.data["sources"].append(source)
+        self.origin.append(origin)
+
+    def refuse(self, name: str, reason: str) -> None:
+        self.invalid.setdefault(name, []).append(reason)
+
+    def service_error(self, exc: InvalidSchedule) -> None:
+        detail = exc.detail if isinstance(exc.detail, dict) else {}
+        if not detail:
+            self.refuse("sources", exc.message)
+        for key, reasons in detail.items():
+            for reason in reasons:
+                self.refuse(*self._placed(key, str(reason)))
+
+    def _placed(self, key: str, reason: str) -> tuple[str, str]:
+        """The field a service error belongs to, and its text there."""
+        found = _SOURCE_KEY.match(key)
+        if found and int(found.group(1)) < len(self.origin):
+            origin = self.origin[int(found.group(1))]
+            if origin == "sources":
+                return "sources", f"{key}: {reason}"
+            if origin == "country" and found.group(2) == "subdivision":
+                return "subdivision", reason
+            return origin, reason
+        if key in LABELS:
+            return key, reason
+        return "sources", f"{key}: {reason}"
+
+    def summary(self) -> list[str]:
+        return [
+            reason if name == "sources" else f"{LABELS[name]}: {reason}"
+            for name, reasons in self.invalid.items()
+            for reason in reasons
+        ]
+
+
+def _form_data(post: Any) -> CalendarInput:
+    form = {k: post.get(k, "") for k in ("name", "description", *SOURCE_FIELDS)}
+    got = CalendarInput(form, {"name": form["name"], "description": form["description"]})
+    got.data["sources"] = []
+    if form["sources"].strip():
+        try:
+            # The API's JSON rules: depth, finite numbers, storable text.
+            given = inputs.loads_json(form["sources"], "sources")
+        except inputs.InvalidInput as exc:
+            got.refuse("sources", exc.message)
+        else:
+            for source in given if isinstance(given, list) else [given]:
+                got.add(source, "sources")  # not a list: the service says what it must be
+    dates = [d for d in re.split(r"[\s,]+", form["dates"]) if d]
+    if dates:
+        got.add({"type": "dates", "dates": dates}, "dates")
+    country, region = form["country"].strip(), form["subdivision"].strip()
+    if country:
+        got.add({"type": "holidays", "country": country, "subdivision": region or None}, "country")
+    elif region:
+        got.refuse("subdivision", "needs the country it is a region of")
+    if form["ics_url"].strip():
+        got.add({"type": "ics", "url": form["ics_url"].strip()}, "ics_url")
+    if form["preset"]:
+        got.add({"type": "preset", "preset": form["preset"]}, "preset")
+    if not got.data["sources"]:
+        got.data["sources"] = None  # none given: the service's "must be a non-empty list"
+    return got
+
+
+def _form_context(form: dict[str, str], got: CalendarInput | None = None) -> dict[str, Any]:
+    """What templates/console/_calendar_form.html shows: the values, the errors (all
+    of them above the form, each beside its field too), the choices and the example."""
+    return {
+        "form": form,
+        "errors": got.summary() if got else [],
+        "invalid": got.invalid if got else {},
+        "presets": list(PRESETS),
+        "example": EXAMPLE,
+    }
+
+
+def _saved_form(calendar: Calendar) -> dict[str, str]:
+    """An existing calendar's form: its sources as JSON, the other source fields empty
+    (what they make is added to the JSON's)."""
+    return {
+        "name": calendar.name,
+        "description": calendar.description,
+        "sources": json.dumps(calendar.sources, indent=1),
+    }
 
 
 def _get(principal: Principal, calendar_id: uuid.UUID) -> Calendar:
@@ -55,25 +163,24 @@ def _get(principal: Principal, calendar_id: uuid.UUID) -> Calendar:
 @require_http_methods(["GET", "POST"])
 @tenant_view(Role.VIEWER, write_role=Role.OPERATOR)
 def calendars_page(request: HttpRequest, principal: Principal) -> HttpResponse:
-    form = {"name": "", "description": "", "sources": EXAMPLE}
-    errors: list[str] = []
+    shown = _form_context({"name": "", "description": ""})
     status = 200
     if request.method == "POST":
-        form, data, errors = _form_data(request.POST)
-        if not errors:
+        got = _form_data(request.POST)
+        if not got.invalid:
             try:
-                calendar = calendar_writes.calendar_create(actor=principal, data=data)
+                calendar = calendar_writes.calendar_create(actor=principal, data=got.data)
             except InvalidSchedule as exc:
-                errors = _errors(exc)
+                got.service_error(exc)
             else:
-                return redirect(reverse("console-calendar", args=[calendar.id]))
-        status = 400
+                url = reverse("console-calendar", args=[calendar.id])
+                return done(request, url, f"Calendar {calendar.name} created.")
+        shown, status = _form_context(got.form, got), 400
     ctx = base_context(
         request,
         principal,
         calendars=calendar_reads.calendar_list(tenant=principal.tenant),
-        form=form,
-        errors=errors,
+        **shown,
     )
     return render(request, "console/calendars.html", ctx, status=status)
 
@@ -84,37 +191,32 @@ def calendar_detail(
     request: HttpRequest, principal: Principal, calendar_id: uuid.UUID
 ) -> HttpResponse:
     calendar = _get(principal, calendar_id)
-    errors: list[str] = []
+    shown = _form_context(_saved_form(calendar))
     status = 200
-    form = {
-        "name": calendar.name,
-        "description": calendar.description,
-        "sources": json.dumps(calendar.sources, indent=1),
-    }
     if request.method == "POST":
-        form, data, errors = _form_data(request.POST)
-        if not errors:
+        got = _form_data(request.POST)
+        if not got.invalid:
             try:
                 calendar = calendar_writes.calendar_update(
-                    actor=principal, calendar_id=str(calendar.id), data=data
+                    actor=principal, calendar_id=str(calendar.id), data=got.data
                 )
             except InvalidSchedule as exc:
-                errors = _errors(exc)
+                got.service_error(exc)
             else:
-                return redirect(reverse("console-calendar", args=[calendar.id]))
-        status = 400
+                url = reverse("console-calendar", args=[calendar.id])
+                return done(request, url, f"Calendar {calendar.name} saved.")
+        shown, status = _form_context(got.form, got), 400
     today = dt.datetime.now(dt.UTC).date()
     ctx = base_context(
         request,
         principal,
         calendar=calendar,
-        form=form,
-        errors=errors,
         dates=calendar_reads.calendar_date_list(
             calendar, start=today, end=today + dt.timedelta(days=365)
         ),
         users=calendar_reads.calendar_users(calendar),
-        delete_error=request.GET.get("delete_error", ""),
+        delete_error="",
+        **shown,
     )
     return render(request, "console/calendar_detail.html", ctx, status=status)
 
@@ -132,12 +234,10 @@ def calendar_delete(
             request,
             principal,
             calendar=calendar,
-            form={"name": calendar.name, "description": calendar.description,
-                  "sources": json.dumps(calendar.sources, indent=1)},
-            errors=[],
             dates=[],
             users=calendar_reads.calendar_users(calendar),
             delete_error=exc.message,
-        )  # fmt: skip
+            **_form_context(_saved_form(calendar)),
+        )
         return render(request, "console/calendar_detail.html", ctx, status=409)
-    return redirect(reverse("console-calendars"))
+    return done(request, reverse("console-calendars"), f"Calendar {calendar.name} deleted.")

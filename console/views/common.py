@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import uuid
 
-from django.http import Http404, HttpRequest
+from django.contrib import messages
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.utils.http import url_has_allowed_host_and_scheme
 
 from dispatch import selectors
@@ -31,3 +32,11 @@ def next_url(request: HttpRequest, default: str) -> str:
     ):
         return target
     return default
+
+
+def done(request: HttpRequest, url: str, message: str) -> HttpResponse:
+    """Back to `url` after a change, saying what was done once: a message in the
+    session (django.contrib.messages, shown by templates/console/_messages.html),
+    not in the address, where a reload or a shared link would say it again."""
+    messages.success(request, message)
+    return HttpResponseRedirect(url)

@@ -144,4 +144,4 @@ def backfill_cancel(
     except DispatchError as exc:
         return action_error(request, principal, exc, exc.status)
     message = "Backfill cancelled: runs already released go on, the rest are left alone."
-    return action_redirect(backfill.schedule_id, message, anchor="backfills")
+    return action_redirect(request, backfill.schedule_id, message, anchor="backfills")

@@ -12,10 +12,9 @@ import uuid
 from datetime import timedelta
 from functools import partial
 from typing import Any
-from urllib.parse import urlencode
 
 from django.conf import settings
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -24,7 +23,7 @@ from django_htmx.http import reswap, retarget
 
 from console import control_forms
 from console.access import base_context, tenant_view, viewer_zone
-from console.views.common import is_htmx, next_url
+from console.views.common import done, is_htmx, next_url
 from console.views.schedules import bulk_review
 from dispatch import logs, selectors, services
 from dispatch.exceptions import DispatchError, LiveLogUnavailable, NotFound
@@ -134,7 +133,6 @@ def _detail_context(
         timeline=selectors.execution_timeline(execution=execution, events=events),
         **(_live_log(execution) if record.archived is None else _archived_log(record)),
         zone=execution.schedule.timezone,
-        message=request.GET.get("done", "")[:200],
         **controls,
     )
 
@@ -220,9 +218,10 @@ def _state_region(
     return _detail_context(request, principal, record) | {"live_oob": True}
 
 
-def _done(execution_id: uuid.UUID, message: str) -> HttpResponse:
-    url = reverse("console-execution", kwargs={"execution_id": execution_id})
-    return HttpResponseRedirect(f"{url}?{urlencode({'done': message})}")
+def _done(request: HttpRequest, execution_id: uuid.UUID, message: str) -> HttpResponse:
+    return done(
+        request, reverse("console-execution", kwargs={"execution_id": execution_id}), message
+    )
 
 
 @require_http_methods(["GET", "POST"])
@@ -251,8 +250,10 @@ def execution_cancel(
                 execution = _execution_or_404(principal, execution_id)
             else:
                 if not result.changed:
-                    return _done(execution.id, "It was already cancelled: nothing changed.")
-                return _done(execution.id, "Cancelled.")
+                    return _done(
+                        request, execution.id, "It was already cancelled: nothing changed."
+                    )
+                return _done(request, execution.id, "Cancelled.")
     ctx = base_context(
         request,
         principal,
@@ -293,7 +294,9 @@ def execution_rerun(
                 execution = _execution_or_404(principal, execution_id)
             else:
                 edited = " with the edited payload" if target is not None else ""
-                return _done(execution.id, f"Re-run as attempt {execution.attempt + 1}{edited}.")
+                return _done(
+                    request, execution.id, f"Re-run as attempt {execution.attempt + 1}{edited}."
+                )
     ctx = base_context(
         request,
         principal,

@@ -9,9 +9,8 @@ import re
 import uuid
 from functools import partial
 from typing import Any
-from urllib.parse import urlencode
 
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
@@ -19,7 +18,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from console import control_forms
 from console import forms as console_forms
 from console.access import base_context, tenant_view, viewer_zone
-from console.views.common import is_htmx, next_url, schedule_or_404
+from console.views.common import done, is_htmx, next_url, schedule_or_404
 from core.replicas import replica_reads
 from dispatch import selectors, services
 from dispatch.exceptions import DispatchError, InvalidSchedule
@@ -238,7 +237,6 @@ def schedule_detail(
         resume_plan=selectors.resume_plan(schedule, now) if schedule.paused else "",
         pause_form=console_forms.PauseForm(),
         zone=schedule.timezone,
-        message=request.GET.get("done", "")[:200],
         backfill_form=_backfill_form(schedule),
         plan=None,
         backfills=backfill_rows(principal, schedule),
@@ -265,10 +263,12 @@ def backfill_live(backfill: Backfill, progress: selectors.BackfillProgress) -> b
     return backfill.state == ControlState.RUNNING or progress.active > 0
 
 
-def action_redirect(schedule_id: uuid.UUID, message: str, *, anchor: str = "") -> HttpResponse:
+def action_redirect(
+    request: HttpRequest, schedule_id: uuid.UUID, message: str, *, anchor: str = ""
+) -> HttpResponse:
     """Back to the schedule page, saying what was done (at `anchor`, a section's id)."""
     url = reverse("console-schedule", kwargs={"schedule_id": schedule_id})
-    return HttpResponseRedirect(f"{url}?{urlencode({'done': message})}{anchor and '#' + anchor}")
+    return done(request, f"{url}{anchor and '#' + anchor}", message)
 
 
 def action_error(
@@ -304,7 +304,7 @@ def schedule_pause(
         )
     except DispatchError as exc:
         return action_error(request, principal, exc, exc.status)
-    return action_redirect(schedule.id, "Pause changed." if schedule.paused else "Paused.")
+    return action_redirect(request, schedule.id, "Pause changed." if schedule.paused else "Paused.")
 
 
 @require_POST
@@ -320,8 +320,8 @@ def schedule_resume(
         return action_error(request, principal, exc, exc.status)
     if not schedule.paused:
         # Resume is idempotent (a double click, a stale page): nothing was changed.
-        return action_redirect(schedule.id, "It was not paused: nothing changed.")
-    return action_redirect(schedule.id, f"Resumed. {plan}".strip())
+        return action_redirect(request, schedule.id, "It was not paused: nothing changed.")
+    return action_redirect(request, schedule.id, f"Resumed. {plan}".strip())
 
 
 @require_POST
@@ -544,7 +544,7 @@ def schedule_backfill(
         else:
             if result.backfill is not None:
                 message = f"Backfill started: {_runs(result.plan)} to run."
-                return action_redirect(schedule.id, message, anchor="backfills")
+                return action_redirect(request, schedule.id, message, anchor="backfills")
             plan, status = _plan_context(result.plan, form), 200
     ctx = base_context(
         request, principal, schedule=schedule, backfill_form=form, plan=plan, zone=schedule.timezone

@@ -402,8 +402,8 @@ class HourActivity:
     ok: int
     bad: int
     other: int
-    p95_ms: float | None
-    lag_p95_ms: float | None
+    p95_s: float | None
+    lag_p95_s: float | None
 
     @property
     def runs(self) -> int:
@@ -451,8 +451,8 @@ def activity_by_hour(
                 ok=r.ok if r else 0,
                 bad=r.bad if r else 0,
                 other=r.other if r else 0,
-                p95_ms=float(r.p95_ms) if r and r.p95_ms is not None else None,
-                lag_p95_ms=float(r.lag_p95_ms) if r and r.lag_p95_ms is not None else None,
+                p95_s=float(r.p95_s) if r and r.p95_s is not None else None,
+                lag_p95_s=float(r.lag_p95_s) if r and r.lag_p95_s is not None else None,
             )
         )
     return Activity(hours=hours, sampled=bool(rows) and rows[0].read >= ACTIVITY_SCAN)

@@ -178,11 +178,11 @@ SELECT date_trunc('hour', r.scheduled_for) AS hour,
        count(*) FILTER (WHERE r.state = ANY(%(bad)s)) AS bad,
        count(*) FILTER (WHERE r.state <> %(ok)s AND r.state <> ALL(%(bad)s)) AS other,
        percentile_disc(0.95) WITHIN GROUP (
-           ORDER BY extract(epoch FROM r.finished_at - r.started_at) * 1000
-       ) FILTER (WHERE r.finished_at IS NOT NULL AND r.started_at IS NOT NULL) AS p95_ms,
+           ORDER BY extract(epoch FROM r.finished_at - r.started_at)
+       ) FILTER (WHERE r.finished_at IS NOT NULL AND r.started_at IS NOT NULL) AS p95_s,
        percentile_disc(0.95) WITHIN GROUP (
-           ORDER BY extract(epoch FROM r.started_at - r.due_at) * 1000
-       ) FILTER (WHERE r.started_at IS NOT NULL) AS lag_p95_ms,
+           ORDER BY extract(epoch FROM r.started_at - r.due_at)
+       ) FILTER (WHERE r.started_at IS NOT NULL) AS lag_p95_s,
        (SELECT count(*) FROM recent) AS read
 FROM recent r
 GROUP BY 1

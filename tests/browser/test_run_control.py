@@ -117,8 +117,8 @@ def test_cancel_a_running_call_then_rerun_it_with_an_edited_payload(
     shot(page, "40-cancel-confirm")
     page.get_by_label(re.compile("Why")).fill("deploy freeze")
     page.get_by_role("button", name="Cancel execution").click()
-    page.wait_for_url(re.compile(r"/executions/[0-9a-f-]+/\?done="))
-    assert "Cancelled." in page.locator("#control-done").inner_text()
+    page.wait_for_url(re.compile(r"/executions/[0-9a-f-]+/$"))  # no message in the address
+    assert page.locator("#messages").inner_text() == "Cancelled."
     state = page.locator("#execution-state").inner_text()
     assert "cancelled" in state and "deploy freeze" in state
     row = Execution.objects.get(pk=execution.pk)
@@ -135,7 +135,7 @@ def test_cancel_a_running_call_then_rerun_it_with_an_edited_payload(
     payload.fill('{"full": false, "replay": true}')
     shot(page, "41-rerun-confirm")
     page.get_by_role("button", name="Re-run as attempt 2").click()
-    page.wait_for_url(re.compile(r"/executions/[0-9a-f-]+/\?done="))
+    page.wait_for_url(re.compile(r"/executions/[0-9a-f-]+/$"))
     _wait_state(page, "ok", platform)
     assert "Target of this run" in page.locator("main").inner_text()
     shot(page, "42-rerun-succeeded")
@@ -183,7 +183,8 @@ def test_backfill_dry_run_then_run_with_live_progress_that_keeps_focus(
     assert not Backfill.objects.exists(), "a dry run writes nothing"
     shot(page, "43-backfill-dry-run")
     page.locator("#backfill-confirm").click()
-    page.wait_for_url(re.compile(r"/schedules/[0-9a-f-]+/\?done=.*#backfills"))
+    page.wait_for_url(re.compile(r"/schedules/[0-9a-f-]+/#backfills$"))
+    assert page.locator("#messages").inner_text() == "Backfill started: 7 to run."
     backfill = Backfill.objects.get(schedule=s)
     assert len(backfill.plan) == 7 and backfill.max_concurrent == 3
     progress = page.locator(f"#backfill-{backfill.id}")

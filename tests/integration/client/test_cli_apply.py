@@ -233,7 +233,7 @@ def test_calendars_in_the_files_are_applied_first_and_exported(
 
     exported = tmp_path / "exported.yaml"
     code, _, err = schedctl("export", "-o", str(exported))
-    assert code == 0 and "exported 1 schedules and 1 calendars" in err
+    assert code == 0 and "exported 1 schedule and 1 calendar to" in err  # not "1 schedules"
     document = yaml.safe_load(exported.read_text())
     assert [c["name"] for c in document["calendars"]] == ["NL holidays"]
     code, out, _ = schedctl("apply", "-f", str(exported), "--dry-run", "--prune", "--exit-code")

@@ -3,6 +3,7 @@ exclude/only calendars, shown again on edit, an unknown name an inline error."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -112,3 +113,110 @@ def test_calendar_pages_create_show_dates_refuse_bad_input_and_in_use_delete(
     assert world.client("viewer").get(f"/calendars/{calendar.id}/").status_code == 200
     assert world.client("viewer").post("/calendars/", {"name": "v"}).status_code == 403
     assert world.client("outsider").get(f"/calendars/{calendar.id}/").status_code == 404
+
+
+def _messages(html: str) -> list[str]:
+    region = re.search(r'<div id="messages">(.*?)</div>', html, re.S)
+    return re.findall(r"<p [^>]*>(.*?)</p>", region.group(1), re.S) if region else []
+
+
+def test_new_calendar_form_is_empty_with_the_example_as_help(world: World) -> None:
+    """Issue 35, defect 21: the sources field came filled with NL holidays and
+    weekends, which one click on Create saved as a calendar nobody wrote."""
+    client = world.client("operator")
+    page = client.get("/calendars/").content.decode()
+    field = re.search(r'<textarea id="cal-sources"[^>]*>(.*?)</textarea>', page, re.S)
+    assert field is not None and field.group(1) == "", "no value to submit by accident"
+    example = re.search(r'<code id="cal-sources-example">(.*?)</code>', page, re.S)
+    assert example is not None and "holidays" in example.group(1), "the example is help"
+    before = Calendar.objects.count()
+    response = client.post("/calendars/", {"name": "untouched", "description": "", "sources": ""})
+    assert response.status_code == 400
+    assert "sources: must be a non-empty list of sources" in response.content.decode()
+    assert Calendar.objects.count() == before
+
+
+def test_calendar_changes_say_so_once_and_lead_back(world: World) -> None:
+    client = world.client("operator")
+    sources = '[{"type": "dates", "dates": ["2030-12-24"], "name": "closed"}]'
+    response = client.post("/calendars/", {"name": "office", "sources": sources})
+    calendar = Calendar.objects.get(tenant=world.tenant, name="office")
+    page = f"/calendars/{calendar.id}/"
+    assert response.status_code == 302 and response["Location"] == page
+    html = client.get(page).content.decode()
+    assert _messages(html) == ["Calendar office created."]
+    assert '<a href="/calendars/" id="back-to-calendars">' in html, "a way back to the list"
+    assert _messages(client.get(page).content.decode()) == [], "said once"
+
+    response = client.post(
+        page, {"name": "office", "description": "closed days", "sources": sources}
+    )
+    assert response.status_code == 302 and response["Location"] == page
+    assert _messages(client.get(page).content.decode()) == ["Calendar office saved."]
+
+    response = client.post(f"{page}delete")
+    assert response.status_code == 302 and response["Location"] == "/calendars/"
+    html = client.get("/calendars/").content.decode()
+    assert _messages(html) == ["Calendar office deleted."]
+    assert Calendar.objects.get(pk=calendar.pk).deleted_at is not None
+
+
+def _beside(html: str, field: str) -> str:
+    """The error shown beside a field of the calendar form ("" when none)."""
+    found = re.search(rf'<span class="error" id="cal-{field}-error">(.*?)</span>', html, re.S)
+    return found.group(1) if found else ""
+
+
+def test_structured_fields_make_the_common_sources_without_json(world: World) -> None:
+    """Defect 21's form: dates, a country's holidays, an iCalendar URL and a preset
+    each make one source; the JSON stays for the other kinds and adds to them."""
+    client = world.client("operator")
+    data = {
+        "name": "office",
+        "dates": "2030-12-31, 2030-12-24\n2031-01-02",
+        "country": "nl",
+        "preset": "weekends",
+        "sources": "",
+    }
+    response = client.post("/calendars/", data)
+    assert response.status_code == 302, response.content.decode()[:3000]
+    calendar = Calendar.objects.get(tenant=world.tenant, name="office")
+    assert calendar.sources == [
+        {"type": "dates", "dates": ["2030-12-24", "2030-12-31", "2031-01-02"], "name": ""},
+        {"type": "holidays", "country": "NL", "subdivision": None},
+        {"type": "preset", "preset": "weekends"},
+    ]
+    # On its page the JSON holds what it has; a field adds a source to it.
+    page = f"/calendars/{calendar.id}/"
+    html = client.get(page).content.decode()
+    field = re.search(r'<textarea id="cal-sources"[^>]*>(.*?)</textarea>', html, re.S)
+    assert field is not None and "&quot;holidays&quot;" in field.group(1)
+    assert _beside(html, "dates") == ""
+    sources = json.dumps(calendar.sources)
+    response = client.post(page, {"name": "office", "sources": sources, "dates": "2031-05-05"})
+    assert response.status_code == 302
+    calendar.refresh_from_db()
+    assert calendar.sources[-1]["dates"] == ["2031-05-05"] and len(calendar.sources) == 4
+
+
+@pytest.mark.parametrize(
+    ("data", "field", "reason"),
+    [
+        ({"dates": "2030-12-24\n24-12-2030"}, "dates", "24-12-2030"),
+        ({"country": "XX"}, "country", "unknown country code"),
+        ({"country": "US", "subdivision": "ZZ"}, "subdivision", "unknown subdivision"),
+        ({"subdivision": "NY"}, "subdivision", "needs the country"),
+        ({"preset": "holidays"}, "preset", "must be one of weekends, business_days"),
+        ({"ics_url": "https://127.0.0.1/cal.ics"}, "ics-url", ""),
+    ],
+)
+def test_a_wrong_field_is_named_beside_itself(
+    world: World, data: dict[str, str], field: str, reason: str
+) -> None:
+    before = Calendar.objects.count()
+    response = world.client("operator").post("/calendars/", {"name": "x", **data})
+    assert response.status_code == 400
+    html = response.content.decode()
+    assert reason in _beside(html, field) and _beside(html, field), html[:3000]
+    assert 'id="calendar-errors"' in html, "and in the list above the form"
+    assert Calendar.objects.count() == before

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from scheduler_client import definitions
-from scheduler_client.cli.context import EXIT_CHANGES, Context, UsageError
+from scheduler_client.cli.context import EXIT_CHANGES, Context, UsageError, counted
 
 MARKS = {"create": "+", "update": "~", "delete": "-", "unchanged": "="}
 
@@ -113,8 +113,8 @@ def cmd_export(args: argparse.Namespace, ctx: Context) -> int:
         text = definitions.dump(schedules, calendars)
     if args.output and args.output != "-":
         Path(args.output).write_text(text, encoding="utf-8")
-        also = f" and {len(calendars)} calendars" if calendars else ""
-        ctx.warn(f"exported {len(schedules)} schedules{also} to {args.output}")
+        also = f" and {counted(len(calendars), 'calendar')}" if calendars else ""
+        ctx.warn(f"exported {counted(len(schedules), 'schedule')}{also} to {args.output}")
     else:
         ctx.out.write(text)
     return 0

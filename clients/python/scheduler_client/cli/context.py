@@ -81,6 +81,12 @@ class Context:
         self.out.write(render_table(rows, headers))
 
 
+def counted(n: int, noun: str) -> str:
+    """`1 definition`, `2 definitions`: a count with its noun in the right number
+    (the CLI's nouns all take a plain -s)."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def cell(value: Any) -> str:
     if value is None:
         return "-"

@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from scheduler_client import preview
-from scheduler_client.cli.context import Context, UsageError
+from scheduler_client.cli.context import Context, UsageError, counted
 from scheduler_client.importers import (
     ImportResult,
     TemplateError,
@@ -57,14 +57,14 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         )
 
     cron = sources.add_parser("crontab", help="a user crontab, or /etc/crontab with --system")
-    cron.add_argument("files", nargs="+", metavar="FILE", help="crontab file(s); - for stdin")
+    cron.add_argument("files", nargs="+", metavar="FILE", help="crontab files; - for stdin")
     cron.add_argument("--tz", default="UTC", help="zone of the lines before any CRON_TZ (UTC)")
     cron.add_argument("--system", action="store_true", help="files have a user column")
     common(cron)
     cron.set_defaults(handler=_crontab)
 
     kube = sources.add_parser("k8s", help="Kubernetes CronJob manifests (multi-document YAML)")
-    kube.add_argument("files", nargs="+", metavar="FILE", help="manifest file(s); - for stdin")
+    kube.add_argument("files", nargs="+", metavar="FILE", help="manifest files; - for stdin")
     common(kube)
     kube.set_defaults(handler=_k8s)
 
@@ -205,7 +205,7 @@ def _print_text(
     unit: str,
 ) -> None:
     verb = "applied" if applied is not None else "would create"
-    ctx.print(f"{len(listed)} definition(s) {verb}:")
+    ctx.print(f"{counted(len(listed), 'definition')} {verb}:")
     for d in listed:
         spec = d.get("cron") or f"once at {d.get('run_at')}"
         extras = [f"{k}={d[k]}" for k in ("concurrency", "misfire", "misfire_grace_s") if k in d]
@@ -220,7 +220,7 @@ def _print_text(
             ctx.print(f"    options   {' '.join(extras)}")
         ctx.print(f"    runs      {', '.join(d['next_runs'])}")
     if problems:
-        ctx.print(f"\n{len(problems)} problem(s):")
+        ctx.print(f"\n{counted(len(problems), 'problem')}:")
         for p in problems:
             where = p["source"]
             if p["line"] is not None:
@@ -228,7 +228,7 @@ def _print_text(
             ctx.print(f"  {where}: {p['text'].strip()}")
             ctx.print(f"    → {p['reason']}")
     if output:
-        ctx.print(f"\nwrote {len(listed)} definition(s) to {output}")
+        ctx.print(f"\nwrote {counted(len(listed), 'definition')} to {output}")
     if applied is not None:
         s = applied.get("summary", {})
         ctx.print(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ __all__ = [
     "ImportResult",
     "Problem",
     "TemplateError",
+    "command_name",
     "cron_problem",
     "fill_template",
     "load_template",
@@ -122,15 +124,125 @@ def cron_problem(expr: str, tz: str) -> str | None:
     return None
 
 
+# A crontab line is a shell line; its name should say what the job is, not how the
+# shell runs it. Programs that only prepare or wrap the real command, with the options
+# of theirs that take a value and how many arguments come before the command:
+_WRAPPERS: dict[str, tuple[frozenset[str], int]] = {
+    "nice": (frozenset({"-n", "--adjustment"}), 0),
+    "ionice": (frozenset({"-c", "-n", "--class", "--classdata"}), 0),
+    "sudo": (frozenset({"-u", "-g", "--user", "--group"}), 0),
+    "timeout": (frozenset({"-s", "-k", "--signal", "--kill-after"}), 1),  # the duration
+    "flock": (frozenset({"-w", "-E", "--timeout", "--conflict-exit-code"}), 1),  # the lock
+    "nohup": (frozenset(), 0),
+    "env": (frozenset({"-u", "--unset"}), 0),
+    "exec": (frozenset(), 0),
+    "time": (frozenset(), 0),
+    "chronic": (frozenset(), 0),
+    "setsid": (frozenset(), 0),
+}
+_SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh"})
+# Interpreters: the script they run names the job (`python3 /opt/jobs/cleanup.py`).
+_INTERPRETER_RE = re.compile(r"^(python[0-9.]*|perl|ruby|php[0-9.]*|node|nodejs|rscript)$")
+# Segments that only set the scene for the next one (`cd /srv && ./job`).
+_SETUP = frozenset(
+    {"cd", "sleep", "test", "[", "[[", "true", ":", "export", "source", ".", "umask", "set"}
+)
+_ASSIGNMENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_OPERATOR_CHARS = frozenset("();<>|&")
+NAME_ARGUMENTS = 2  # a command's first words after its program that go into its name
+
+
 def slug(text: str, *, limit: int = 60) -> str:
-    """A readable name from a command: `/usr/bin/backup.sh --full` → `backup-sh-full`."""
-    words = re.findall(r"[a-z0-9]+", text.lower())
-    # Path prefixes say nothing about the job (`/usr/local/bin/...`): keep the tail.
-    tail = text.split()[0].rsplit("/", 1)[-1] if text.split() else ""
-    if tail:
-        words = re.findall(r"[a-z0-9]+", " ".join([tail.lower(), *text.lower().split()[1:]]))
-    name = "-".join(words)[:limit].strip("-")
-    return name or "job"
+    """Lower-case words of `text` joined by `-` (at most `limit` characters); "" if none."""
+    return "-".join(re.findall(r"[a-z0-9]+", text.lower()))[:limit].strip("-")
+
+
+def _tokens(command: str) -> list[str]:
+    """Shell words, with operators (`|`, `&&`, `;`, `>`, `2>&1`'s `>&`) as words of their own."""
+    lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    try:
+        return list(lexer)
+    except ValueError:  # an unclosed quote or a trailing backslash: plain words will do
+        return command.split()
+
+
+def _segments(tokens: list[str]) -> list[list[str]]:
+    """The simple commands of a line (split at `|`, `&&`, `||`, `;`, `&`), each without
+    its redirections (`> /dev/null`, `2>&1`, `< in`) and their targets."""
+    segments: list[list[str]] = [[]]
+    skip = False
+    for i, token in enumerate(tokens):
+        if skip:
+            skip = False
+            continue
+        if token and set(token) <= _OPERATOR_CHARS:
+            if "<" in token or ">" in token:
+                skip = True  # the redirection's file or descriptor
+                current = segments[-1]
+                if current and current[-1].isdigit() and i and tokens[i - 1] == current[-1]:
+                    current.pop()  # the `2` of `2>&1`, split from its operator
+            elif token not in ("(", ")"):
+                segments.append([])
+            continue
+        segments[-1].append(token)
+    return [s for s in segments if s]
+
+
+def _base(word: str) -> str:
+    """A path's last part without its extension: `/opt/bin/report.sh` → `report`."""
+    tail = word.rstrip("/").rsplit("/", 1)[-1]
+    return re.sub(r"(?<=.)\.[A-Za-z0-9]{1,4}$", "", tail)
+
+
+def _command_words(words: list[str], depth: int = 0) -> list[str]:
+    """The program (or script) that names a simple command, then its first arguments."""
+    rest = list(words)
+    while rest and _ASSIGNMENT_RE.match(rest[0]):
+        rest.pop(0)  # `LANG=C job`: the environment is not the job
+    while rest and _base(rest[0]).lower() in _WRAPPERS:
+        valued, positional = _WRAPPERS[_base(rest.pop(0)).lower()]
+        while rest and (rest[0].startswith("-") or _ASSIGNMENT_RE.match(rest[0])):
+            if rest.pop(0) in valued and rest:
+                rest.pop(0)
+        del rest[:positional]
+    if not rest:
+        return []
+    program = _base(rest.pop(0)).lower()
+    if program in _SHELLS or _INTERPRETER_RE.match(program):
+        while rest and rest[0].startswith("-"):
+            option = rest.pop(0)
+            if option == "-c" and rest and program in _SHELLS and depth < 2:
+                return command_words(rest[0], depth + 1)  # `sh -c "…"`: the line it runs
+            if option == "-m" and rest:  # `python -m pkg.job`: the module's last part
+                rest[0] = rest[0].rsplit(".", 1)[-1]
+                break
+        if rest:
+            program = _base(rest.pop(0)).lower()  # the script names it, not its interpreter
+    arguments = [
+        _base(w) if "/" in w else w
+        for w in rest
+        if not w.startswith(("-", "+")) and "$" not in w and "`" not in w
+    ]
+    return [program, *[a for a in arguments if slug(a)][:NAME_ARGUMENTS]]
+
+
+def command_words(command: str, depth: int = 0) -> list[str]:
+    """The words that name a shell line's job: its first simple command that does more
+    than set the scene, without wrappers, shells, interpreters and redirections."""
+    segments = _segments(_tokens(command))
+    for segment in segments:
+        words = _command_words(segment, depth)
+        if words and words[0] not in _SETUP:
+            return words
+    return _command_words(segments[0], depth) if segments else []
+
+
+def command_name(command: str, *, limit: int = 60) -> str:
+    """A readable name for a shell line's job: `/opt/report.sh > /dev/null 2>&1` →
+    `report`, `cd /srv && python3 manage.py clearsessions` → `manage-clearsessions`,
+    `/usr/bin/mysqldump shop | gzip > /backup/shop.sql.gz` → `mysqldump-shop`."""
+    return slug(" ".join(command_words(command)), limit=limit) or "job"
 
 
 def unique_name(name: str, taken: set[str]) -> str:

@@ -21,9 +21,9 @@ from scheduler_client.importers import (
     ImportResult,
     Problem,
     TemplateError,
+    command_name,
     cron_problem,
     fill_template,
-    slug,
     unique_name,
 )
 
@@ -195,7 +195,7 @@ def parse_crontab(
                 raw,
                 f"runs as user {user!r} in cron; the platform has no users (imported without it)",
             )
-        name = unique_name(given.group(1) if given else slug(command), names)
+        name = unique_name(given.group(1) if given else command_name(command), names)
         result.definitions.append(
             {
                 "name": name,
