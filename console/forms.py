@@ -14,6 +14,7 @@ from zoneinfo import ZoneInfo
 
 from django import forms
 from django.conf import settings
+from django.contrib.auth.forms import UserCreationForm
 from django.core import signing
 
 from core.api import inputs
@@ -566,6 +567,19 @@ class TokenForm(forms.Form):
 class MemberAddForm(forms.Form):
     username = forms.CharField(max_length=150)
     role = forms.ChoiceField(choices=ROLE_CHOICES, initial="viewer")
+
+
+class InviteForm(forms.Form):
+    """On the members page beside the add-member form, hence its prefix (ids differ)."""
+
+    prefix = "invite"
+    invitee = forms.CharField(max_length=254, label="Email or username")
+    role = forms.ChoiceField(choices=ROLE_CHOICES, initial="viewer")
+
+
+class InviteAcceptForm(UserCreationForm):  # type: ignore[type-arg]
+    """A new account from an invitation link: Django's own checks (the username's
+    characters and that nobody has it, in any case; the password validators)."""
 
 
 class MemberRoleForm(forms.Form):
