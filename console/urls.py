@@ -168,4 +168,15 @@ urlpatterns = [
     path("members/<int:user_id>/remove", access.member_remove, name="console-member-remove"),
     path("ops/", ops.ops_overview, name="console-ops"),
     path("ops/audit", ops.ops_audit, name="console-ops-audit"),
+    path("ops/commands/", ops.ops_commands, name="console-ops-commands"),
+    path(
+        "ops/commands/<int:command_id>/disable",
+        ops.ops_command_disable,
+        name="console-ops-command-disable",
+    ),
+    path(
+        "ops/commands/<int:command_id>/enable",
+        ops.ops_command_enable,
+        name="console-ops-command-enable",
+    ),
 ]

@@ -1,10 +1,10 @@
 """Managed commands, the definition side: what an operator may register and what a
 tenant may put in a schedule, checked without running anything. The web process
-(schedule saves, the admin's `ManagedCommand.clean`) needs only this; running a
-command is `command.py`, its sandbox `sandbox.py`.
+(schedule saves, `ManagedCommand.clean` in the admin and the console) needs only
+this; running a command is `command.py`, its sandbox `sandbox.py`.
 
-Registration (`ManagedCommand`, edited by operators in the admin): `argv` is a list
-of strings whose typed placeholders say what a tenant value may be:
+Registration (`ManagedCommand`, by platform staff in the console or the admin):
+`argv` is a list of strings whose typed placeholders say what a tenant value may be:
 
     {name} / {name:str}          plain text, one argv element: no leading "-", no "/",
                                  "\\", ".." or control characters
