@@ -223,6 +223,11 @@ DB_UNAVAILABLE_RETRY_AFTER_S = get_int("DB_UNAVAILABLE_RETRY_AFTER_S", 2)
 LOGIN_FAILURES_PER_USER = get("LOGIN_FAILURES_PER_USER", "10/15min") or "10/15min"
 LOGIN_FAILURES_PER_ADDRESS = get("LOGIN_FAILURES_PER_ADDRESS", "50/15min") or "50/15min"
 API_AUTH_FAILURES_PER_ADDRESS = get("API_AUTH_FAILURES_PER_ADDRESS", "100/15min") or "100/15min"
+# Invitation links (tenants: a tenant admin invites someone on the members page):
+# POSTs to an invitation's page per client address (each may create an account and
+# hash a password), refused with 429 once over; and how long a link works.
+INVITE_ATTEMPTS_PER_ADDRESS = get("INVITE_ATTEMPTS_PER_ADDRESS", "20/15min") or "20/15min"
+INVITATION_TTL_DAYS = get_int("INVITATION_TTL_DAYS", 7)
 # Reverse proxies in front of the web process that append to X-Forwarded-For:
 # the client address is the entry this many hops from the right (0: REMOTE_ADDR).
 TRUSTED_PROXY_COUNT = get_int("TRUSTED_PROXY_COUNT", 0)

@@ -14,12 +14,13 @@ from zoneinfo import ZoneInfo
 
 from django import forms
 from django.conf import settings
+from django.contrib.auth.forms import UserCreationForm
 from django.core import signing
 
 from core.api import inputs
-from dispatch import selectors
+from dispatch import selectors, services
 from dispatch.concurrency_keys import OnConflict
-from dispatch.models import DurationClass, Misfire, Overlap, Priority, Schedule
+from dispatch.models import DurationClass, ManagedCommand, Misfire, Overlap, Priority, Schedule
 from dispatch.timing import cron, retry
 from tenants.models import Tenant
 from tenants.roles import Role
@@ -568,5 +569,110 @@ class MemberAddForm(forms.Form):
     role = forms.ChoiceField(choices=ROLE_CHOICES, initial="viewer")
 
 
+class InviteForm(forms.Form):
+    """On the members page beside the add-member form, hence its prefix (ids differ)."""
+
+    prefix = "invite"
+    invitee = forms.CharField(max_length=254, label="Email or username")
+    role = forms.ChoiceField(choices=ROLE_CHOICES, initial="viewer")
+
+
+class InviteAcceptForm(UserCreationForm):  # type: ignore[type-arg]
+    """A new account from an invitation link: Django's own checks (the username's
+    characters and that nobody has it, in any case; the password validators)."""
+
+
 class MemberRoleForm(forms.Form):
     role = forms.ChoiceField(choices=ROLE_CHOICES)
+
+
+class LinesField(forms.CharField):
+    """A list of strings, one a line (blank lines dropped, each line stripped)."""
+
+    widget = forms.Textarea(attrs={"rows": 3})
+
+    def to_python(self, value: Any) -> list[str]:  # type: ignore[override]
+        text = super().to_python(value) or ""
+        return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+class ManagedCommandForm(forms.Form):
+    """A managed command's registration, on the operators' page. The form reads the
+    values (JSON argv, one name or path a line, numbers); whether they make a valid
+    registration is the model's check (`services.managed_command_problems`, the one
+    the Django admin runs too), run here on every field that could be read, so one
+    submission names every wrong field. Every error starts with its field's name."""
+
+    name = forms.CharField(max_length=100)
+    description = forms.CharField(max_length=500, required=False)
+    argv = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text="a JSON list: the absolute program, then its arguments with typed "
+        'placeholders, e.g. ["/usr/local/bin/export", "--day", "{day:date}"]',
+    )
+    tenants = forms.ModelMultipleChoiceField(
+        queryset=Tenant.objects.order_by("slug"),
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="the tenants whose schedules may run it; none ticked: every tenant",
+    )
+    timeout_s = forms.IntegerField(initial=3600, label="Timeout (s)")
+    env = LinesField(
+        required=False,
+        help_text="variables a schedule may set to secret references, one a line",
+    )
+    readable_paths = LinesField(
+        required=False, help_text="host directories the command sees read-only, one a line"
+    )
+    writable_paths = LinesField(
+        required=False,
+        help_text="host directories the command may write (owned by the sandbox uid), one a line",
+    )
+    egress = forms.BooleanField(
+        required=False,
+        help_text="HTTP(S) out through the worker's proxy under the tenant's egress policy "
+        "(otherwise no network at all)",
+    )
+    cpu_s = forms.IntegerField(initial=300, label="CPU seconds")
+    memory_mb = forms.IntegerField(initial=1024, label="Memory (MiB)")
+    max_procs = forms.IntegerField(initial=64, label="Processes")
+
+    MODEL_FIELDS = (
+        "name",
+        "description",
+        "argv",
+        "timeout_s",
+        "env",
+        "readable_paths",
+        "writable_paths",
+        "egress",
+        "cpu_s",
+        "memory_mb",
+        "max_procs",
+    )
+
+    def clean_argv(self) -> Any:
+        try:
+            return json.loads(self.cleaned_data["argv"])
+        except ValueError as exc:
+            raise forms.ValidationError(f"is not valid JSON ({exc})") from None
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        unread = set(self.errors)
+        command = ManagedCommand(
+            **{f: data[f] for f in self.MODEL_FIELDS if f in data and f not in unread}
+        )
+        for field, problems in services.managed_command_problems(command, skip=unread).items():
+            for problem in problems:
+                self.add_error(field if field in self.fields else None, problem)
+        return data
+
+    def full_clean(self) -> None:
+        super().full_clean()
+        for name, errors in self.errors.items():
+            errors.data = [m if str(m).startswith(f"{name}: ") else f"{name}: {m}" for m in errors]
+
+    def values(self) -> dict[str, Any]:
+        """The model's fields from a valid form (tenants apart)."""
+        return {f: self.cleaned_data[f] for f in self.MODEL_FIELDS}

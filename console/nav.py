@@ -56,6 +56,7 @@ NAV: tuple[Group, ...] = (
         "Platform",
         (
             Item("Operators", "console-ops", "operators", (), needs="staff"),
+            Item("Commands", "console-ops-commands", "commands", (), needs="staff"),
             Item("Audit", "console-ops-audit", "audit", ("/ops/audit",), needs="staff"),
         ),
     ),

@@ -21,11 +21,12 @@ def audit_record(
     outcome: str = "ok",
     actor_label: str = "",
     actor_kind: str = "",
+    actor_id: str = "",
 ) -> AuditEvent:
     return AuditEvent.objects.create(
         tenant=tenant if tenant is not None else (actor.tenant if actor else None),
         actor_kind=actor.actor_kind if actor else (actor_kind or "system"),
-        actor_id=actor.actor_id if actor else "",
+        actor_id=actor.actor_id if actor else actor_id,
         actor_label=actor.label if actor else (actor_label or "system"),
         action=action,
         object_type=object_type,

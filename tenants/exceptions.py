@@ -17,3 +17,7 @@ class PermissionDenied(TenantsError, code="forbidden", status=403):
 
 class InvalidInput(TenantsError, code="invalid", status=400):
     """Input that does not validate; `detail` names the field."""
+
+
+class Gone(TenantsError, code="gone", status=410):
+    """The object existed but cannot be used any more (an invitation used, revoked or expired)."""

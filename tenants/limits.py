@@ -49,6 +49,7 @@ SETTINGS = (
     "API_AUTH_FAILURES_PER_ADDRESS",
     "LOGIN_FAILURES_PER_USER",
     "LOGIN_FAILURES_PER_ADDRESS",
+    "INVITE_ATTEMPTS_PER_ADDRESS",
 )
 
 _script: Any = None
@@ -110,6 +111,9 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
             parse_rate(str(getattr(settings, name)))
         except ValueError as exc:
             errors.append(Error(f"{name}: {exc}", id="tenants.E001"))
+    if not 1 <= int(settings.INVITATION_TTL_DAYS) <= 365:
+        # 0 would make links that never work; years, a credential nobody remembers.
+        errors.append(Error("INVITATION_TTL_DAYS: must be 1 to 365", id="tenants.E002"))
     return errors
 
 

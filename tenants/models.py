@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -128,6 +129,66 @@ class ServiceToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.name})"
+
+
+class Invitation(models.Model):
+    """A one-time link that makes whoever opens it a member of `tenant` with `role`.
+
+    Only the SHA-256 digest of the link's secret is stored (tenants/tokens.py, the
+    service tokens' rule); the link is shown once to the admin who made it. `email` or
+    `username` is who the admin meant (a new account is offered that username and gets
+    that email); the link itself is the credential, and the audit records who used it.
+    """
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="invitations")
+    email = models.EmailField(blank=True)
+    username = models.CharField(max_length=150, blank=True)
+    role = models.CharField(max_length=16, choices=ROLE_CHOICES)
+    digest = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(db_default=Now())
+    created_by = models.CharField(max_length=200, blank=True)
+    expires_at = models.DateTimeField()
+    accepted_at = models.DateTimeField(null=True, blank=True)
+    accepted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(role__in=[r.label for r in Role]), name="invitation_role_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(digest__regex=r"^[0-9a-f]{64}$"), name="invitation_digest_hex"
+            ),
+            # Someone must be named: the admin's list says whom a pending link is for.
+            models.CheckConstraint(
+                condition=~Q(email="", username=""), name="invitation_names_someone"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"invitation {self.pk} to {self.tenant_id} for {self.invitee}"
+
+    @property
+    def invitee(self) -> str:
+        return self.email or self.username
+
+    def state(self, now: datetime) -> str:
+        """pending, accepted, revoked or expired: the one rule for whether the link works."""
+        if self.accepted_at is not None:
+            return "accepted"
+        if self.revoked_at is not None:
+            return "revoked"
+        if self.expires_at <= now:
+            return "expired"
+        return "pending"
 
 
 class AuditEvent(models.Model):

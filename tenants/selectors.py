@@ -11,7 +11,8 @@ from django.utils import timezone
 
 from core.db import Unavailable, forget_connection, unavailable_reason
 from tenants import tokens
-from tenants.models import AuditEvent, Membership, ServiceToken, Tenant
+from tenants.exceptions import Gone, NotFound
+from tenants.models import AuditEvent, Invitation, Membership, ServiceToken, Tenant
 from tenants.roles import Principal, Role
 
 LAST_USED_RESOLUTION = timedelta(seconds=60)
@@ -107,6 +108,60 @@ def membership_list(*, tenant: Tenant) -> list[Membership]:
 
 def membership_get(*, tenant: Tenant, user_id: int) -> Membership | None:
     return Membership.objects.select_related("user").filter(tenant=tenant, user_id=user_id).first()
+
+
+INVITATION_GONE = {
+    "accepted": "This invitation has already been used.",
+    "revoked": "This invitation was withdrawn by the tenant's admin.",
+    "expired": "This invitation has expired.",
+    "inactive": "The tenant this invitation is for is no longer active.",
+}
+
+
+def invitation_lookup(*, raw: str, lock: bool = False) -> Invitation:
+    """The invitation of a link's secret if it still works (with `lock`, locked for the
+    caller's transaction); NotFound if there is none, Gone (saying why) if it is spent."""
+    if not tokens.looks_like_invitation(raw):
+        raise NotFound("invitation not found")
+    qs = Invitation.objects.select_related("tenant").filter(digest=tokens.digest(raw))
+    if lock:
+        qs = qs.select_for_update(of=("self",))
+    invitation = qs.first()
+    if invitation is None:
+        raise NotFound("invitation not found")
+    state = invitation.state(timezone.now())
+    if state == "pending" and not invitation.tenant.active:
+        state = "inactive"
+    if state != "pending":
+        raise Gone(INVITATION_GONE[state], detail={"invitation": [state]})
+    return invitation
+
+
+def invitation_refusal(*, invitation: Invitation, user: User) -> str:
+    """Why this signed-in account cannot accept (empty when it can): the one rule the
+    page (to offer the button or not) and the acceptance share."""
+    if user.is_staff:
+        return (
+            "Platform staff already act as admin in every tenant: this invitation is for "
+            "someone else. Sign out to accept it with another account."
+        )
+    if Membership.objects.filter(tenant_id=invitation.tenant_id, user=user).exists():
+        return (
+            f"You are already a member of {invitation.tenant.slug}; an admin there changes "
+            "roles on the members page."
+        )
+    return ""
+
+
+def invitation_list(*, tenant: Tenant) -> list[Invitation]:
+    """The tenant's invitations not yet used nor revoked (expired ones too, to clear away)."""
+    return list(
+        Invitation.objects.filter(tenant=tenant, accepted_at__isnull=True, revoked_at__isnull=True)
+    )
+
+
+def invitation_get(*, tenant: Tenant, invitation_id: int) -> Invitation | None:
+    return Invitation.objects.filter(tenant=tenant, pk=invitation_id).first()
 
 
 def audit_search(

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
+from django.conf import settings
+from django.contrib.auth.hashers import make_password
 from django.contrib.auth.models import User
-from django.db import transaction
+from django.contrib.auth.validators import UnicodeUsernameValidator
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_email
+from django.db import IntegrityError, transaction
 from django.db.models import Value
 from django.db.models.functions import Replace, Upper
 from django.utils import timezone
@@ -14,9 +19,9 @@ from django.utils.text import slugify
 from tenants import naming, tokens
 from tenants.audit import audit_record
 from tenants.exceptions import InvalidInput, NotFound
-from tenants.models import Membership, ServiceToken, Tenant, TenantQuota
+from tenants.models import Invitation, Membership, ServiceToken, Tenant, TenantQuota
 from tenants.roles import Principal, Role
-from tenants.selectors import user_by_username
+from tenants.selectors import invitation_lookup, invitation_refusal, user_by_username
 
 
 def audit_denied(*, actor: Principal, method: str | None, path: str, needed: Role) -> None:
@@ -208,6 +213,160 @@ def membership_attach(
     membership = membership_set(tenant=tenant, user=user, role=role, actor=actor)
     assert membership is not None  # noqa: S101 - a role was given
     return membership
+
+
+INVITEE_INVALID = (
+    "must be an email address or a username (letters, digits and @ . + - _, at most 150)"
+)
+
+
+def _invitee(text: str) -> tuple[str, str]:
+    """(email, username) the admin meant by `text`: an address if it is one, else a username."""
+    if "@" in text:
+        try:
+            validate_email(text)
+        except ValidationError:
+            pass
+        else:
+            return text, ""
+    try:
+        UnicodeUsernameValidator()(text)
+    except ValidationError:
+        raise InvalidInput(
+            f"invitee {INVITEE_INVALID}", detail={"invitee": [INVITEE_INVALID]}
+        ) from None
+    if len(text) > 150:
+        raise InvalidInput(f"invitee {INVITEE_INVALID}", detail={"invitee": [INVITEE_INVALID]})
+    return "", text
+
+
+def _invitation_view(invitation: Invitation) -> dict[str, object]:
+    return {
+        "invitee": invitation.invitee,
+        "role": invitation.role,
+        "expires_at": invitation.expires_at.isoformat(),
+    }
+
+
+@transaction.atomic
+def invitation_create(
+    *, tenant: Tenant, invitee: str, role: Role, actor: Principal
+) -> tuple[Invitation, str]:
+    """A one-time link that makes its holder a member; returns it and the link's secret,
+    which is never retrievable again (only its digest is stored).
+
+    Nothing here says whether an account of that name exists: the person accepts
+    themselves, so no account is attached without its owner (membership_attach's
+    concern), and the admin learns nothing beyond the tenant's own member list.
+    """
+    text = invitee.strip()
+    if not text:
+        raise InvalidInput("invitee is required", detail={"invitee": ["is required"]})
+    found = naming.invisible_char(text)
+    if found:
+        message = f"must not contain bidi controls or invisible characters (found {found})"
+        raise InvalidInput(f"invitee {message}", detail={"invitee": [message]})
+    email, username = _invitee(text)
+    if username and Membership.objects.filter(tenant=tenant, user__username=username).exists():
+        message = f"{username} is already a member of {tenant.slug}"
+        raise InvalidInput(f"invitee {message}", detail={"invitee": [message]})
+    raw, digest = tokens.generate_invitation()
+    invitation = Invitation.objects.create(
+        tenant=tenant,
+        email=email,
+        username=username,
+        role=role.label,
+        digest=digest,
+        created_by=actor.label,
+        expires_at=timezone.now() + timedelta(days=int(settings.INVITATION_TTL_DAYS)),
+    )
+    audit_record(
+        actor=actor,
+        tenant=tenant,
+        action="member.invite",
+        object_type="invitation",
+        object_id=str(invitation.pk),
+        after=_invitation_view(invitation),
+    )
+    return invitation, raw
+
+
+@transaction.atomic
+def invitation_revoke(*, tenant: Tenant, invitation_id: int, actor: Principal) -> Invitation:
+    invitation = (
+        Invitation.objects.select_for_update().filter(tenant=tenant, pk=invitation_id).first()
+    )
+    if invitation is None:
+        raise NotFound("invitation not found")
+    if invitation.accepted_at is not None:
+        message = "was already accepted: remove the member instead"
+        raise InvalidInput(f"invitation {message}", detail={"invitation": [message]})
+    if invitation.revoked_at is None:
+        invitation.revoked_at = timezone.now()
+        invitation.save(update_fields=["revoked_at"])
+    audit_record(
+        actor=actor,
+        tenant=tenant,
+        action="member.invite_revoke",
+        object_type="invitation",
+        object_id=str(invitation.pk),
+        after=_invitation_view(invitation),
+    )
+    return invitation
+
+
+def _accept(invitation: Invitation, user: User, *, new_account: bool) -> Membership:
+    role = Role.parse(invitation.role)
+    actor = Principal(
+        tenant=invitation.tenant,
+        role=role,
+        actor_kind="user",
+        actor_id=str(user.pk),
+        label=f"user:{user.get_username()}",
+    )
+    invitation.accepted_at = timezone.now()
+    invitation.accepted_by = user
+    invitation.save(update_fields=["accepted_at", "accepted_by"])
+    audit_record(
+        actor=actor,
+        action="member.invite_accept",
+        object_type="invitation",
+        object_id=str(invitation.pk),
+        after=_invitation_view(invitation)
+        | {"user": user.get_username(), "new_account": new_account},
+    )
+    membership = membership_set(tenant=invitation.tenant, user=user, role=role, actor=actor)
+    assert membership is not None  # noqa: S101 - a role was given
+    return membership
+
+
+@transaction.atomic
+def invitation_accept(*, raw: str, user: User) -> Membership:
+    """A signed-in account joins the invitation's tenant with its role (once)."""
+    invitation = invitation_lookup(raw=raw, lock=True)
+    refusal = invitation_refusal(invitation=invitation, user=user)
+    if refusal:
+        raise InvalidInput(refusal, detail={"user": [refusal]})
+    return _accept(invitation, user, new_account=False)
+
+
+def invitation_accept_new(*, raw: str, username: str, password: str) -> User:
+    """A new account (the caller has checked the password against the validators)
+    that joins the invitation's tenant with its role (once)."""
+    # Hashed before the row lock: it takes a noticeable fraction of a second.
+    hashed = make_password(password)
+    with transaction.atomic():
+        invitation = invitation_lookup(raw=raw, lock=True)
+        try:
+            with transaction.atomic():
+                user = User.objects.create(
+                    username=username, email=invitation.email, password=hashed
+                )
+        except IntegrityError:
+            message = "is taken: choose another, or sign in if it is yours"
+            raise InvalidInput(f"username {message}", detail={"username": [message]}) from None
+        _accept(invitation, user, new_account=True)
+    return user
 
 
 @transaction.atomic

@@ -8,6 +8,7 @@ import secrets
 from dataclasses import dataclass
 
 TOKEN_RE = re.compile(r"^sched_([a-z0-9]{8})_([A-Za-z0-9_-]{32,64})$")
+INVITATION_RE = re.compile(r"^[A-Za-z0-9_-]{43}$")  # token_urlsafe(32)
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,17 @@ def generate() -> NewToken:
     ident = secrets.token_hex(4)
     raw = f"sched_{ident}_{secrets.token_urlsafe(32)}"
     return NewToken(raw=raw, prefix=f"sched_{ident}", digest=digest(raw))
+
+
+def generate_invitation() -> tuple[str, str]:
+    """(secret, digest) of a new invitation link: the secret goes in the link only,
+    the digest (the tokens' rule above) is what the server keeps and looks up by."""
+    raw = secrets.token_urlsafe(32)
+    return raw, digest(raw)
+
+
+def looks_like_invitation(raw: str) -> bool:
+    return bool(INVITATION_RE.match(raw))
 
 
 def looks_like_token(raw: str) -> bool:

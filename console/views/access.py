@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import secrets
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -12,6 +13,7 @@ from django.contrib.auth.models import User
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
 from console import forms as console_forms
@@ -91,42 +93,55 @@ def set_theme(request: HttpRequest) -> HttpResponse:
     return redirect(next_url(request, reverse("console-home")))
 
 
-# A new token's secret is shown once, on the GET after the POST (so a reload
-# cannot create a second token). It is never kept in clear on the server: the
-# session (a database row) holds it XOR a one-time pad, the pad rides in a
-# short-lived HttpOnly cookie for this page only, and both go on first display.
-NEW_TOKEN_SESSION = "console_new_token"  # noqa: S105 - a key name
-NEW_TOKEN_COOKIE = "console_new_token_pad"  # noqa: S105 - a cookie name
+# A new token's secret (and a new invitation's link) is shown once, on the GET after
+# the POST (so a reload cannot create a second one). It is never kept in clear on the
+# server: the session (a database row) holds it XOR a one-time pad, the pad rides in a
+# short-lived HttpOnly cookie for that page only, and both go on first display.
 NEW_TOKEN_TTL_S = 300
+
+
+@dataclass(frozen=True)
+class ShownOnce:
+    """Where a secret waits for its one display: session key, pad cookie, the page's URL name."""
+
+    session_key: str
+    cookie: str
+    url_name: str
+
+
+NEW_TOKEN = ShownOnce("console_new_token", "console_new_token_pad", "console-tokens")
+NEW_INVITATION = ShownOnce("console_new_invite", "console_new_invite_pad", "console-members")
 
 
 def _xor(data: bytes, pad: bytes) -> bytes:
     return bytes(a ^ b for a, b in zip(data, pad, strict=True))
 
 
-def _keep_new_secret(request: HttpRequest, response: HttpResponse, token: Any, raw: str) -> None:
+def _keep_new_secret(
+    request: HttpRequest, response: HttpResponse, slot: ShownOnce, obj: Any, label: str, raw: str
+) -> None:
     secret = raw.encode()
     pad = secrets.token_bytes(len(secret))
-    request.session[NEW_TOKEN_SESSION] = {
-        "id": token.pk,
-        "name": token.name,
+    request.session[slot.session_key] = {
+        "id": obj.pk,
+        "name": label,
         "masked": base64.b64encode(_xor(secret, pad)).decode(),
     }
     response.set_cookie(
-        NEW_TOKEN_COOKIE,
+        slot.cookie,
         base64.urlsafe_b64encode(pad).decode(),
         max_age=NEW_TOKEN_TTL_S,
-        path=reverse("console-tokens"),
+        path=reverse(slot.url_name),
         secure=request.is_secure(),
         httponly=True,
         samesite="Strict",
     )
 
 
-def _pop_new_secret(request: HttpRequest) -> tuple[str, str]:
-    """(name, secret) of the token created just before, once; else ("", "")."""
-    kept = request.session.pop(NEW_TOKEN_SESSION, None)
-    pad = request.COOKIES.get(NEW_TOKEN_COOKIE, "")
+def _pop_new_secret(request: HttpRequest, slot: ShownOnce) -> tuple[str, str]:
+    """(label, secret) of the object created just before, once; else ("", "")."""
+    kept = request.session.pop(slot.session_key, None)
+    pad = request.COOKIES.get(slot.cookie, "")
     if not kept or not pad:
         return "", ""
     try:
@@ -134,6 +149,14 @@ def _pop_new_secret(request: HttpRequest) -> tuple[str, str]:
         return str(kept["name"]), _xor(masked, base64.urlsafe_b64decode(pad)).decode()
     except (ValueError, KeyError, TypeError):
         return "", ""
+
+
+def _shown_once(request: HttpRequest, response: HttpResponse, slot: ShownOnce) -> HttpResponse:
+    # The secret is shown once: keep it out of caches and the back button.
+    response["Cache-Control"] = "no-store"
+    if slot.cookie in request.COOKIES:
+        response.delete_cookie(slot.cookie, path=reverse(slot.url_name))
+    return response
 
 
 @require_http_methods(["GET", "POST"])
@@ -162,10 +185,12 @@ def tokens(request: HttpRequest, principal: Principal) -> HttpResponse:
             else:
                 # POST-redirect-GET: reloading the page shows it, never makes another token.
                 done = redirect("console-tokens")
-                _keep_new_secret(request, done, created, secret)
+                _keep_new_secret(request, done, NEW_TOKEN, created, created.name, secret)
                 return done
         status = 400
-    created_name, secret = ("", "") if request.method == "POST" else _pop_new_secret(request)
+    created_name, secret = (
+        ("", "") if request.method == "POST" else _pop_new_secret(request, NEW_TOKEN)
+    )
     ctx = base_context(
         request,
         principal,
@@ -175,12 +200,9 @@ def tokens(request: HttpRequest, principal: Principal) -> HttpResponse:
         tokens=list(tenant_selectors.token_list(tenant=principal.tenant)),
         now=services.db_now(),
     )
-    response = render(request, "console/tokens.html", ctx, status=status)
-    # The secret is shown once: keep it out of caches and the back button.
-    response["Cache-Control"] = "no-store"
-    if NEW_TOKEN_COOKIE in request.COOKIES:
-        response.delete_cookie(NEW_TOKEN_COOKIE, path=reverse("console-tokens"))
-    return response
+    return _shown_once(
+        request, render(request, "console/tokens.html", ctx, status=status), NEW_TOKEN
+    )
 
 
 @require_http_methods(["GET", "POST"])
@@ -201,11 +223,42 @@ def token_revoke(request: HttpRequest, principal: Principal, token_id: int) -> H
     return redirect("console-tokens")
 
 
+def _members_page(
+    request: HttpRequest,
+    principal: Principal,
+    *,
+    form: console_forms.MemberAddForm | None = None,
+    invite_form: console_forms.InviteForm | None = None,
+    status: int = 200,
+) -> HttpResponse:
+    invited, link = ("", "")
+    if request.method == "GET":
+        invited, secret = _pop_new_secret(request, NEW_INVITATION)
+        if secret:
+            link = request.build_absolute_uri(reverse("invite-accept", args=[secret]))
+    now = timezone.now()  # the clock invitation_lookup judges expiry by
+    ctx = base_context(
+        request,
+        principal,
+        form=form or console_forms.MemberAddForm(),
+        invite_form=invite_form or console_forms.InviteForm(),
+        memberships=tenant_selectors.membership_list(tenant=principal.tenant),
+        invitations=[
+            (i, i.state(now)) for i in tenant_selectors.invitation_list(tenant=principal.tenant)
+        ],
+        invited=invited,
+        invite_link=link,
+        invite_ttl_days=settings.INVITATION_TTL_DAYS,
+        roles=[r.label for r in Role],
+    )
+    response = render(request, "console/members.html", ctx, status=status)
+    return _shown_once(request, response, NEW_INVITATION)
+
+
 @require_http_methods(["GET", "POST"])
 @tenant_view(Role.ADMIN)
 def members(request: HttpRequest, principal: Principal) -> HttpResponse:
     form = console_forms.MemberAddForm(request.POST or None)
-    status = 200
     if request.method == "POST":
         if form.is_valid():
             # Only platform staff add accounts (tenants/services.py); one answer otherwise.
@@ -221,15 +274,54 @@ def members(request: HttpRequest, principal: Principal) -> HttpResponse:
                 form.add_error("username", f"username: {exc.message}")
             else:
                 return redirect("console-members")
-        status = 400
-    ctx = base_context(
-        request,
-        principal,
-        form=form,
-        memberships=tenant_selectors.membership_list(tenant=principal.tenant),
-        roles=[r.label for r in Role],
+        return _members_page(request, principal, form=form, status=400)
+    return _members_page(request, principal)
+
+
+@require_POST
+@tenant_view(Role.ADMIN)
+def invite(request: HttpRequest, principal: Principal) -> HttpResponse:
+    """A one-time link for someone to join; the link is shown once, on the members page."""
+    form = console_forms.InviteForm(request.POST)
+    if form.is_valid():
+        try:
+            invitation, secret = tenant_services.invitation_create(
+                tenant=principal.tenant,
+                invitee=form.cleaned_data["invitee"],
+                role=Role.parse(form.cleaned_data["role"]),
+                actor=principal,
+            )
+        except TenantsError as exc:
+            for key, problems in exc.detail.items():
+                for m in problems:
+                    form.add_error("invitee" if key == "invitee" else None, f"{key}: {m}")
+        else:
+            # POST-redirect-GET, as for tokens: a reload shows the link, never makes another.
+            done = redirect("console-members")
+            _keep_new_secret(request, done, NEW_INVITATION, invitation, invitation.invitee, secret)
+            return done
+    return _members_page(request, principal, invite_form=form, status=400)
+
+
+@require_http_methods(["GET", "POST"])
+@tenant_view(Role.ADMIN)
+def invite_revoke(request: HttpRequest, principal: Principal, invitation_id: int) -> HttpResponse:
+    """GET asks to confirm (works without JavaScript); POST revokes the link."""
+    invitation = tenant_selectors.invitation_get(
+        tenant=principal.tenant, invitation_id=invitation_id
     )
-    return render(request, "console/members.html", ctx, status=status)
+    if invitation is None or invitation.accepted_at is not None:
+        raise Http404("invitation not found")
+    if request.method == "GET":
+        ctx = base_context(request, principal, invitation=invitation)
+        return render(request, "console/invite_revoke.html", ctx)
+    try:
+        tenant_services.invitation_revoke(
+            tenant=principal.tenant, invitation_id=invitation_id, actor=principal
+        )
+    except TenantsError:
+        raise Http404("invitation not found") from None
+    return redirect("console-members")
 
 
 def _member_or_404(principal: Principal, user_id: int) -> User:

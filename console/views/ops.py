@@ -1,17 +1,21 @@
-"""Platform operators' pages (staff only, across tenants): health and the audit log."""
+"""Platform operators' pages (staff only, across tenants): health, the audit log and the
+managed commands' registrations."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
 from django.conf import settings
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
-from django.views.decorators.http import require_GET
+from django.contrib.auth.models import User
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from console import forms as console_forms
 from console.access import base_context, principal_for, staff_view, viewer_zone
 from dispatch import selectors, services
+from dispatch.exceptions import DispatchError
 from tenants import selectors as tenant_selectors
 
 
@@ -65,3 +69,66 @@ def ops_audit(request: HttpRequest) -> HttpResponse:
         error=error,
     )
     return render(request, "console/audit.html", ctx, status=400 if error else 200)
+
+
+def _staff(request: HttpRequest) -> User:
+    assert isinstance(request.user, User)  # noqa: S101 - staff_view let it in
+    return request.user
+
+
+@require_http_methods(["GET", "POST"])
+@staff_view
+def ops_commands(request: HttpRequest) -> HttpResponse:
+    """Managed commands: the registrations, and a form to register one."""
+    form = console_forms.ManagedCommandForm(request.POST or None)
+    status = 200
+    if request.method == "POST":
+        if form.is_valid():
+            try:
+                command = services.managed_command_register(
+                    values=form.values(),
+                    tenants=form.cleaned_data["tenants"],
+                    actor=_staff(request),
+                )
+            except DispatchError as exc:  # the check again, in the transaction (a name race)
+                for key, problems in exc.detail.items():
+                    for m in problems:
+                        form.add_error(key if key in form.fields else None, f"{key}: {m}")
+            else:
+                return redirect(f"{reverse('console-ops-commands')}#command-{command.pk}")
+        status = 400
+    ctx = base_context(
+        request, principal_for(request), form=form, commands=selectors.ops_commands()
+    )
+    return render(request, "console/ops_commands.html", ctx, status=status)
+
+
+@require_http_methods(["GET", "POST"])
+@staff_view
+def ops_command_disable(request: HttpRequest, command_id: int) -> HttpResponse:
+    """GET asks to confirm (saying which schedules it stops); POST disables."""
+    command = selectors.ops_command(command_id=command_id)
+    if command is None:
+        raise Http404("managed command not found")
+    if request.method == "GET":
+        ctx = base_context(
+            request,
+            principal_for(request),
+            command=command,
+            users=selectors.ops_command_users(name=command.name),
+        )
+        return render(request, "console/ops_command_disable.html", ctx)
+    services.managed_command_set_enabled(
+        command_id=command.pk, enabled=False, actor=_staff(request)
+    )
+    return redirect(f"{reverse('console-ops-commands')}#command-{command.pk}")
+
+
+@require_POST
+@staff_view
+def ops_command_enable(request: HttpRequest, command_id: int) -> HttpResponse:
+    command = selectors.ops_command(command_id=command_id)
+    if command is None:
+        raise Http404("managed command not found")
+    services.managed_command_set_enabled(command_id=command.pk, enabled=True, actor=_staff(request))
+    return redirect(f"{reverse('console-ops-commands')}#command-{command.pk}")

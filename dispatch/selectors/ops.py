@@ -11,7 +11,15 @@ from django.db.models import Count, Max, Q
 
 from core import redis_urls
 from core.replicas import reads
-from dispatch.models import BeatNode, Execution, ExecutionState, SchedulerPartition, Trigger
+from dispatch.models import (
+    BeatNode,
+    Execution,
+    ExecutionState,
+    ManagedCommand,
+    Schedule,
+    SchedulerPartition,
+    Trigger,
+)
 from dispatch.queues import ALL_QUEUES
 from dispatch.sql import sql
 from tenants.models import Tenant
@@ -107,3 +115,19 @@ def queue_depths(broker: str) -> list[tuple[str, str]]:
             return [(name, str(client.llen(name))) for name in ALL_QUEUES]
     except Exception:  # the page must render even when the broker is down
         return [(name, "unavailable") for name in ALL_QUEUES]
+
+
+def ops_commands() -> list[ManagedCommand]:
+    """Every managed command's registration, with the tenants it is limited to."""
+    return list(ManagedCommand.objects.prefetch_related("tenants").order_by("name"))
+
+
+def ops_command(*, command_id: int) -> ManagedCommand | None:
+    return ManagedCommand.objects.prefetch_related("tenants").filter(pk=command_id).first()
+
+
+def ops_command_users(*, name: str) -> int:
+    """How many live schedules (any tenant) run the command of that name."""
+    return Schedule.objects.filter(
+        deleted_at__isnull=True, target__type="command", target__command=name
+    ).count()

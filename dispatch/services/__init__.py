@@ -16,6 +16,7 @@ with NOTIFY, which PostgreSQL delivers only when the transaction commits.
   apply.py      declarative apply: a file of definitions by name, in one transaction
   bulk.py       bulk actions by ids or filter, as operations (worked here or by the control pump)
   completion.py the callbacks that end a handed-off attempt (heartbeat, succeed, fail)
+  commands.py   managed commands' registrations (platform staff): register, enable, disable
 
 Callers use `from dispatch import services; services.x`: every public name is here.
 """
@@ -48,6 +49,11 @@ from dispatch.services.bulk import (
     bulk_executions,
     bulk_schedules,
     operation_cancel,
+)
+from dispatch.services.commands import (
+    managed_command_problems,
+    managed_command_register,
+    managed_command_set_enabled,
 )
 from dispatch.services.common import (
     BACKFILL_WAKE_CHANNEL,
@@ -111,6 +117,9 @@ __all__ = [
     "job_create",
     "maintenance_window_create",
     "maintenance_window_delete",
+    "managed_command_problems",
+    "managed_command_register",
+    "managed_command_set_enabled",
     "operation_cancel",
     "request_digest",
     "save_schedule_unique",

@@ -1,10 +1,10 @@
 """Managed commands, the definition side: what an operator may register and what a
 tenant may put in a schedule, checked without running anything. The web process
-(schedule saves, the admin's `ManagedCommand.clean`) needs only this; running a
-command is `command.py`, its sandbox `sandbox.py`.
+(schedule saves, `ManagedCommand.clean` in the admin and the console) needs only
+this; running a command is `command.py`, its sandbox `sandbox.py`.
 
-Registration (`ManagedCommand`, edited by operators in the admin): `argv` is a list
-of strings whose typed placeholders say what a tenant value may be:
+Registration (`ManagedCommand`, by platform staff in the console or the admin):
+`argv` is a list of strings whose typed placeholders say what a tenant value may be:
 
     {name} / {name:str}          plain text, one argv element: no leading "-", no "/",
                                  "\\", ".." or control characters
@@ -100,6 +100,9 @@ def parse_template(argv: Any) -> dict[str, Placeholder]:
         raise ValueError("at most 64 elements")
     found: dict[str, Placeholder] = {}
     for index, part in enumerate(argv):
+        if "\x00" in part:
+            # No program takes one (argv is C strings), and PostgreSQL cannot store it.
+            raise ValueError(f"element {index}: must not contain a NUL character")
         try:
             pieces = list(string.Formatter().parse(part))
         except ValueError as exc:
@@ -236,14 +239,15 @@ def check_registration(
             continue
         for path in value:
             if (
-                not os.path.isabs(path)
+                "\x00" in path
+                or not os.path.isabs(path)
                 or os.path.normpath(path) != path
                 or path in ("/", SANDBOX_TMP)
                 or path.split("/")[1] in ("proc", "dev", "sys")
             ):
                 errors[field] = (
-                    f"{path!r}: must be an absolute, normalised directory other than "
-                    "/ and /tmp, outside /proc, /dev and /sys (the sandbox has its own)"
+                    f"{path!r}: must be an absolute, normalised directory (no '..', no NUL) "
+                    "other than / and /tmp, outside /proc, /dev and /sys (the sandbox has its own)"
                 )
             paths.append(path)
     try:

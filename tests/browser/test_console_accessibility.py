@@ -12,7 +12,7 @@ from axe_playwright_python.sync_playwright import Axe
 
 from tests.browser.conftest import login
 from tests.browser.test_console_design import PW, pages
-from tests.browser.test_console_design import world as world  # noqa: F401 - the fixture
+from tests.browser.test_console_design import world as world
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -27,7 +27,7 @@ def summary(violations: list[dict[str, Any]]) -> list[str]:
 @pytest.mark.parametrize("theme", ["light", "dark"])
 @pytest.mark.parametrize("width", [1440, 390])
 def test_no_page_has_an_axe_violation(
-    new_page: Any, world: dict[str, Any], theme: str, width: int  # noqa: F811
+    new_page: Any, world: dict[str, Any], theme: str, width: int
 ) -> None:
     axe = Axe()
     page = new_page(viewport={"width": width, "height": 900}, color_scheme=theme)

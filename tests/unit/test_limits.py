@@ -36,3 +36,10 @@ def test_a_mistyped_limit_is_a_system_check_error() -> None:
     assert [e.id for e in errors] == ["tenants.E001"]
     assert "LOGIN_FAILURES_PER_USER" in errors[0].msg
     assert limits.check_settings() == []
+
+
+def test_invitation_settings_are_checked_at_start_up() -> None:
+    with override_settings(INVITE_ATTEMPTS_PER_ADDRESS="lots", INVITATION_TTL_DAYS=0):
+        errors = limits.check_settings()
+    assert [e.id for e in errors] == ["tenants.E001", "tenants.E002"]
+    assert "INVITE_ATTEMPTS_PER_ADDRESS" in errors[0].msg and "1 to 365" in errors[1].msg

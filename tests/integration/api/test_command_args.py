@@ -151,6 +151,12 @@ def test_untyped_placeholders_of_existing_registrations_are_plain_text(
         ({"argv": ["/bin/x"], "writable_paths": ["srv"]}, "writable_paths"),
         ({"argv": ["/bin/x"], "readable_paths": ["/proc/1"]}, "readable_paths"),
         ({"argv": ["/bin/x"], "max_procs": 0}, "max_procs"),
+        # NUL: PostgreSQL's jsonb refuses it, so it was a 500 on save, not a field error.
+        ({"argv": ["/bin/x", "a\x00b"]}, "argv"),
+        ({"argv": ["/bin/x\x00"]}, "argv"),
+        ({"argv": ["/bin/x"], "readable_paths": ["/srv/in\x00"]}, "readable_paths"),
+        ({"argv": ["/bin/x"], "writable_paths": ["/srv/out\x00x"]}, "writable_paths"),
+        ({"argv": ["/bin/x"], "writable_paths": ["/srv/../etc"]}, "writable_paths"),
     ],
 )
 def test_registration_is_checked_when_an_operator_saves_it(
@@ -216,3 +222,24 @@ def test_admin_shows_a_bad_registration_on_its_field(admin_client: Any) -> None:
     res = admin_client.post("/admin/dispatch/managedcommand/add/", form)
     assert res.status_code == 302, res.context["adminform"].form.errors
     assert ManagedCommand.objects.get().writable_paths == ["/srv/exports"]
+
+
+def test_admin_shows_a_nul_in_a_registration_on_its_field(admin_client: Any) -> None:
+    """A NUL (typed as \\u0000 in the JSON) was saved as is, and PostgreSQL refused it: a 500."""
+    form = {
+        "name": "export",
+        "argv": '["/usr/local/bin/export", "a\\u0000b"]',
+        "timeout_s": "60",
+        "enabled": "on",
+        "env": "[]",
+        "readable_paths": '["/srv/in\\u0000"]',
+        "writable_paths": "[]",
+        "cpu_s": "60",
+        "memory_mb": "256",
+        "max_procs": "16",
+    }
+    res = admin_client.post("/admin/dispatch/managedcommand/add/", form)
+    assert res.status_code == 200
+    errors = res.context["adminform"].form.errors
+    assert "NUL" in errors["argv"][0] and "no NUL" in errors["readable_paths"][0], errors
+    assert not ManagedCommand.objects.exists()
