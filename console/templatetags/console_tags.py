@@ -13,6 +13,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from console.access import known_zone
+from dispatch.timing.clock import instant_text
 
 register = template.Library()
 
@@ -37,26 +38,46 @@ def zone_of(value: Any) -> ZoneInfo:
 
 
 def fmt(value: datetime, zone: ZoneInfo, *, seconds: bool = True) -> str:
-    local = value.astimezone(zone)
-    text = local.strftime("%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M")
-    if seconds and local.microsecond:
-        text += f".{local.microsecond // 1000:03d}"
-    return f"{text} {local.tzname()}"
+    return instant_text(value, zone, seconds=seconds)
 
 
 @register.simple_tag(takes_context=True)
-def ts(context: template.Context, value: datetime | None, zone: Any = None) -> SafeString | str:
-    """`<time>` in `zone` (default: the viewer's), with the UTC instant on hover."""
+def ts(
+    context: template.Context, value: datetime | None, zone: Any = None, *, local: Any = None
+) -> SafeString | str:
+    """`<time>` in the viewer's zone, with the UTC instant on hover: the console's one
+    rule for an instant. `local` (a schedule's zone) adds the schedule's wall time,
+    labelled with that zone, where it matters (its next runs); it is left out when it
+    reads the same as the viewer's. `zone` is for a column headed with its zone only
+    ("In Europe/Berlin", "UTC")."""
     if value is None:
         return "—"
     tz = zone_of(zone) if zone else zone_of(context.get("viewer_tz"))
     utc = value.astimezone(UTC)
-    return format_html(
+    shown = format_html(
         '<time datetime="{}" title="{}">{}</time>',
         utc.isoformat().replace("+00:00", "Z"),
         fmt(utc, ZoneInfo("UTC")),
         fmt(value, tz),
     )
+    if local:
+        own = zone_of(local)
+        if own.key != tz.key:
+            return format_html(
+                '{} <small class="muted local-time">({}, {})</small>',
+                shown,
+                fmt(value, own, seconds=False),
+                own.key,
+            )
+    return shown
+
+
+@register.simple_tag(takes_context=True)
+def ts_text(context: template.Context, value: datetime | None) -> str:
+    """The same instant as plain text in the viewer's zone (an attribute, a label)."""
+    if value is None:
+        return ""
+    return fmt(value, zone_of(context.get("viewer_tz")))
 
 
 @register.filter

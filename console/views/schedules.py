@@ -235,7 +235,9 @@ def schedule_detail(
         ),
         upstream=selectors.schedule_upstreams(schedule=schedule),
         downstream=selectors.schedule_dependents(tenant=principal.tenant, schedule=schedule),
-        resume_plan=selectors.resume_plan(schedule, now) if schedule.paused else "",
+        resume_plan=selectors.resume_plan(schedule, now, viewer_zone(request))
+        if schedule.paused
+        else "",
         pause_form=console_forms.PauseForm(),
         zone=schedule.timezone,
         message=request.GET.get("done", "")[:200],
@@ -313,7 +315,11 @@ def schedule_resume(
     request: HttpRequest, principal: Principal, schedule_id: uuid.UUID
 ) -> HttpResponse:
     schedule = schedule_or_404(principal, schedule_id)
-    plan = selectors.resume_plan(schedule, services.db_now()) if schedule.paused else ""
+    plan = (
+        selectors.resume_plan(schedule, services.db_now(), viewer_zone(request))
+        if schedule.paused
+        else ""
+    )
     try:
         services.schedule_resume(actor=principal, schedule_id=schedule.id)
     except DispatchError as exc:
@@ -452,7 +458,7 @@ def schedule_bulk(request: HttpRequest, principal: Principal) -> HttpResponse:
     }
     try:
         if not d.get("confirm"):
-            outcome = services.bulk_schedules(**kwargs, dry_run=True)
+            outcome = services.bulk_schedules(**kwargs, dry_run=True, zone=viewer_zone(request))
             return review(preview=outcome.preview, status=200)
         outcome = services.bulk_schedules(**kwargs)
     except DispatchError as exc:

@@ -6,15 +6,19 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from dispatch.models import Execution, Kind, Schedule
 from dispatch.selectors.calendars import schedule_filter
 from dispatch.selectors.schedules import schedule_history, schedule_preview
 from dispatch.timing import cron
 from dispatch.timing.calendars import DateFilter
+from dispatch.timing.clock import instant_text
 from tenants.models import Tenant
+
+UTC_ZONE = ZoneInfo("UTC")
 
 # --- what a schedule means and would do (the console's pages and the API) -----------
 
@@ -140,8 +144,9 @@ class ResumePreview:
     text: str
 
 
-def resume_preview(schedule: Schedule, now: datetime) -> ResumePreview:
-    """What resuming now would do, by the schedule's misfire policy."""
+def resume_preview(schedule: Schedule, now: datetime, zone: ZoneInfo = UTC_ZONE) -> ResumePreview:
+    """What resuming now would do, by the schedule's misfire policy; its times are
+    written in `zone` (the console's viewer's; the API's answers are in UTC)."""
     if schedule.next_run_at is None:
         return ResumePreview(
             0, 0, "Resuming now runs nothing by itself: the schedule has no next run."
@@ -151,7 +156,7 @@ def resume_preview(schedule: Schedule, now: datetime) -> ResumePreview:
             0,
             0,
             "Nothing was missed while paused: resuming now keeps the next run "
-            f"at {schedule.next_run_at.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC.",
+            f"at {instant_text(schedule.next_run_at, zone)}.",
         )
     if schedule.kind == Kind.ONCE:
         # The beat's rule (fire_due_one_offs): due at run_at, or at creation if that was later.
@@ -190,9 +195,9 @@ def resume_preview(schedule: Schedule, now: datetime) -> ResumePreview:
     )
 
 
-def resume_plan(schedule: Schedule, now: datetime) -> str:
+def resume_plan(schedule: Schedule, now: datetime, zone: ZoneInfo = UTC_ZONE) -> str:
     """What resuming now would do, in words (the console's resume confirmation)."""
-    return resume_preview(schedule, now).text
+    return resume_preview(schedule, now, zone).text
 
 
 HISTORY_LIMIT = 50
