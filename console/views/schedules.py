@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import re
 import uuid
+from datetime import datetime
 from functools import partial
 from typing import Any
 from urllib.parse import urlencode
+from zoneinfo import ZoneInfo
 
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import redirect, render
@@ -18,7 +20,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from console import control_forms
 from console import forms as console_forms
-from console.access import base_context, tenant_view, viewer_zone
+from console.access import base_context, known_zone, tenant_view, viewer_zone
 from console.views.common import is_htmx, next_url, schedule_or_404
 from core.replicas import replica_reads
 from dispatch import selectors, services
@@ -183,6 +185,8 @@ def schedule_preview(
         else (console_forms.read_seed(request.POST.get("preview_seed", "")) or uuid.uuid4())
     )
     ctx["provisional_seed"] = schedule is None
+    start, from_error = _preview_start(request.POST.get("preview_from", ""), request)
+    ctx["start"] = start
     if not form.is_valid():
         ctx["errors"] = [str(e) for errs in form.errors.values() for e in errs]
     else:
@@ -198,17 +202,41 @@ def schedule_preview(
                 f"{console_forms.error_label(k)}: {m}" for k, ms in exc.detail.items() for m in ms
             ] or [exc.message]
         else:
-            ctx.update(
-                selectors.definition_preview(
-                    spec.values,
-                    seed=seed,
-                    schedule=schedule,
-                    now=services.db_now(),
-                    dates=calendar_services.choice_filter(choice) if choice else None,
+            if not from_error:
+                ctx.update(
+                    selectors.definition_preview(
+                        spec.values,
+                        seed=seed,
+                        schedule=schedule,
+                        now=services.db_now(),
+                        dates=calendar_services.choice_filter(choice) if choice else None,
+                        start=start,
+                    )
                 )
-            )
+    # Named with the definition's own errors, all at once.
+    ctx["errors"] += [from_error] if from_error else []
     ctx["viewer_tz"] = viewer_zone(request)
     return render(request, "console/schedule_form.html#preview", ctx)
+
+
+PREVIEW_FROM_HELP = "a date (2027-03-28) or a date and time (2027-03-28T02:00)"
+
+
+def _preview_start(raw: str, request: HttpRequest) -> tuple[datetime | None, str]:
+    """The preview's "Preview from" (empty: now), read in the schedule's zone as typed
+    (its table's first column; UTC while that zone is not valid): (start, error)."""
+    text = raw.strip()[:64]
+    if not text:
+        return None, ""
+    zone = known_zone(request.POST.get("timezone", "").strip()) or ZoneInfo("UTC")
+    try:
+        return console_forms.parse_local(text, zone), ""
+    except ValueError as exc:
+        try:
+            datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            return None, f"Preview from: must be {PREVIEW_FROM_HELP}, not {text!r}"
+        return None, f"Preview from: {exc}"  # a date, but out of range
 
 
 @require_GET

@@ -57,11 +57,16 @@ def definition_preview(
     schedule: Schedule | None,
     now: datetime,
     dates: DateFilter | None = None,
+    start: datetime | None = None,
 ) -> dict[str, Any]:
     """The next runs of a definition as typed (cleaned `values`, not saved), and for an
     edit of `schedule`, which runs the change adds or removes. With `dates` (the
-    calendars as typed), the runs they exclude are left out and listed in `excluded`."""
+    calendars as typed), the runs they exclude are left out and listed in `excluded`.
+    The runs listed are those from `start` on (default: `now`); `transition` says what
+    the zone's next clock change after it (within a year) does to the schedule."""
     tz = values["timezone"]
+    # From `start` itself on: a run at the very instant asked for is listed.
+    begin = now if start is None else start - timedelta(microseconds=1)
     out: dict[str, Any] = {"zone": tz}
     if values["kind"] == Kind.CRON:
         expr = values["cron"]
@@ -78,16 +83,19 @@ def definition_preview(
             expr,
             tz,
             seed=str(seed),
-            after=now,
+            after=begin,
             count=PREVIEW_COUNT,
             jitter_s=values["jitter_s"],
             dates=dates,
+        )
+        out["transition"] = cron.transition_effect(
+            expr, tz, seed=str(seed), after=begin, dates=dates
         )
         if dates is not None and occurrences:
             out["excluded"] = cron.excluded_between(
                 expr,
                 tz,
-                start=now,
+                start=begin,
                 end=occurrences[-1].scheduled_for,
                 seed=str(seed),
                 dates=dates,
@@ -100,7 +108,7 @@ def definition_preview(
         out["hashed"] = False
         occurrences = (
             [cron.Occurrence(run_at, run_at.astimezone(cron.get_zone(tz)), run_at, None)]
-            if run_at > now
+            if run_at > now and run_at > begin
             else []
         )
         if run_at <= now:
@@ -112,7 +120,7 @@ def definition_preview(
     if schedule is not None:
         before = {
             o.scheduled_for
-            for o in schedule_preview(schedule=schedule, after=now, count=PREVIEW_COUNT)
+            for o in schedule_preview(schedule=schedule, after=begin, count=PREVIEW_COUNT)
         }
         after = {r.scheduled_for for r in rows}
         if before != after:
