@@ -1492,7 +1492,8 @@ def transition_effect(
     """What the zone's next clock change within a year (after ``after``) does to this
     schedule, worded with the same DST rules and notes as its occurrences (`preview`'s
     `note`): the run it moves, skips into the next hour or runs twice; None when the
-    zone does not change its clocks within the year."""
+    zone does not change its clocks within the year or the schedule has no run from
+    the change on."""
     timing, zone = _timing(expr, seed), get_zone(tz)
     at = next_transition(zone, after)
     if at is None:
@@ -1504,10 +1505,14 @@ def transition_effect(
     # `at - span` (first pass) to `at + span` (second); an interval's first run after
     # the change may come later, so the scan goes on to the first run past the window.
     note: str | None = None
+    runs = False
     for instant in islice(_t_iter(timing, zone, at - span - _TICK, dates), _TRANSITION_SCAN):
+        runs = True
         note = _t_note(timing, zone, instant)
         if note is not None or instant > at + span:
             break
+    if not runs:
+        return None  # no run from the change on (ended, or calendars exclude the rest)
     old_wall = (at + _offset(before)).replace(tzinfo=None)
     new_wall = at.astimezone(zone)
     moved = "forward" if shift > timedelta(0) else "back"

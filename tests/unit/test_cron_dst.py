@@ -373,3 +373,19 @@ def test_the_effect_is_the_note_of_the_run_the_preview_shows(expr: str, after: d
     )
     assert effect.note == next(o.note for o in around if o.note)
     assert effect.text.endswith(f": {effect.note}.")
+
+
+def test_no_effect_for_a_schedule_that_ends_before_the_change() -> None:
+    expr = cron.compose(
+        [cron.Spec(cron="30 2 * * *")], start_at=None, end_at=datetime(2027, 1, 1, tzinfo=UTC)
+    )
+    assert (
+        cron.transition_effect(
+            expr, "Europe/Amsterdam", seed=SEED, after=datetime(2026, 12, 6, tzinfo=UTC)
+        )
+        is None
+    )
+    # One that runs on past it says what the change does.
+    assert cron.transition_effect(
+        "30 2 * * *", "Europe/Amsterdam", seed=SEED, after=datetime(2026, 12, 6, tzinfo=UTC)
+    )
