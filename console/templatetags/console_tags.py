@@ -16,6 +16,7 @@ from django.utils.safestring import SafeString, mark_safe
 from console import nav as navigation
 from console.access import known_zone
 from dispatch.states import ExplainCode
+from dispatch.timing.clock import instant_text
 from dispatch.timing.durations import measured
 
 register = template.Library()
@@ -41,34 +42,48 @@ def zone_of(value: Any) -> ZoneInfo:
 
 
 def fmt(value: datetime, zone: ZoneInfo, *, seconds: bool = True) -> str:
-    local = value.astimezone(zone)
-    text = local.strftime("%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M")
-    if seconds and local.microsecond:
-        text += f".{local.microsecond // 1000:03d}"
-    return f"{text} {local.tzname()}"
+    return instant_text(value, zone, seconds=seconds)
 
 
 @register.simple_tag(takes_context=True)
-def ts(context: template.Context, value: datetime | None, zone: Any = None) -> SafeString | str:
-    """`<time>` in `zone` (default: the viewer's), with the UTC instant on hover."""
+def ts(
+    context: template.Context, value: datetime | None, zone: Any = None, *, local: Any = None
+) -> SafeString | str:
+    """`<time>` in the viewer's zone, with the UTC instant on hover: the console's one
+    rule for an instant. `local` (a schedule's zone) adds the schedule's wall time,
+    labelled with that zone, where it matters (its next runs); it is left out when it
+    reads the same as the viewer's. `zone` is for a column headed with its zone only
+    ("In Europe/Berlin", "UTC")."""
     if value is None:
         return "—"
     tz = zone_of(zone) if zone else zone_of(context.get("viewer_tz"))
     utc = value.astimezone(UTC)
-    return format_html(
+    shown = format_html(
         '<time datetime="{}" title="{}">{}</time>',
         utc.isoformat().replace("+00:00", "Z"),
         fmt(utc, ZoneInfo("UTC")),
         fmt(value, tz),
     )
+    if local:
+        own = zone_of(local)
+        # Left out when it reads the same: the viewer is in that zone, or one that
+        # keeps the same time and name.
+        if fmt(value, own, seconds=False) != fmt(value, tz, seconds=False):
+            return format_html(
+                '{} <small class="muted local-time">({}, {})</small>',
+                shown,
+                fmt(value, own, seconds=False),
+                own.key,
+            )
+    return shown
 
 
 @register.simple_tag(takes_context=True)
-def ts_zones(context: template.Context, value: datetime | None, zone: Any) -> SafeString | str:
-    """`value` in `zone` (a schedule's) and in the viewer's zone — once when the two read
-    the same (the viewer is in that zone, or one that keeps the same time and name)."""
-    theirs, mine = ts(context, value, zone), ts(context, value)
-    return theirs if theirs == mine else format_html("{} · {}", theirs, mine)
+def ts_text(context: template.Context, value: datetime | None) -> str:
+    """The same instant as plain text in the viewer's zone (an attribute, a label)."""
+    if value is None:
+        return ""
+    return fmt(value, zone_of(context.get("viewer_tz")))
 
 
 @register.filter

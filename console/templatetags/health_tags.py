@@ -22,7 +22,9 @@ SCHEDULE_FUTURE = 6
 
 
 def context_zone(context: template.Context) -> Any:
-    return context.get("zone") or context.get("viewer_tz") or viewer_zone(context["request"])
+    """The viewer's zone (the console shows every instant in it), even on a page whose
+    `zone` is the schedule's."""
+    return context.get("viewer_tz") or viewer_zone(context["request"])
 
 
 @register.inclusion_tag("console/_health.html", takes_context=True)

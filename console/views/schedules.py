@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import re
 import uuid
+from datetime import datetime
 from functools import partial
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -17,7 +19,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from console import control_forms
 from console import forms as console_forms
-from console.access import base_context, tenant_view, viewer_zone
+from console.access import base_context, known_zone, tenant_view, viewer_zone
 from console.views.common import done, is_htmx, next_url, schedule_or_404
 from core.replicas import replica_reads
 from dispatch import selectors, services
@@ -182,6 +184,8 @@ def schedule_preview(
         else (console_forms.read_seed(request.POST.get("preview_seed", "")) or uuid.uuid4())
     )
     ctx["provisional_seed"] = schedule is None
+    start, from_error = _preview_start(request.POST.get("preview_from", ""), request)
+    ctx["start"] = start
     if not form.is_valid():
         ctx["errors"] = [str(e) for errs in form.errors.values() for e in errs]
     else:
@@ -197,17 +201,41 @@ def schedule_preview(
                 f"{console_forms.error_label(k)}: {m}" for k, ms in exc.detail.items() for m in ms
             ] or [exc.message]
         else:
-            ctx.update(
-                selectors.definition_preview(
-                    spec.values,
-                    seed=seed,
-                    schedule=schedule,
-                    now=services.db_now(),
-                    dates=calendar_services.choice_filter(choice) if choice else None,
+            if not from_error:
+                ctx.update(
+                    selectors.definition_preview(
+                        spec.values,
+                        seed=seed,
+                        schedule=schedule,
+                        now=services.db_now(),
+                        dates=calendar_services.choice_filter(choice) if choice else None,
+                        start=start,
+                    )
                 )
-            )
+    # Named with the definition's own errors, all at once.
+    ctx["errors"] += [from_error] if from_error else []
     ctx["viewer_tz"] = viewer_zone(request)
     return render(request, "console/schedule_form.html#preview", ctx)
+
+
+PREVIEW_FROM_HELP = "a date (2027-03-28) or a date and time (2027-03-28T02:00)"
+
+
+def _preview_start(raw: str, request: HttpRequest) -> tuple[datetime | None, str]:
+    """The preview's "Preview from" (empty: now), read in the schedule's zone as typed
+    (its table's first column; UTC while that zone is not valid): (start, error)."""
+    text = raw.strip()[:64]
+    if not text:
+        return None, ""
+    zone = known_zone(request.POST.get("timezone", "").strip()) or ZoneInfo("UTC")
+    try:
+        return console_forms.parse_local(text, zone), ""
+    except ValueError as exc:
+        try:
+            datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            return None, f"Preview from: must be {PREVIEW_FROM_HELP}, not {text!r}"
+        return None, f"Preview from: {exc}"  # a date, but out of range
 
 
 @require_GET
@@ -234,7 +262,9 @@ def schedule_detail(
         ),
         upstream=selectors.schedule_upstreams(schedule=schedule),
         downstream=selectors.schedule_dependents(tenant=principal.tenant, schedule=schedule),
-        resume_plan=selectors.resume_plan(schedule, now) if schedule.paused else "",
+        resume_plan=selectors.resume_plan(schedule, now, viewer_zone(request))
+        if schedule.paused
+        else "",
         pause_form=console_forms.PauseForm(),
         zone=schedule.timezone,
         backfill_form=_backfill_form(schedule),
@@ -313,7 +343,11 @@ def schedule_resume(
     request: HttpRequest, principal: Principal, schedule_id: uuid.UUID
 ) -> HttpResponse:
     schedule = schedule_or_404(principal, schedule_id)
-    plan = selectors.resume_plan(schedule, services.db_now()) if schedule.paused else ""
+    plan = (
+        selectors.resume_plan(schedule, services.db_now(), viewer_zone(request))
+        if schedule.paused
+        else ""
+    )
     try:
         services.schedule_resume(actor=principal, schedule_id=schedule.id)
     except DispatchError as exc:
@@ -452,7 +486,7 @@ def schedule_bulk(request: HttpRequest, principal: Principal) -> HttpResponse:
     }
     try:
         if not d.get("confirm"):
-            outcome = services.bulk_schedules(**kwargs, dry_run=True)
+            outcome = services.bulk_schedules(**kwargs, dry_run=True, zone=viewer_zone(request))
             return review(preview=outcome.preview, status=200)
         outcome = services.bulk_schedules(**kwargs)
     except DispatchError as exc:

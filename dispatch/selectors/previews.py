@@ -6,15 +6,19 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from dispatch.models import Execution, Kind, Schedule
 from dispatch.selectors.calendars import schedule_filter
 from dispatch.selectors.schedules import schedule_history, schedule_preview
 from dispatch.timing import cron
 from dispatch.timing.calendars import DateFilter
+from dispatch.timing.clock import instant_text
 from tenants.models import Tenant
+
+UTC_ZONE = ZoneInfo("UTC")
 
 # --- what a schedule means and would do (the console's pages and the API) -----------
 
@@ -53,11 +57,16 @@ def definition_preview(
     schedule: Schedule | None,
     now: datetime,
     dates: DateFilter | None = None,
+    start: datetime | None = None,
 ) -> dict[str, Any]:
     """The next runs of a definition as typed (cleaned `values`, not saved), and for an
     edit of `schedule`, which runs the change adds or removes. With `dates` (the
-    calendars as typed), the runs they exclude are left out and listed in `excluded`."""
+    calendars as typed), the runs they exclude are left out and listed in `excluded`.
+    The runs listed are those from `start` on (default: `now`); `transition` says what
+    the zone's next clock change after it (within a year) does to the schedule."""
     tz = values["timezone"]
+    # From `start` itself on: a run at the very instant asked for is listed.
+    begin = now if start is None else start - timedelta(microseconds=1)
     out: dict[str, Any] = {"zone": tz}
     if values["kind"] == Kind.CRON:
         expr = values["cron"]
@@ -74,16 +83,19 @@ def definition_preview(
             expr,
             tz,
             seed=str(seed),
-            after=now,
+            after=begin,
             count=PREVIEW_COUNT,
             jitter_s=values["jitter_s"],
             dates=dates,
+        )
+        out["transition"] = cron.transition_effect(
+            expr, tz, seed=str(seed), after=begin, dates=dates
         )
         if dates is not None and occurrences:
             out["excluded"] = cron.excluded_between(
                 expr,
                 tz,
-                start=now,
+                start=begin,
                 end=occurrences[-1].scheduled_for,
                 seed=str(seed),
                 dates=dates,
@@ -96,7 +108,7 @@ def definition_preview(
         out["hashed"] = False
         occurrences = (
             [cron.Occurrence(run_at, run_at.astimezone(cron.get_zone(tz)), run_at, None)]
-            if run_at > now
+            if run_at > now and run_at > begin
             else []
         )
         if run_at <= now:
@@ -108,7 +120,7 @@ def definition_preview(
     if schedule is not None:
         before = {
             o.scheduled_for
-            for o in schedule_preview(schedule=schedule, after=now, count=PREVIEW_COUNT)
+            for o in schedule_preview(schedule=schedule, after=begin, count=PREVIEW_COUNT)
         }
         after = {r.scheduled_for for r in rows}
         if before != after:
@@ -140,8 +152,9 @@ class ResumePreview:
     text: str
 
 
-def resume_preview(schedule: Schedule, now: datetime) -> ResumePreview:
-    """What resuming now would do, by the schedule's misfire policy."""
+def resume_preview(schedule: Schedule, now: datetime, zone: ZoneInfo = UTC_ZONE) -> ResumePreview:
+    """What resuming now would do, by the schedule's misfire policy; its times are
+    written in `zone` (the console's viewer's; the API's answers are in UTC)."""
     if schedule.next_run_at is None:
         return ResumePreview(
             0, 0, "Resuming now runs nothing by itself: the schedule has no next run."
@@ -151,7 +164,7 @@ def resume_preview(schedule: Schedule, now: datetime) -> ResumePreview:
             0,
             0,
             "Nothing was missed while paused: resuming now keeps the next run "
-            f"at {schedule.next_run_at.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC.",
+            f"at {instant_text(schedule.next_run_at, zone)}.",
         )
     if schedule.kind == Kind.ONCE:
         # The beat's rule (fire_due_one_offs): due at run_at, or at creation if that was later.
@@ -190,9 +203,9 @@ def resume_preview(schedule: Schedule, now: datetime) -> ResumePreview:
     )
 
 
-def resume_plan(schedule: Schedule, now: datetime) -> str:
+def resume_plan(schedule: Schedule, now: datetime, zone: ZoneInfo = UTC_ZONE) -> str:
     """What resuming now would do, in words (the console's resume confirmation)."""
-    return resume_preview(schedule, now).text
+    return resume_preview(schedule, now, zone).text
 
 
 HISTORY_LIMIT = 50

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, transaction
@@ -196,8 +197,12 @@ def bulk_schedules(
     reason: str = "",
     until: datetime | None = None,
     dry_run: bool = False,
+    zone: ZoneInfo | None = None,
 ) -> BulkOutcome:
     """Pause (one reason, optional until), resume, trigger or delete many schedules.
+
+    `zone`: the zone a dry run's sentences write times in (the console's viewer's;
+    the API's are in UTC).
 
     `dry_run` writes nothing and answers what would happen: for resume the
     combined misfire preview (the sum of each schedule's resume preview), for
@@ -216,7 +221,7 @@ def bulk_schedules(
         resolve=lambda flt: _schedule_ids(actor.tenant, flt),
     )
     if dry_run:
-        return BulkOutcome(preview=schedules_dry_run(actor.tenant, action, targets))
+        return BulkOutcome(preview=schedules_dry_run(actor.tenant, action, targets, zone=zone))
     params: dict[str, Any] = {
         "reason": reason,
         "until": until.isoformat() if until else None,
@@ -235,7 +240,9 @@ def _plural(count: int, word: str) -> str:
     return f"{count} {word}{'' if count == 1 else 's'}"
 
 
-def schedules_dry_run(tenant: Tenant, action: str, targets: list[str]) -> dict[str, Any]:
+def schedules_dry_run(
+    tenant: Tenant, action: str, targets: list[str], *, zone: ZoneInfo | None = None
+) -> dict[str, Any]:
     """What the action would do to each schedule; nothing is written."""
     now = db_now()
     found = _live_schedules(tenant, targets)
@@ -255,7 +262,7 @@ def schedules_dry_run(tenant: Tenant, action: str, targets: list[str]) -> dict[s
         if action == "resume":
             # Resuming a schedule that is not paused changes nothing (resume is idempotent).
             if schedule.paused:
-                preview = selectors.resume_preview(schedule, now)
+                preview = selectors.resume_preview(schedule, now, zone or ZoneInfo("UTC"))
                 item |= {"run": preview.run, "skip": preview.skip, "text": preview.text}
                 changes, run, skip = changes + 1, run + preview.run, skip + preview.skip
             else:

@@ -57,6 +57,7 @@ __all__ = [
     "MisfirePlan",
     "Occurrence",
     "Spec",
+    "TransitionEffect",
     "WouldRun",
     "bounds",
     "compose",
@@ -68,12 +69,14 @@ __all__ = [
     "jitter_seconds",
     "next_after",
     "next_or_none",
+    "next_transition",
     "occurrences_between",
     "parse_anchor",
     "parse_every",
     "plan_misfire",
     "preview",
     "resolve",
+    "transition_effect",
     "validate",
     "would_run_at",
 ]
@@ -166,6 +169,16 @@ class WouldRun:
     # Which spec gives the occurrence at `at` ("spec 2: every 1h30m from ..."), for a
     # schedule of several specs or an interval; None for a plain cron or no occurrence.
     spec: str | None = None
+
+
+@dataclass(frozen=True)
+class TransitionEffect:
+    """The zone's next clock change and what it does to one schedule."""
+
+    at: datetime  # the first instant on the new offset, aware UTC
+    shift: timedelta  # positive: the clocks go forward
+    note: str | None  # the DST note of the run it affects (as the preview words it), or None
+    text: str  # the whole sentence, e.g. "On 2027-03-28 at 02:00 CET the clocks go forward ..."
 
 
 @dataclass(frozen=True)
@@ -1428,6 +1441,92 @@ def preview(
             )
         )
     return out
+
+
+TRANSITION_HORIZON = timedelta(days=366)
+
+
+def _span_text(span: timedelta) -> str:
+    """A clock change's size in words: "1 hour", "30 minutes", "1 hour 30 minutes"."""
+    hours, minutes = divmod(int(span.total_seconds()) // 60, 60)
+    parts = [f"{hours} hour{'s' if hours != 1 else ''}"] if hours else []
+    parts += [f"{minutes} minute{'s' if minutes != 1 else ''}"] if minutes or not hours else []
+    return " ".join(parts)
+
+
+# Occurrences looked at around one clock change (a per-minute cron has 120 in 2 h).
+_TRANSITION_SCAN = 5000
+
+
+def next_transition(
+    zone: ZoneInfo, after: datetime, *, within: timedelta = TRANSITION_HORIZON
+) -> datetime | None:
+    """The first instant strictly after ``after`` (and within ``within``) on which the
+    zone's UTC offset changes, or None. Probes once a day, then bisects to the second
+    (transitions fall on whole seconds; none undoes itself within a day in tzdata)."""
+    lo = _aware_utc(after, "after").replace(microsecond=0)
+    end = lo + within
+    offset = _offset(lo.astimezone(zone))
+    while lo < end:
+        hi = min(lo + _DAY, end)
+        if _offset(hi.astimezone(zone)) != offset:
+            while hi - lo > _SECOND:
+                mid = lo + timedelta(seconds=int((hi - lo).total_seconds()) // 2)
+                if _offset(mid.astimezone(zone)) == offset:
+                    lo = mid
+                else:
+                    hi = mid
+            return hi
+        lo = hi
+    return None
+
+
+def transition_effect(
+    expr: str,
+    tz: str,
+    *,
+    seed: str,
+    after: datetime,
+    dates: DateFilter | None = None,
+) -> TransitionEffect | None:
+    """What the zone's next clock change within a year (after ``after``) does to this
+    schedule, worded with the same DST rules and notes as its occurrences (`preview`'s
+    `note`): the run it moves, skips into the next hour or runs twice; None when the
+    zone does not change its clocks within the year or the schedule has no run from
+    the change on."""
+    timing, zone = _timing(expr, seed), get_zone(tz)
+    at = next_transition(zone, after)
+    if at is None:
+        return None
+    before = (at - _SECOND).astimezone(zone)
+    shift = _offset(at.astimezone(zone)) - _offset(before)
+    span = abs(shift)
+    # A gap's swallowed runs land on `at`; a fold's repeated wall times are read from
+    # `at - span` (first pass) to `at + span` (second); an interval's first run after
+    # the change may come later, so the scan goes on to the first run past the window.
+    note: str | None = None
+    runs = False
+    for instant in islice(_t_iter(timing, zone, at - span - _TICK, dates), _TRANSITION_SCAN):
+        runs = True
+        note = _t_note(timing, zone, instant)
+        if note is not None or instant > at + span:
+            break
+    if not runs:
+        return None  # no run from the change on (ended, or calendars exclude the rest)
+    old_wall = (at + _offset(before)).replace(tzinfo=None)
+    new_wall = at.astimezone(zone)
+    moved = "forward" if shift > timedelta(0) else "back"
+    head = (
+        f"On {old_wall.date().isoformat()} at {_clock(old_wall)} {_zone_label(before)} the "
+        f"clocks go {moved} {_span_text(span)} to {_clock(new_wall)} "
+        f"{_zone_label(new_wall)} in {zone.key}"
+    )
+    if note is None:
+        which = "skips" if shift > timedelta(0) else "repeats"
+        tail = f"no run of this schedule is at a wall time the change {which}"
+    else:
+        tail = note
+    return TransitionEffect(at=at, shift=shift, note=note, text=f"{head}: {tail}.")
 
 
 def plan_misfire(

@@ -296,3 +296,96 @@ def test_preview_local_times_carry_the_right_fold() -> None:
         "2026-10-25T02:30:00+01:00",
     ]
     assert [o.local.fold for o in out] == [0, 1]
+
+
+# --- the next clock change and what it does to a schedule (the form's preview) ----------
+
+
+@pytest.mark.parametrize(
+    ("tz", "after", "expected"),
+    [
+        (
+            "Europe/Amsterdam",
+            datetime(2026, 12, 6, tzinfo=UTC),
+            datetime(2027, 3, 28, 1, 0, tzinfo=UTC),
+        ),
+        (
+            "Europe/Amsterdam",
+            datetime(2027, 3, 28, 1, 0, tzinfo=UTC),
+            datetime(2027, 10, 31, 1, 0, tzinfo=UTC),
+        ),
+        (
+            "Australia/Sydney",
+            datetime(2026, 12, 6, tzinfo=UTC),
+            datetime(2027, 4, 3, 16, 0, tzinfo=UTC),
+        ),
+        (
+            "Australia/Lord_Howe",
+            datetime(2026, 12, 6, tzinfo=UTC),
+            datetime(2027, 4, 3, 15, 0, tzinfo=UTC),
+        ),
+    ],
+)
+def test_next_transition_is_the_first_instant_on_the_new_offset(
+    tz: str, after: datetime, expected: datetime
+) -> None:
+    zone = ZoneInfo(tz)
+    found = cron.next_transition(zone, after)
+    assert found == expected
+    assert (found - timedelta(seconds=1)).astimezone(zone).utcoffset() != found.astimezone(
+        zone
+    ).utcoffset()
+
+
+def test_no_transition_in_a_zone_that_keeps_its_clocks_or_beyond_the_horizon() -> None:
+    assert cron.next_transition(ZoneInfo("Asia/Tokyo"), datetime(2026, 12, 6, tzinfo=UTC)) is None
+    assert (
+        cron.next_transition(
+            ZoneInfo("Europe/Amsterdam"),
+            datetime(2026, 12, 6, tzinfo=UTC),
+            within=timedelta(days=30),
+        )
+        is None
+    )
+    assert (
+        cron.transition_effect(
+            "30 2 * * *", "UTC", seed=SEED, after=datetime(2026, 12, 6, tzinfo=UTC)
+        )
+        is None
+    )
+
+
+@pytest.mark.parametrize(
+    ("expr", "after"),
+    [
+        ("30 2 * * *", datetime(2026, 12, 6, tzinfo=UTC)),  # a gap
+        ("30 2 * * *", datetime(2027, 6, 1, tzinfo=UTC)),  # a fold, fixed hour
+        ("*/20 * * * *", datetime(2027, 6, 1, tzinfo=UTC)),  # a fold, every so many hours
+        ("every 5h from 2026-01-01T00:00", datetime(2026, 12, 6, tzinfo=UTC)),  # an interval
+    ],
+)
+def test_the_effect_is_the_note_of_the_run_the_preview_shows(expr: str, after: datetime) -> None:
+    """One rule: the effect quotes the DST note `preview` gives that run, not a copy of it."""
+    effect = cron.transition_effect(expr, "Europe/Amsterdam", seed=SEED, after=after)
+    assert effect is not None and effect.note
+    around = cron.preview(
+        expr, "Europe/Amsterdam", seed=SEED, after=effect.at - timedelta(hours=2), count=20
+    )
+    assert effect.note == next(o.note for o in around if o.note)
+    assert effect.text.endswith(f": {effect.note}.")
+
+
+def test_no_effect_for_a_schedule_that_ends_before_the_change() -> None:
+    expr = cron.compose(
+        [cron.Spec(cron="30 2 * * *")], start_at=None, end_at=datetime(2027, 1, 1, tzinfo=UTC)
+    )
+    assert (
+        cron.transition_effect(
+            expr, "Europe/Amsterdam", seed=SEED, after=datetime(2026, 12, 6, tzinfo=UTC)
+        )
+        is None
+    )
+    # One that runs on past it says what the change does.
+    assert cron.transition_effect(
+        "30 2 * * *", "Europe/Amsterdam", seed=SEED, after=datetime(2026, 12, 6, tzinfo=UTC)
+    )

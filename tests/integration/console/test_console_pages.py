@@ -557,7 +557,9 @@ def test_times_in_the_viewers_zone_with_utc_on_hover(world: World) -> None:
     client.post("/prefs/tz", {"tz": "America/New_York"})
     html = text(client.get(f"/executions/{world.execution.id}/"))
     assert re.search(r'title="[^"]+ UTC">[^<]+ E[SD]T</time>', html), "the user's setting wins"
-    assert re.search(r">[^<]+ CES?T</time>", html), "and the schedule's zone is shown too"
+    assert re.search(
+        r'<small class="muted local-time">\([^()<]+ CES?T, Europe/Amsterdam\)</small>', html
+    ), "and the schedule's own time, labelled with its zone"
     # A zone that is none: back on the same page, which says so beside the field (no
     # bare error page), and the setting unchanged.
     page = f"/executions/{world.execution.id}/"
