@@ -68,7 +68,7 @@ def activity_chart(activity: Activity, zone: ZoneInfo) -> ActivityChart:
     points = []
     for i, h in enumerate(hours):
         x = LEFT + i * slot + (slot - bar_w) / 2
-        y = baseline
+        y = float(baseline)
         for count, css in ((h.ok, "bar-ok"), (h.bad, "bar-bad"), (h.other, "bar-other")):
             if count:
                 height = plot_h * count / peak

@@ -88,7 +88,7 @@ def current(path: str) -> Item | None:
 def menu(path: str, *, can_admin: bool, is_staff: bool) -> list[dict[str, object]]:
     """The groups the viewer may see, each item with its URL and whether it is current."""
     here = current(path)
-    groups = []
+    groups: list[dict[str, object]] = []
     for group in NAV:
         items = [
             {"label": i.label, "url": reverse(i.url_name), "icon": i.icon, "current": i == here}
