@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from zoneinfo import ZoneInfo
 
-from dispatch.selectors import Activity
+from dispatch.selectors import Activity, TimelineItem
 
 WIDTH = 720
 HEIGHT = 150
@@ -98,3 +98,47 @@ def activity_chart(activity: Activity, zone: ZoneInfo) -> ActivityChart:
         max_lag_s=max_lag,
         empty=not any(h.runs for h in hours),
     )
+
+
+# --- an execution's timeline on a time axis -------------------------------------------
+
+AXIS = 1000  # the axis' length in SVG units (drawn to the cell's width)
+MIN_STEP = 4  # a step of a few milliseconds in a span of hours still shows as a mark
+
+
+@dataclass(frozen=True)
+class Step:
+    """A timeline item placed on the axis from the first step to the last: where it
+    starts, how long until the next step (its bar), and the time since the first."""
+
+    item: TimelineItem
+    offset: float
+    width: float
+    elapsed_s: float
+    lasted_s: float | None  # None: the last step
+
+
+def timeline_axis(items: list[TimelineItem]) -> list[Step]:
+    if not items:
+        return []
+    first, last = items[0].at, items[-1].at
+    span = max((last - first).total_seconds(), 0.0)
+    steps = []
+    for i, item in enumerate(items):
+        start = (item.at - first).total_seconds()
+        nxt = items[i + 1].at if i + 1 < len(items) else None
+        lasted = max((nxt - item.at).total_seconds(), 0.0) if nxt is not None else None
+        offset = AXIS * start / span if span else 0.0
+        width = AXIS * (lasted or 0.0) / span if span else 0.0
+        width = max(width, MIN_STEP)
+        offset = min(offset, AXIS - width)
+        steps.append(
+            Step(
+                item=item,
+                offset=round(offset, 1),
+                width=round(width, 1),
+                elapsed_s=start,
+                lasted_s=lasted,
+            )
+        )
+    return steps

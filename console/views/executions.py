@@ -21,7 +21,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import reswap, retarget
 
-from console import control_forms
+from console import charts, control_forms
 from console.access import base_context, tenant_view, viewer_zone
 from console.views.common import done, is_htmx, next_url
 from console.views.schedules import bulk_review
@@ -124,13 +124,16 @@ def _detail_context(
     if not controls["offer_cancel"]:
         # No Cancel on the page, so nothing to explain about it.
         controls["cancel_why"] = ""
+    timeline = selectors.execution_timeline(execution=execution, events=events)
     return base_context(
         request,
         principal,
         execution=execution,
         archived=record.archived,
         schedule=execution.schedule,
-        timeline=selectors.execution_timeline(execution=execution, events=events),
+        timeline=timeline,
+        steps=charts.timeline_axis(timeline),
+        axis=charts.AXIS,
         **(_live_log(execution) if record.archived is None else _archived_log(record)),
         zone=execution.schedule.timezone,
         **controls,

@@ -3,16 +3,6 @@
 // schedule pickers' keyboard handling and the bulk bars' select-all.
 (function () {
   "use strict";
-  // htmx settles a swap by copying the class, style, width and height attributes of
-  // each replaced element onto its new twin with setAttribute. The console has no
-  // inline styles, but an element can still carry one set through the CSSOM (which
-  // the CSP allows): by a browser extension, or the browser itself (a resized field).
-  // Copying it back as an attribute is what `style-src 'self'` refuses, so style is
-  // not settled. (The meta htmx-config in base.html is the natural home of this; it is
-  // set here because this script runs before htmx reads that config, which keeps it.)
-  if (window.htmx && window.htmx.config) {
-    window.htmx.config.attributesToSettle = ["class", "width", "height"];
-  }
   try {
     var zone = Intl.DateTimeFormat().resolvedOptions().timeZone;
     var current = (document.cookie.match(/(?:^|; )console_tz=([^;]*)/) || [])[1];
