@@ -17,7 +17,7 @@ from console import nav as navigation
 from console.access import known_zone
 from dispatch.states import ExplainCode
 from dispatch.timing.clock import instant_text
-from dispatch.timing.durations import measured
+from dispatch.timing.durations import measured, relative
 
 register = template.Library()
 
@@ -47,17 +47,33 @@ def fmt(value: datetime, zone: ZoneInfo, *, seconds: bool = True) -> str:
 
 @register.simple_tag(takes_context=True)
 def ts(
-    context: template.Context, value: datetime | None, zone: Any = None, *, local: Any = None
+    context: template.Context,
+    value: datetime | None,
+    zone: Any = None,
+    *,
+    local: Any = None,
+    rel: bool = False,
 ) -> SafeString | str:
     """`<time>` in the viewer's zone, with the UTC instant on hover: the console's one
     rule for an instant. `local` (a schedule's zone) adds the schedule's wall time,
     labelled with that zone, where it matters (its next runs); it is left out when it
     reads the same as the viewer's. `zone` is for a column headed with its zone only
-    ("In Europe/Berlin", "UTC")."""
+    ("In Europe/Berlin", "UTC"). `rel` says it relative to the page's `now` ("5 min
+    ago"), the absolute time on hover: for lists that refresh, where recency is the
+    point (the dashboard's failures and running runs)."""
     if value is None:
         return "—"
     tz = zone_of(zone) if zone else zone_of(context.get("viewer_tz"))
     utc = value.astimezone(UTC)
+    now = context.get("now")
+    if rel and isinstance(now, datetime):
+        absolute = dict.fromkeys([fmt(value, tz), fmt(utc, ZoneInfo("UTC"))])
+        return format_html(
+            '<time datetime="{}" title="{}">{}</time>',
+            utc.isoformat().replace("+00:00", "Z"),
+            " · ".join(absolute),
+            relative((now - value).total_seconds()),
+        )
     shown = format_html(
         '<time datetime="{}" title="{}">{}</time>',
         utc.isoformat().replace("+00:00", "Z"),

@@ -36,6 +36,19 @@ def measured(seconds: float) -> str:
     return f"{minutes:.1f} min" if minutes < 100 else f"{minutes:.0f} min"
 
 
+def relative(seconds: float) -> str:
+    """How long ago (or until) an instant is, in its largest whole unit: "just now",
+    "40 s ago", "5 min ago", "3 h ago", "2 d ago", "in 5 min"."""
+    ahead, span = seconds < 0, abs(seconds)
+    if span < 5:
+        return "just now"
+    for size, unit in ((86400, "d"), (3600, "h"), (60, "min"), (1, "s")):
+        if span >= size:
+            text = f"{int(span // size)} {unit}"
+            return f"in {text}" if ahead else f"{text} ago"
+    return "just now"  # unreachable: span >= 5 matched "s"
+
+
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 

@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 from dispatch.explain.present import late
-from dispatch.timing.durations import measured, spell
+from dispatch.timing.durations import measured, relative, spell
 
 
 @pytest.mark.parametrize(
@@ -47,3 +47,12 @@ def test_both_spellings(seconds: int, compact: str, spaced: str) -> None:
 )
 def test_a_measured_duration_reads_in_ms_s_or_min(seconds: float, shown: str) -> None:
     assert measured(seconds) == shown
+
+
+def test_relative_times_say_the_largest_whole_unit() -> None:
+    assert relative(0) == "just now" and relative(4.9) == "just now" and relative(-3) == "just now"
+    assert relative(40) == "40 s ago"
+    assert relative(5 * 60 + 59) == "5 min ago"
+    assert relative(3 * 3600 + 10) == "3 h ago"
+    assert relative(2 * 86400) == "2 d ago"
+    assert relative(-300) == "in 5 min"

@@ -450,6 +450,11 @@ def test_dashboard_shows_upcoming_running_failures_and_usage(world: World) -> No
     assert html.count(f'href="/schedules/{soon.id}/"') == 1
     assert re.search(rf'id="up-{soon.id}".*?<td class="num">(60|61)</td>', html, re.S)
     assert "w9" in html, "running now"
+    # Recent lists say how long ago, the absolute time on hover.
+    shown = re.search(rf'id="bad-{dead.id}"[^>]*>(<time [^>]*>[^<]*</time>)', html)
+    # (an hour before the test's clock: the page's "now" is its transaction's, a moment
+    # earlier, so it may still be 59 min)
+    assert shown and re.search(r">(1 h|59 min) ago</time>$", shown.group(1)), shown
     assert f"/executions/{dead.id}/" in html and "HTTP 500 from target" in html
     assert "<strong>1</strong> of 10 queued or running" in html
     assert 'hx-trigger="every 5s"' in html
