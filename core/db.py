@@ -287,6 +287,22 @@ def listen(conn: psycopg.Connection[Any], channel: str) -> None:
     core_sql.run_on(conn, "listen", identifiers={"channel": channel})
 
 
+def open_listener(channel: str) -> psycopg.Connection[Any]:
+    """A connection of its own (autocommit: Django's transactions never hold it, and a
+    notification arrives between them) that LISTENs on `channel`: the beat's and the
+    control pump's wake-ups. Raises psycopg.Error when the database refuses it."""
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    conn = psycopg.connect(**params, autocommit=True)
+    try:
+        listen(conn, channel)
+    except psycopg.Error:
+        conn.close()
+        raise
+    return conn
+
+
 def ping() -> bool:
     """True when the database answers (raises DatabaseError when it does not)."""
     # Django's cursor wrapper (in _run) turns psycopg's errors into Django's, so

@@ -38,7 +38,7 @@ import psycopg
 from django.conf import settings
 from django.db import connection
 
-from core.db import listen
+from core.db import open_listener
 
 log = logging.getLogger("dispatch.control")
 
@@ -144,12 +144,8 @@ class _Waker:
     def _open(self) -> None:
         if self.channel is None or self.conn is not None:
             return
-        params = connection.get_connection_params()
-        params.pop("cursor_factory", None)
-        params.pop("context", None)
         try:
-            self.conn = psycopg.connect(**params, autocommit=True)
-            listen(self.conn, self.channel)
+            self.conn = open_listener(self.channel)
         except psycopg.Error as exc:
             log.info("control pump %s: LISTEN %s unavailable (%s)", self.name, self.channel, exc)
             self.close()

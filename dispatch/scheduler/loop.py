@@ -55,7 +55,7 @@ from django.db import connection, transaction
 
 from config import telemetry
 from core import faults
-from core.db import listen, notify
+from core.db import notify, open_listener
 from dispatch.history import maintenance as history_maintenance
 from dispatch.queues import DEFAULT_QUEUE
 from dispatch.scheduler import firing, store, sweeper
@@ -702,12 +702,8 @@ class Beat:
     # --- waiting -----------------------------------------------------------------------
 
     def _open_listener(self) -> None:
-        params = connection.get_connection_params()
-        params.pop("cursor_factory", None)
-        params.pop("context", None)
         try:
-            self._listen = psycopg.connect(**params, autocommit=True)
-            listen(self._listen, WAKE_CHANNEL)
+            self._listen = open_listener(WAKE_CHANNEL)
         except psycopg.Error:
             log.warning("beat %s: LISTEN unavailable; polling every cycle", self.cfg.name)
             self._listen = None

@@ -26,6 +26,14 @@ def module_ledger(ledger_respond: Respond | None) -> Iterator[Ledger]:
         yield ledger
 
 
+@pytest.fixture
+def ledger_allowed(ledger: Ledger, settings: Any) -> None:
+    """The test's own ledger (tests/conftest.py) allowed past the SSRF guard, for the
+    attempts the test process runs itself (runner.run_execution, no worker process):
+    `pytestmark = pytest.mark.usefixtures("ledger_allowed")`."""
+    settings.TARGET_TEST_ALLOW = [ledger.allow_entry]
+
+
 @pytest.fixture(scope="module")
 def worker_settings() -> dict[str, Any]:
     """How the module's worker starts: `start_worker` keywords (`queues`, `concurrency`)

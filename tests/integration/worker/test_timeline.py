@@ -6,9 +6,6 @@ never called jitter. The runner runs in-process against a loopback receiver."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
-
 import pytest
 
 from dispatch import selectors, services
@@ -18,14 +15,7 @@ from tenants.roles import Principal
 from tests.support.ledger import Ledger
 from tests.support.worker_support import make_execution, make_schedule
 
-pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def ledger(settings: Any) -> Iterator[Ledger]:
-    with Ledger() as receiver:
-        settings.TARGET_TEST_ALLOW = [receiver.allow_entry]
-        yield receiver
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("ledger_allowed")]
 
 
 def test_a_re_run_reads_as_attempt_two_in_causal_order(

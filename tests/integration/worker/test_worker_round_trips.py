@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,14 +19,7 @@ from tests.support.ledger import Ledger
 from tests.support.round_trips import counting
 from tests.support.worker_support import kinds, make_execution, make_schedule
 
-pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def ledger(settings: Any) -> Iterator[Ledger]:
-    with Ledger() as receiver:
-        settings.TARGET_TEST_ALLOW = [receiver.allow_entry]
-        yield receiver
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("ledger_allowed")]
 
 
 def http(ledger: Ledger) -> dict[str, Any]:
