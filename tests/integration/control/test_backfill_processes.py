@@ -193,11 +193,19 @@ def test_a_dst_range_runs_to_done_within_its_concurrency_cap(
     assert (backfill.created, backfill.skipped, backfill.position) == (expected, 0, expected)
 
 
-def test_overlap_forbid_runs_one_at_a_time(
-    platform: Callable[[], None], ledger: Ledger, admin_principal: Principal
+def six_forbid_runs_one_at_a_time(
+    platform: Callable[[], None],
+    ledger: Ledger,
+    admin_principal: Principal,
+    *,
+    hold_s: float,
+    max_concurrent: int,
+    timeout: float,
 ) -> None:
+    """A backfill of six hours of an overlap-forbid schedule: every run succeeds (none
+    skipped by the beat's overlap check), never two at the target at once."""
     schedule = hourly(admin_principal, ledger, concurrency="forbid")
-    counter = Concurrency(hold_s=0.3)
+    counter = Concurrency(hold_s=hold_s)
     ledger.respond = counter
     start = FALL_BACK_DAY[0]
     created = services.backfill_create(
@@ -205,14 +213,21 @@ def test_overlap_forbid_runs_one_at_a_time(
         schedule_id=schedule.id,
         range_from=start,
         range_to=start.replace(hour=6),
-        max_concurrent=5,
+        max_concurrent=max_concurrent,
     ).backfill
     assert created is not None
-    wait_for(ended(created.id, platform), timeout=120, what="backfill done")
+    wait_for(ended(created.id, platform), timeout=timeout, what="backfill done")
     rows = Execution.objects.filter(schedule=schedule)
-    # None skipped by the beat's overlap check: the pump never let two be active.
     assert sorted(rows.values_list("state", flat=True)) == ["succeeded"] * 6
     assert counter.calls == 6 and counter.peak == 1, (counter.calls, counter.peak)
+
+
+def test_overlap_forbid_runs_one_at_a_time(
+    platform: Callable[[], None], ledger: Ledger, admin_principal: Principal
+) -> None:
+    six_forbid_runs_one_at_a_time(
+        platform, ledger, admin_principal, hold_s=0.3, max_concurrent=5, timeout=120
+    )
 
 
 def test_the_next_run_is_released_when_the_last_one_ends_not_an_interval_later(
@@ -222,22 +237,9 @@ def test_the_next_run_is_released_when_the_last_one_ends_not_an_interval_later(
     backfill's: one run per CONTROL_INTERVAL_S (issue 35, defect 9: a day of a
     15-minute schedule took 100 s). The backfill's start and each run's end wake the
     pump (LISTEN/NOTIFY): six runs end long before the first 60 s interval would."""
-    schedule = hourly(admin_principal, ledger, concurrency="forbid")
-    counter = Concurrency(hold_s=0.05)
-    ledger.respond = counter
-    start = FALL_BACK_DAY[0]
-    created = services.backfill_create(
-        actor=admin_principal,
-        schedule_id=schedule.id,
-        range_from=start,
-        range_to=start.replace(hour=6),
-        max_concurrent=4,
-    ).backfill
-    assert created is not None
-    wait_for(ended(created.id, idle_pump_platform), timeout=40, what="backfill done")
-    rows = Execution.objects.filter(schedule=schedule)
-    assert sorted(rows.values_list("state", flat=True)) == ["succeeded"] * 6
-    assert counter.calls == 6 and counter.peak == 1, (counter.calls, counter.peak)
+    six_forbid_runs_one_at_a_time(
+        idle_pump_platform, ledger, admin_principal, hold_s=0.05, max_concurrent=4, timeout=40
+    )
 
 
 def test_cancel_stops_further_releases(
