@@ -66,4 +66,4 @@ def test_an_invitee_joins_through_the_link_shown_once(new_page: Any, tenant: Ten
     # The admin's list no longer shows it as open.
     admin.reload()
     assert admin.locator("#invite-link").count() == 0
-    assert "No open invitations." in admin.content()
+    assert "No open invitations:" in admin.content()
