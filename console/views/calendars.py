@@ -1,6 +1,8 @@
 """Calendar pages: the tenant's calendars with a create form (sources as JSON, as in
-the API), one calendar's dates for the coming year, its edit and its delete. Each
-change lands on a page that says what was done, once (console.views.common.done).
+the API), one calendar's dates for the coming year and a grid of three months
+(?month=YYYY-MM moves it; ?role=only reads the calendar as `only_calendars` do), its
+edit and its delete. Each change lands on a page that says what was done, once
+(console.views.common.done).
 
 Writes go through dispatch.services.calendars; a 400 names the field (shown with
 the form), a delete of a calendar in use shows the 409's message (which names the
@@ -15,6 +17,7 @@ import re
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlencode
 
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
@@ -26,7 +29,7 @@ from console.views.common import done
 from core.api import inputs
 from dispatch.calendars import PRESETS
 from dispatch.exceptions import InvalidSchedule, NotFound, StateConflict
-from dispatch.models import Calendar
+from dispatch.models import Calendar, ScheduleCalendar
 from dispatch.selectors import calendars as calendar_reads
 from dispatch.services import calendars as calendar_writes
 from tenants.roles import Principal, Role
@@ -153,6 +156,91 @@ def _saved_form(calendar: Calendar) -> dict[str, str]:
     }
 
 
+# The month grid: how many months a page shows (the nav moves by as many), the
+# weekdays' heads (Monday first, as ISO weeks and the calendar's weekday presets).
+GRID_MONTHS = 3
+WEEKDAYS = (
+    ("Monday", "Mo"),
+    ("Tuesday", "Tu"),
+    ("Wednesday", "We"),
+    ("Thursday", "Th"),
+    ("Friday", "Fr"),
+    ("Saturday", "Sa"),
+    ("Sunday", "Su"),
+)
+_MONTH = re.compile(r"([0-9]{4})-([0-9]{2})")
+
+
+def _month(text: str) -> dt.date | None:
+    """The first of the month ``text`` (YYYY-MM) names; None if it names none."""
+    found = _MONTH.fullmatch(text)
+    if found is None:
+        return None
+    try:
+        return dt.date(int(found[1]), int(found[2]), 1)
+    except ValueError:  # month 13, year 0000
+        return None
+
+
+def _grid(request: HttpRequest, principal: Principal, calendar: Calendar) -> dict[str, Any]:
+    """The month grid's context: its months from ?month (this month without it), read
+    in ?role (by default as the schedules listing the calendar read it), links to the
+    months before and after, and what was wrong with the parameters (shown inline;
+    the grid falls back to this month, as the calendar's default role)."""
+    today = dt.datetime.now(dt.UTC).date()
+    errors: list[str] = []
+    first = today.replace(day=1)
+    month = request.GET.get("month")
+    if month is not None:
+        given = _month(month)
+        if given is None:
+            errors.append(f'month: "{month[:20]}" is not a month YYYY-MM, such as {today:%Y-%m}')
+        else:
+            first = given
+    role = request.GET.get("role")
+    if role is not None and role not in ScheduleCalendar.Role.values:
+        errors.append(f'role: "{role[:20]}" must be exclude or only')
+        role = None
+    shown_role = role or calendar_reads.calendar_default_role(calendar)
+
+    def months(start: dt.date) -> list[calendar_reads.MonthGrid]:
+        return calendar_reads.calendar_month_grid(
+            tenant=principal.tenant,
+            calendar_id=calendar.id,
+            first=start,
+            count=GRID_MONTHS,
+            role=shown_role,
+        )
+
+    try:
+        shown = months(first)
+    except InvalidSchedule as exc:  # a month outside the grid's years
+        errors.append(exc.message)
+        first = today.replace(day=1)
+        shown = months(first)
+
+    def link(start: dt.date, as_role: str | None = role) -> str:
+        query = {"month": f"{start:%Y-%m}"} | ({"role": as_role} if as_role else {})
+        return f"?{urlencode(query)}#cal-grid-h"
+
+    before = calendar_reads.month_shift(first, -GRID_MONTHS)
+    after = calendar_reads.month_shift(first, GRID_MONTHS)
+    return {
+        "months": shown,
+        "errors": errors,
+        "role": shown_role,
+        "today": today,
+        "weekdays": WEEKDAYS,
+        "earlier": link(max(before, calendar_reads.GRID_FIRST_MONTH))
+        if first > calendar_reads.GRID_FIRST_MONTH
+        else "",
+        "later": link(after) if after <= calendar_reads.GRID_LAST_MONTH else "",
+        "now": link(today.replace(day=1)) if first != today.replace(day=1) else "",
+        "as_exclude": link(first, ScheduleCalendar.Role.EXCLUDE),
+        "as_only": link(first, ScheduleCalendar.Role.ONLY),
+    }
+
+
 def _get(principal: Principal, calendar_id: uuid.UUID) -> Calendar:
     try:
         return calendar_reads.calendar_get(tenant=principal.tenant, calendar_id=calendar_id)
@@ -207,6 +295,9 @@ def calendar_detail(
                 return done(request, url, f"Calendar {calendar.name} saved.")
         shown, status = _form_context(got.form, got), 400
     today = dt.datetime.now(dt.UTC).date()
+    grid = _grid(request, principal, calendar)
+    if grid["errors"] and status == 200:
+        status = 400
     ctx = base_context(
         request,
         principal,
@@ -216,6 +307,7 @@ def calendar_detail(
         ),
         users=calendar_reads.calendar_users(calendar),
         delete_error="",
+        grid=grid,
         **shown,
     )
     return render(request, "console/calendar_detail.html", ctx, status=status)
@@ -237,6 +329,7 @@ def calendar_delete(
             dates=[],
             users=calendar_reads.calendar_users(calendar),
             delete_error=exc.message,
+            grid=_grid(request, principal, calendar),
             **_form_context(_saved_form(calendar)),
         )
         return render(request, "console/calendar_detail.html", ctx, status=409)

@@ -1,12 +1,14 @@
-"""Reads of calendars: a tenant's list, one, its expanded dates, and the date filters
-of schedules (the beat loads a whole batch's in one query)."""
+"""Reads of calendars: a tenant's list, one, its expanded dates, its month grid, and the
+date filters of schedules (the beat loads a whole batch's in one query)."""
 
 from __future__ import annotations
 
+import calendar as calendar_module
 import datetime as dt
 import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from dispatch import calendars
@@ -93,13 +95,16 @@ def calendar_date_list(calendar: Calendar, *, start: dt.date, end: dt.date) -> l
     return out
 
 
-def filter_of(links: Iterable[tuple[str, Calendar]]) -> DateFilter | None:
-    """One schedule's filter from its (role, calendar) links in order; None without any."""
+def filter_of(
+    links: Iterable[tuple[str, Calendar]], *, years: tuple[int, ...] | None = None
+) -> DateFilter | None:
+    """One schedule's filter from its (role, calendar) links in order; None without any.
+    ``years``: as calendar_dates' (the month grid's years may lie outside the stored)."""
     exclude: list[DateSet] = []
     only: list[DateSet] = []
     for role, calendar in links:
         (exclude if role == ScheduleCalendar.Role.EXCLUDE else only).append(
-            calendar_dates(calendar)
+            calendar_dates(calendar, years=years)
         )
     if not exclude and not only:
         return None
@@ -153,3 +158,96 @@ def calendar_users(calendar: Calendar) -> list[tuple[uuid.UUID, str]]:
         .values_list("schedule_id", "schedule__name")
         .distinct()
     )
+
+
+# --------------------------------------------------------------------------- month grid
+# The months the grid shows: from 1900 (older years are not anyone's plan, and the
+# holiday rules are not meant for them) to the last month the dates API answers for.
+GRID_FIRST_MONTH = dt.date(1900, 1, 1)
+GRID_LAST_MONTH = LAST_DAY.replace(day=1)
+_WEEKS = calendar_module.Calendar(firstweekday=calendar_module.MONDAY)
+
+
+@dataclass(frozen=True)
+class GridDay:
+    """One day of a month grid: whether a schedule listing the calendar (in the grid's
+    role) runs on it, and if not, why in a few words (a holiday's name, "Saturday")."""
+
+    day: dt.date
+    excluded: bool
+    why: str = ""
+
+
+@dataclass(frozen=True)
+class MonthGrid:
+    """A month as weeks Monday to Sunday; a day of the month before or after is None."""
+
+    first: dt.date
+    weeks: tuple[tuple[GridDay | None, ...], ...]
+
+
+def month_shift(month: dt.date, months: int) -> dt.date:
+    """The first of the month ``months`` after (before, when negative) ``month``'s."""
+    index = month.year * 12 + month.month - 1 + months
+    return dt.date(index // 12, index % 12 + 1, 1)
+
+
+def calendar_default_role(calendar: Calendar) -> str:
+    """How the grid reads a calendar unless told: as the only dates when every live
+    schedule listing it does so in `only_calendars` (business days), else as excluded
+    dates (what a calendar is for, and what it is before any schedule lists it)."""
+    roles = set(
+        ScheduleCalendar.objects.filter(calendar=calendar, schedule__deleted_at__isnull=True)
+        .values_list("role", flat=True)
+        .distinct()
+    )
+    only = ScheduleCalendar.Role.ONLY
+    return str(only) if roles == {only} else str(ScheduleCalendar.Role.EXCLUDE)
+
+
+def calendar_month_grid(
+    *,
+    tenant: Tenant,
+    calendar_id: uuid.UUID | str,
+    first: dt.date,
+    count: int = 1,
+    role: str = ScheduleCalendar.Role.EXCLUDE,
+) -> list[MonthGrid]:
+    """The excluded days of ``count`` months from ``first``'s for a schedule listing
+    the tenant's calendar in ``role`` ("exclude": its dates; "only": the dates not in
+    it), decided by the beat's own rule (DateFilter.reason). Months past the last the
+    grid shows are left out; a first month outside them is InvalidSchedule ("month")."""
+    calendar = calendar_get(tenant=tenant, calendar_id=calendar_id)
+    first = first.replace(day=1)
+    if not GRID_FIRST_MONTH <= first <= GRID_LAST_MONTH:
+        raise InvalidSchedule.field(
+            "month",
+            f"{first.isoformat()[:7]} is outside the months shown,"
+            f" {GRID_FIRST_MONTH.isoformat()[:7]} to {GRID_LAST_MONTH.isoformat()[:7]}",
+        )
+    if role not in ScheduleCalendar.Role.values:
+        raise InvalidSchedule.field("role", "must be exclude or only")
+    months = [month_shift(first, n) for n in range(max(count, 1))]
+    months = [m for m in months if m <= GRID_LAST_MONTH]
+    years = tuple(range(months[0].year, months[-1].year + 1))
+    rule = filter_of([(role, calendar)], years=years)
+    assert rule is not None  # noqa: S101 - one link always makes a filter
+    grids = []
+    for month in months:
+        weeks = []
+        for week in _WEEKS.monthdatescalendar(month.year, month.month):
+            days: list[GridDay | None] = []
+            for day in week:
+                if day.month != month.month:
+                    days.append(None)
+                    continue
+                if rule.allows(day):
+                    days.append(GridDay(day, excluded=False))
+                elif role == ScheduleCalendar.Role.EXCLUDE:
+                    # A dates or range source without a name labels its days "".
+                    days.append(GridDay(day, True, rule.exclude[0].label(day) or "listed date"))
+                else:
+                    days.append(GridDay(day, True, "not in this calendar"))
+            weeks.append(tuple(days))
+        grids.append(MonthGrid(month, tuple(weeks)))
+    return grids
