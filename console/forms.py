@@ -533,6 +533,9 @@ class ScheduleForm(forms.Form):
             )
             attrs["hx-target"] = "#preview"
             attrs["hx-swap"] = "innerHTML"
+            # The latest edit wins: an earlier answer still on its way (from a field left
+            # a moment before) is dropped rather than painted over the newer one.
+            attrs["hx-sync"] = "#preview:replace"
         self.fields["timezone"].widget.attrs["list"] = "zones"
         self.fields["timezone"].widget.attrs["autocomplete"] = "off"
         self.fields["cron"].widget.attrs["autocomplete"] = "off"
