@@ -17,6 +17,7 @@ from django.conf import settings
 from django.contrib.auth.forms import UserCreationForm
 from django.core import signing
 
+from console import target_editor
 from core.api import inputs
 from dispatch import selectors, services
 from dispatch.concurrency_keys import OnConflict
@@ -39,6 +40,11 @@ def default_target() -> str:
 
 
 ROLE_CHOICES = [(r.label, r.label) for r in Role]
+TARGET_TYPE_LABELS = {
+    "http": "HTTP request",
+    "queue": "queue message",
+    "command": "managed command",
+}
 
 # Error keys of dispatch.exceptions.InvalidSchedule.detail → the form field that shows them.
 ERROR_FIELDS = {
@@ -220,11 +226,80 @@ class ScheduleForm(forms.Form):
         widget=forms.DateTimeInput(attrs={"type": "datetime-local", "step": "1"}),
     )
     timezone = forms.CharField(max_length=64, initial="UTC")
-    target = forms.CharField(
-        initial=DEFAULT_TARGET,
-        widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false"}),
-        help_text='JSON: {"type": "http"|"queue"|"command", …}; secrets only as {"secret": "vault:…"}',
+    # The target: structured fields per kind (console/target_editor.py) and the JSON box;
+    # target_editor.source decides which one a submission means.
+    target_type = forms.ChoiceField(
+        choices=[(t, TARGET_TYPE_LABELS.get(t, t)) for t in target_editor.TYPES],
+        required=False,
+        label="Type",
     )
+    target_method = forms.ChoiceField(
+        choices=[(m, m) for m in target_editor.METHODS], required=False, label="Method"
+    )
+    target_url = forms.CharField(
+        required=False,
+        label="URL",
+        widget=forms.TextInput(attrs={"spellcheck": "false", "autocomplete": "off"}),
+    )
+    target_broker = forms.CharField(
+        required=False,
+        label="Broker",
+        help_text="empty: the default broker",
+        widget=forms.TextInput(attrs={"spellcheck": "false", "autocomplete": "off"}),
+    )
+    target_exchange = forms.CharField(
+        required=False,
+        label="Exchange",
+        help_text="empty: the default exchange (the routing key is then the queue's name)",
+        widget=forms.TextInput(attrs={"spellcheck": "false", "autocomplete": "off"}),
+    )
+    target_routing_key = forms.CharField(
+        required=False,
+        label="Routing key",
+        help_text="your tenant's namespace first: <tenant>.…",
+        widget=forms.TextInput(attrs={"spellcheck": "false", "autocomplete": "off"}),
+    )
+    target_body_format = forms.ChoiceField(
+        choices=[(target_editor.BODY_JSON, "JSON"), (target_editor.BODY_TEXT, "text")],
+        required=False,
+        label="Body is",
+    )
+    target_body = forms.CharField(
+        required=False,
+        strip=False,
+        label="Body",
+        help_text="empty: none; JSON is sent as application/json, text as text/plain",
+        widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}),
+    )
+    target_command = forms.CharField(
+        required=False,
+        label="Command",
+        help_text="the name of a managed command registered for your tenant",
+        widget=forms.TextInput(attrs={"spellcheck": "false", "autocomplete": "off"}),
+    )
+    target_args = forms.CharField(
+        required=False,
+        label="Arguments",
+        help_text="one per line: parameter=value",
+        widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}),
+    )
+    target_env = forms.CharField(
+        required=False,
+        label="Environment",
+        help_text="one per line: NAME=secret reference (vault:kv/<tenant>/path#key or env:NAME), "
+        "never a secret's value",
+        widget=forms.Textarea(attrs={"rows": 2, "spellcheck": "false"}),
+    )
+    target = forms.CharField(
+        required=False,
+        label="Target (JSON)",
+        widget=forms.Textarea(attrs={"rows": 6, "spellcheck": "false"}),
+        help_text='The whole target: {"type": "http"|"queue"|"command", …}; secrets only as '
+        '{"secret": "vault:…"}. If you change this JSON, it is saved instead of the fields '
+        "above; while it is as shown, the fields win and the keys they do not cover "
+        "(auth, completion, heartbeat_s) are kept from it. Empty it to use the fields again.",
+    )
+    target_shown = forms.CharField(required=False, widget=forms.HiddenInput)
     timeout_s = forms.IntegerField(
         required=False,
         min_value=1,
@@ -319,6 +394,100 @@ class ScheduleForm(forms.Form):
             # A new schedule (an edit form keeps its schedule's id and carries no seed).
             self.initial["preview_seed"] = issue_seed()
             self.initial.setdefault("target", default_target())
+        self.target_source = target_editor.source(self.data) if self.is_bound else ""
+        rows: list[target_editor.HeaderRow] = []
+        if self.is_bound:
+            posted = [
+                i
+                for i in range(target_editor.MAX_HEADER_ROWS)
+                if f"target_header_name_{i}" in self.data
+            ]
+            count = max(posted, default=-1) + 2  # one empty row to add a header
+        else:
+            shown = str(self.initial.get("target") or "")
+            try:
+                proposed = json.loads(shown)
+            except ValueError:
+                proposed = None
+            values, rows = target_editor.initial(proposed)
+            for key, value in values.items():
+                self.initial.setdefault(key, value)
+            self.initial["target_shown"] = target_editor.fingerprint(shown)
+            count = len(rows) + 2
+        self.header_count = min(count, target_editor.MAX_HEADER_ROWS)
+        for i in range(self.header_count):
+            n = i + 1
+            self.fields[f"target_header_name_{i}"] = forms.CharField(
+                required=False,
+                label=f"Header {n}",
+                widget=forms.TextInput(
+                    attrs={
+                        "spellcheck": "false",
+                        "autocomplete": "off",
+                        "aria-label": f"Header {n}",
+                    }
+                ),
+            )
+            self.fields[f"target_header_kind_{i}"] = forms.ChoiceField(
+                choices=[(target_editor.TEXT, "text"), (target_editor.SECRET, "secret reference")],
+                required=False,
+                label=f"Header {n} value is",
+                widget=forms.Select(attrs={"aria-label": f"Header {n} value is"}),
+            )
+            self.fields[f"target_header_value_{i}"] = forms.CharField(
+                required=False,
+                label=f"Header {n} value",
+                widget=forms.TextInput(
+                    attrs={
+                        "spellcheck": "false",
+                        "autocomplete": "off",
+                        "aria-label": f"Header {n} value",
+                    }
+                ),
+            )
+            if i < len(rows):
+                self.initial.setdefault(f"target_header_name_{i}", rows[i].name)
+                self.initial.setdefault(f"target_header_kind_{i}", rows[i].kind)
+                self.initial.setdefault(f"target_header_value_{i}", rows[i].value)
+
+    def header_rows(self) -> list[tuple[forms.BoundField, forms.BoundField, forms.BoundField]]:
+        """The header rows' bound fields (name, value is, value), for the template."""
+        return [
+            (
+                self[f"target_header_name_{i}"],
+                self[f"target_header_kind_{i}"],
+                self[f"target_header_value_{i}"],
+            )
+            for i in range(self.header_count)
+        ]
+
+    def header_values(self) -> list[target_editor.HeaderRow]:
+        """The header rows as submitted (cleaned), in order."""
+        d = self.cleaned_data
+        return [
+            target_editor.HeaderRow(
+                name=(d.get(f"target_header_name_{i}") or "").strip(),
+                kind=d.get(f"target_header_kind_{i}") or target_editor.TEXT,
+                value=d.get(f"target_header_value_{i}") or "",
+            )
+            for i in range(self.header_count)
+        ]
+
+    def json_open(self) -> bool:
+        """The JSON view opens when it is what the submission used, or shows an error."""
+        return self.target_source == target_editor.JSON or bool(
+            self.is_bound and self["target"].errors
+        )
+
+    def error_field(self, key: str) -> str | None:
+        """The field that shows a service error naming `key`: with the structured fields
+        used, the target's errors go on those fields (what they do not cover stays on the
+        JSON); with the JSON used, on the JSON box, as before."""
+        if self.target_source == target_editor.FIELDS and hasattr(self, "cleaned_data"):
+            placed = target_editor.error_field(key, self.header_values())
+            if placed is not None:
+                return placed
+        return field_for_error(key)
 
     def ignored_fields(self) -> set[str]:
         """Fields of the other kind (or of another misfire policy) in a submission: the
@@ -353,14 +522,20 @@ class ScheduleForm(forms.Form):
 
     def live(self, url: str) -> None:
         """Validate and preview as the user types: each input posts the form (htmx, CSRF header)."""
-        for name in self.LIVE_FIELDS:
+        structured = [n for n in self.fields if n.startswith("target_") and n != "target_shown"]
+        for name in (*self.LIVE_FIELDS, *structured):
             attrs = self.fields[name].widget.attrs
             attrs["hx-post"] = url
             attrs["hx-trigger"] = (
-                "change" if name == "kind" else "keyup changed delay:300ms, change"
+                "change"
+                if isinstance(self.fields[name].widget, forms.Select)
+                else "keyup changed delay:300ms, change"
             )
             attrs["hx-target"] = "#preview"
             attrs["hx-swap"] = "innerHTML"
+            # The latest edit wins: an earlier answer still on its way (from a field left
+            # a moment before) is dropped rather than painted over the newer one.
+            attrs["hx-sync"] = "#preview:replace"
         self.fields["timezone"].widget.attrs["list"] = "zones"
         self.fields["timezone"].widget.attrs["autocomplete"] = "off"
         self.fields["cron"].widget.attrs["autocomplete"] = "off"
@@ -416,8 +591,17 @@ class ScheduleForm(forms.Form):
     def clean_only_calendars(self) -> list[str]:
         return _lines(self.cleaned_data.get("only_calendars"))
 
-    def clean_target(self) -> dict[str, Any]:
+    def clean_target(self) -> dict[str, Any] | None:
         raw = self.cleaned_data.get("target") or ""
+        if self.target_source == target_editor.FIELDS:
+            # Not edited: only its keys the fields do not cover are read (in clean).
+            try:
+                shown = inputs.loads_json(raw, "target") if raw.strip() else None
+            except inputs.InvalidInput:
+                return None
+            return shown if isinstance(shown, dict) else None
+        if not raw.strip():
+            raise forms.ValidationError(self.fields["target"].error_messages["required"])
         try:
             # The API's JSON rules: depth, finite numbers, storable text.
             value = inputs.loads_json(raw, "target")
@@ -456,6 +640,15 @@ class ScheduleForm(forms.Form):
         seed = str(data.get("preview_seed") or "")
         if seed and read_seed(seed) is None:
             self.add_error(None, f"preview_seed: {SEED_INVALID}")
+        if self.target_source == target_editor.FIELDS:
+            # The target from the structured fields; the services validate it as any other.
+            try:
+                data["target"] = target_editor.from_fields(
+                    data, self.header_values(), base=data.get("target")
+                )
+            except target_editor.Problems as problems:
+                for name, message in problems.errors.items():
+                    self.add_error(name, message)
         kind = data.get("kind")
         if kind == "cron" and not (data.get("cron") or "").strip():
             self.add_error("cron", "cron: is required for a recurring schedule")

@@ -82,7 +82,7 @@ def _apply_errors(form: console_forms.ScheduleForm, exc: DispatchError) -> None:
     """Put a service error on the field it names; anything else above the form."""
     unplaced = False
     for key, messages in (exc.detail or {}).items():
-        target = console_forms.field_for_error(key)
+        target = form.error_field(key)
         for message in messages:
             if target and target in form.fields:
                 form.add_error(target, f"{console_forms.error_label(key)}: {message}")

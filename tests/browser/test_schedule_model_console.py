@@ -61,6 +61,8 @@ def test_specs_bounds_max_runs_and_a_key_through_the_form(new_page: Any, tenant:
     interval = {t for t in shown if (t - origin).total_seconds() % (7 * 3600) == 0}
     # The union: both specs' runs, and nothing else.
     assert daily and interval - daily and shown == daily | interval, sorted(shown)
+    # The target as JSON: the expert view below the structured fields.
+    page.get_by_text("Edit as JSON").click()
     page.get_by_label("Target").fill(TARGET)
     page.get_by_label("At most this many runs").fill("0")
     page.get_by_role("button", name="Create schedule").click()
