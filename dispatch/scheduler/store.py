@@ -464,6 +464,7 @@ def admit_executions(
     *,
     ids: list[str],
     attempts: list[int],
+    partitions: list[int],
     queues: list[str],
     ckeys: list[str | None],
     numbers: list[int],
@@ -471,7 +472,14 @@ def admit_executions(
 ) -> set[str]:
     rows = sql.rows(
         "admit_executions",
-        {"ids": ids, "attempts": attempts, "queues": queues, "ckeys": ckeys, "numbers": numbers}
+        {
+            "ids": ids,
+            "attempts": attempts,
+            "partitions": partitions,
+            "queues": queues,
+            "ckeys": ckeys,
+            "numbers": numbers,
+        }
         | occurrence_span(occurred),
     )
     return {str(r.id) for r in rows}

@@ -451,11 +451,17 @@ SET state = 'queued', queue = v.queue,
     -- The key it now holds (admission decided it has room; '': none); NULL: keep what it
     -- has (a retry's, which still holds the key its run was admitted with).
     concurrency_key = CASE WHEN v.ckey IS NULL THEN e.concurrency_key ELSE NULLIF(v.ckey, '') END
-FROM unnest(%(ids)s::uuid[], %(attempts)s::int[], %(queues)s::text[], %(ckeys)s::text[])
-     AS v(id, attempt, queue, ckey)
-WHERE e.id = v.id AND e.attempt = v.attempt
+FROM unnest(%(ids)s::uuid[], %(attempts)s::int[], %(partitions)s::int[], %(queues)s::text[],
+            %(ckeys)s::text[])
+     AS v(id, attempt, partition, queue, ckey)
+-- `e.id = ANY(ids)` finds the rows by id (an index probe per id, or one pass with a
+-- hashed filter), and the membership test is on the chunk's own partitions: a join of
+-- the executions with `numbers` made the planner read every row staged in the beat's
+-- partitions and hash them, once per chunk (at 50,000 staged rows 77 ms of a chunk's
+-- join instead of 23 ms; a burst's chunks each paid it again).
+WHERE e.id = ANY(%(ids)s::uuid[]) AND e.id = v.id AND e.attempt = v.attempt
+  AND e.partition = v.partition AND v.partition IN (SELECT unnest(%(numbers)s::int[]))
   AND e.state IN ('scheduled', 'retry_scheduled')
-  AND e.partition IN (SELECT unnest(%(numbers)s::int[]))
   -- The rows' occurrences (store.occurrence_span): the day partitions outside are
   -- pruned at planning instead of each probed for every id.
   AND e.scheduled_for BETWEEN %(lo)s::timestamptz AND %(hi)s::timestamptz
