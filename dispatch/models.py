@@ -602,6 +602,36 @@ class BeatNode(models.Model):
         return self.name
 
 
+class AdmissionGrant(models.Model):
+    """Slots of a capped tenant a beat has taken for the chunk it is admitting.
+
+    A beat takes them in a short transaction of their own, under the tenant's quota
+    row (dispatch/scheduler/admission.py), and gives them up in the transaction that
+    admits the chunk, when the queued rows take their place: the long admission then
+    holds no quota row, so beats admit one tenant's burst side by side instead of in
+    turns. Counted as in flight by every other admission and by a manual trigger.
+
+    A grant lives while the range it names (`range_number` at `epoch`, owned by
+    `beat`) does: a beat that dies between taking and using its slots leaks them
+    only until its ranges are taken over (a new epoch), and the admitting
+    transaction's fence keeps that epoch from moving while it runs.
+    """
+
+    beat = models.CharField(max_length=200)
+    tenant_id = models.BigIntegerField()
+    range_number = models.PositiveSmallIntegerField()
+    epoch = models.BigIntegerField()
+    slots = models.PositiveIntegerField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant_id", "beat"], name="admission_grant_one")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.beat}: {self.slots} of tenant {self.tenant_id}"
+
+
 class Backfill(models.Model):
     """The occurrences a schedule would have had over [range_from, range_to), run now.
 

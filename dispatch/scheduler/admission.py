@@ -1,13 +1,19 @@
 """Admission at due time: the overlap policy, the tenant and platform caps, the
 weighted round robin across tenants and the daily quota, in one fenced transaction.
 
-Admission is atomic across beats: capped tenants' quota rows (and, with
-DISPATCH_MAX_INFLIGHT, one platform-wide advisory lock) are locked first, the
-in-flight counts (dispatch.states.IN_FLIGHT_STATES) are read after the locks
-were granted, and the admitted rows become `queued` before the transaction
-commits — so the next beat to take the lock counts them. Slots are not a
-counter but the queued/running rows themselves: nothing can leak when a beat
-dies (see admit_executions in beat.sql).
+Admission is atomic across beats. A capped tenant's free slots are its cap less
+its in-flight executions (dispatch.states.IN_FLIGHT_STATES) and the slots other
+beats hold as grants (dispatch.models.AdmissionGrant), read after its quota row
+was locked. A beat takes its chunk's slots as grants in a short transaction under
+the quota rows, then admits the chunk in a second, fenced transaction that holds
+no quota row: the admitted rows become `queued` and the grants are given up in
+the same commit, so every reader sees either the grants or the rows. With
+DISPATCH_MAX_INFLIGHT (one platform-wide advisory lock) the admitting transaction
+takes the locks and counts itself, as it must hold them until it commits.
+
+Slots are the queued/running rows themselves plus grants that live only while the
+range they name is held at its epoch: nothing leaks past a takeover when a beat
+dies (see admit_executions and granted_slots in beat.sql).
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -25,7 +32,7 @@ from django.conf import settings
 from django.db import transaction
 
 from core import faults
-from dispatch import concurrency_keys
+from dispatch import concurrency_keys, selectors
 from dispatch.concurrency_keys import OnConflict
 from dispatch.queues import PRIORITIES, split_queue_name
 from dispatch.scheduler import dependencies, store
@@ -63,6 +70,16 @@ class _Config(Protocol):
 QUOTA_REDIS_BACKOFF_S = 5.0
 
 
+@dataclass(frozen=True)
+class _Grant:
+    """What a beat took before admitting a chunk: the range its grants name, the
+    tenants' limits read under the quota rows, and each capped tenant's slots."""
+
+    anchor: tuple[int, int]
+    info: dict[int, selectors.TenantSlots]
+    slots: dict[int, int]
+
+
 class Admission:
     """Decides, at their due time, which of a batch of due executions are published."""
 
@@ -75,7 +92,7 @@ class Admission:
         # half a lease (the beat's session limits): a silent Redis must time out well
         # before that, or every batch would be rolled back and none ever published.
         self._redis_timeout_s = min(2.0, max(0.2, config.lease_ttl_s / 6))
-        self._tenant_info: dict[int, store.TenantLimits] = {}
+        self._tenant_info: dict[int, selectors.TenantSlots] = {}
         # The last batch's executions held back by a cap: still due, tried again.
         self.held: list[Pending] = []
 
@@ -85,21 +102,36 @@ class Admission:
         `now`: the database clock, epoch s. A row withdrawn or changed since it was
         staged is neither: admit_executions updates only rows still as loaded."""
         self.held = []
+        grant = self._take_grants(ready, partitions)
+        faults.crash_at("after_grant")
         with transaction.atomic():
             numbers = partitions.fence()
+            # This beat's grants end with this transaction (its queued rows take the
+            # slots' place), and so do any a failed admission left behind.
+            store.clear_admission_grants(
+                beat=self.cfg.name, tenant_ids=sorted({p.tenant_id for p in ready})
+            )
+            if grant is not None and not partitions.holds(*grant.anchor):
+                grant = None  # its range moved on: the slots count for nobody now
             owned = set(numbers)
             ready = [p for p in ready if p.partition in owned]
             if not ready:
                 return []
-            # Locks first (quota rows, then execution rows): the manual trigger takes
-            # the same order, so the two cannot deadlock.
             tenant_ids = sorted({p.tenant_id for p in ready})
-            if self.cfg.max_inflight:
-                store.lock_admission_global()
-            store.lock_admission_tenants(tenant_ids=tenant_ids)
+            if grant is not None:
+                info, room = grant.info, grant.slots
+            else:
+                # Locks first (quota rows, then execution rows): the manual trigger takes
+                # the same order, so the two cannot deadlock.
+                if self.cfg.max_inflight:
+                    store.lock_admission_global()
+                store.lock_admission_tenants(tenant_ids=tenant_ids)
+                info = self._slots(tenant_ids)
+                room = {tid: row.free for tid, row in info.items() if row.max_concurrent}
+            self._tenant_info = info
             ready = self._decide_overlap(ready)
             ready, key_held = self._decide_keys(ready)
-            to_send, held = self._apply_limits(ready)
+            to_send, held = self._apply_limits(ready, info, room)
             to_send, over_quota = self._daily_quota(to_send, now=now)
             admitted: set[str] = set()
             if to_send:
@@ -155,6 +187,40 @@ class Admission:
         faults.crash_at("after_admit")
         self.held = [p for items in held.values() for p in items] + [p for p, _ in key_held]
         return [p for p in to_send if p.id in admitted]
+
+    def _take_grants(self, ready: list[Pending], partitions: Partitions) -> _Grant | None:
+        """The capped tenants' slots for this chunk, taken in a short transaction of
+        their own under the quota rows (store.granted_slots says how long they count).
+        The admission then holds no quota row while it writes the chunk, so two beats
+        admitting one tenant's burst work side by side instead of in turns.
+
+        None (the admission locks the quota rows itself, as before grants): with
+        DISPATCH_MAX_INFLIGHT, whose platform-wide count must stay locked until the
+        admission commits, or when the beat holds no range to name."""
+        anchor = partitions.anchor()
+        if self.cfg.max_inflight or anchor is None or not ready:
+            return None
+        wanted: dict[int, int] = defaultdict(int)
+        for p in ready:
+            wanted[p.tenant_id] += 1
+        tenant_ids = sorted(wanted)
+        with transaction.atomic():
+            store.lock_admission_tenants(tenant_ids=tenant_ids)
+            info = self._slots(tenant_ids)
+            slots = {
+                tid: min(wanted[tid], row.free) for tid, row in info.items() if row.max_concurrent
+            }
+            if slots:
+                store.clear_admission_grants(beat=self.cfg.name, tenant_ids=tenant_ids)
+                store.take_admission_grants(
+                    beat=self.cfg.name, range_number=anchor[0], epoch=anchor[1], slots=slots
+                )
+        return _Grant(anchor, info, slots)
+
+    def _slots(self, tenant_ids: list[int]) -> dict[int, selectors.TenantSlots]:
+        """The tenants' limits and taken slots (this beat's own grants left out: they
+        are replaced or given up by the transaction reading them)."""
+        return {r.id: r for r in selectors.tenant_slots(tenant_ids=tenant_ids, beat=self.cfg.name)}
 
     def _decide_overlap(self, ready: list[Pending]) -> list[Pending]:
         """The overlap policy, at the occurrence's due time (inside the admission transaction).
@@ -259,7 +325,7 @@ class Admission:
 
         Only the first attempt of a chain is decided (a retry goes on holding the key it
         was admitted with). Each (tenant, key) of the batch is locked (advisory, sorted,
-        after the quota rows) and its holders read after the lock in one indexed query:
+        after any quota rows the admission locks) and its holders read after the lock in one indexed query:
         a batch without a key costs nothing. Candidates are decided oldest due first,
         each by its own `limit` and `on_conflict`: `queue` holds it (still due, tried
         again at the next batch, like a cap's hold), `skip` records it skipped, `replace`
@@ -417,20 +483,20 @@ class Admission:
         return [p for p in items if p.id not in dropped], over
 
     def _apply_limits(
-        self, ready: list[Pending]
+        self,
+        ready: list[Pending],
+        info: dict[int, selectors.TenantSlots],
+        free: dict[int, int],
     ) -> tuple[list[Pending], dict[tuple[ReasonCode, str], list[Pending]]]:
         """Per-tenant concurrency caps and weighted fair share across tenants.
 
         Within a tenant, higher priority goes first; across tenants, publishing is
         interleaved in proportion to quota weights, so when capacity is short a
-        flooding tenant cannot starve a small one. Called inside admit, after the
-        admission locks: the counts read here include every other beat's admissions.
+        flooding tenant cannot starve a small one. `free`: each capped tenant's slots
+        for this chunk (its grant, or what the locked count left: see _room).
         """
         if not ready:
             return [], {}
-        tenant_ids = sorted({p.tenant_id for p in ready})
-        info = {r.id: r for r in store.tenant_limits(tenant_ids=tenant_ids)}
-        self._tenant_info = info
         by_tenant: dict[int, list[Pending]] = defaultdict(list)
         for p in sorted(
             ready, key=lambda p: (_PRIORITY_RANK.get(split_queue_name(p.queue)[0], 1), p.due)
@@ -439,9 +505,9 @@ class Admission:
         held: dict[tuple[ReasonCode, str], list[Pending]] = defaultdict(list)
         room: dict[int, int] = {}
         for tid, items in by_tenant.items():
-            limits = info.get(tid) or store.TenantLimits(tid, str(tid), 0, 1, 0, 0)
+            limits = info.get(tid) or selectors.TenantSlots(tid, str(tid), 0, 1, 0, 0, 0)
             cap = limits.max_concurrent
-            room[tid] = max(0, cap - limits.inflight) if cap else len(items)
+            room[tid] = free.get(tid, 0) if cap else len(items)
             if room[tid] < len(items):
                 reason = f"waiting: tenant {limits.slug} at its concurrency limit {cap}"
                 held[ReasonCode.HELD_CONCURRENCY, reason].extend(items[room[tid] :])

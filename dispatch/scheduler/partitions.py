@@ -87,6 +87,20 @@ class Partitions:
             numbers = sorted(self.owned)
             return numbers, [self.owned[n] for n in numbers]
 
+    def anchor(self) -> tuple[int, int] | None:
+        """One range held and its epoch (the lowest): what an admission grant names
+        (store.granted_slots), or None when nothing is held."""
+        with self.lock:
+            if not self.owned:
+                return None
+            number = min(self.owned)
+            return number, self.owned[number]
+
+    def holds(self, number: int, epoch: int) -> bool:
+        """Whether range `number` is still held at `epoch` (after fence(): locked so)."""
+        with self.lock:
+            return self.owned.get(number) == epoch
+
     def covering(self, numbers: list[int] | set[int]) -> list[int]:
         """The logical partitions the held ranges `numbers` cover, in order."""
         with self.lock:

@@ -131,15 +131,6 @@ class Touched(NamedTuple):
     tenant_id: int
 
 
-class TenantLimits(NamedTuple):
-    id: int
-    slug: str
-    max_concurrent: int
-    weight: int
-    inflight: int
-    max_executions_per_day: int
-
-
 class StaleQueued(NamedTuple):
     id: uuid.UUID
     attempt: int
@@ -436,12 +427,23 @@ def key_holders(
     return [KeyHolder._make(r) for r in rows]
 
 
-def tenant_limits(*, tenant_ids: list[int]) -> list[TenantLimits]:
-    rows = sql.rows(
-        "tenant_inflight",
-        {"tenant_ids": tenant_ids, "in_flight": state_values(IN_FLIGHT_STATES)},
+def clear_admission_grants(*, beat: str, tenant_ids: list[int]) -> None:
+    sql.execute("admission_grants_clear", {"beat": beat, "tenant_ids": tenant_ids})
+
+
+def take_admission_grants(
+    *, beat: str, range_number: int, epoch: int, slots: dict[int, int]
+) -> None:
+    sql.execute(
+        "admission_grants_take",
+        {
+            "beat": beat,
+            "range_number": range_number,
+            "epoch": epoch,
+            "tenant_ids": list(slots),
+            "slots": list(slots.values()),
+        },
     )
-    return [TenantLimits._make(r) for r in rows]
 
 
 def inflight_total() -> int:

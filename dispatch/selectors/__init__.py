@@ -55,6 +55,7 @@ from dispatch.selectors.executions import (
     ExecutionFilter,
     ExecutionPage,
     ExecutionRecord,
+    TenantSlots,
     TimelineItem,
     Usage,
     archived_execution_get,
@@ -68,6 +69,7 @@ from dispatch.selectors.executions import (
     executions_matching,
     executions_running,
     executions_troubled,
+    tenant_slots,
     tenant_usage,
 )
 from dispatch.selectors.health import (
@@ -201,6 +203,7 @@ __all__ = [
     "PreviewRow",
     "ResumePreview",
     "ScheduleHealth",
+    "TenantSlots",
     "TimelineItem",
     "UpcomingGroup",
     "Usage",
@@ -279,6 +282,7 @@ __all__ = [
     "schedule_upstreams",
     "schedules_by_health",
     "status_grid",
+    "tenant_slots",
     "tenant_usage",
     "upcoming_by_schedule",
     "upcoming_count",

@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from django.db.models import Count, Model, Q, QuerySet
 from django.utils import timezone
@@ -32,6 +32,7 @@ from dispatch.selectors.paging import (
     tenant_object,
     within,
 )
+from dispatch.sql import sql
 from dispatch.states import (
     ATTEMPT_END_EVENT_KINDS,
     CANCEL_EVENT_KINDS,
@@ -39,6 +40,7 @@ from dispatch.states import (
     OFF_TIMELINE_EVENT_KINDS,
     EventKind,
     Trigger,
+    state_values,
 )
 from tenants.models import Tenant, TenantQuota
 
@@ -441,6 +443,33 @@ class Usage:
     max_concurrent: int | None
     today: int
     max_per_day: int | None
+
+
+class TenantSlots(NamedTuple):
+    """A tenant's limits and what takes its concurrency slots (read by tenant_slots)."""
+
+    id: int
+    slug: str
+    max_concurrent: int  # 0: no cap
+    weight: int
+    inflight: int  # counted up to the cap
+    max_executions_per_day: int
+    granted: int  # slots beats hold as admission grants (dispatch.models.AdmissionGrant)
+
+    @property
+    def free(self) -> int:
+        """Slots left under the cap (meaningful for a capped tenant only)."""
+        return max(0, self.max_concurrent - self.inflight - self.granted)
+
+
+def tenant_slots(*, tenant_ids: list[int], beat: str = "") -> list[TenantSlots]:
+    """Each tenant's limits and the slots taken, `beat`'s own grants left out. Read it
+    after locking the tenants' quota rows: the cap is exact only under that lock."""
+    rows = sql.rows(
+        "tenant_slots",
+        {"tenant_ids": tenant_ids, "beat": beat, "in_flight": state_values(IN_FLIGHT_STATES)},
+    )
+    return [TenantSlots._make(r) for r in rows]
 
 
 def tenant_usage(*, tenant: Tenant, day_start: datetime) -> Usage:

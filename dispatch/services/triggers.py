@@ -10,11 +10,12 @@ from django.db.models import F
 from django.db.models.functions import Now
 
 from core.db import db_clock, notify
+from dispatch import selectors
 from dispatch.exceptions import TriggerLimited
 from dispatch.history.partitions import violates_occurrence_key
 from dispatch.models import Execution, ExecutionState, Overlap, Trigger
 from dispatch.services.common import WAKE_CHANNEL, live_schedule, record_audit, record_event
-from dispatch.states import IN_FLIGHT_STATES, AuditAction, EventData, EventKind, ReasonCode
+from dispatch.states import AuditAction, EventData, EventKind, ReasonCode
 from tenants.audit import audit_record
 from tenants.models import TenantQuota
 from tenants.roles import Principal
@@ -65,17 +66,15 @@ def _trigger(*, actor: Principal, schedule_id: uuid.UUID | str) -> tuple[Executi
         ExecutionState.RETRY_SCHEDULED,
     ]
     if quota is not None:
-        # The one "in flight" (dispatch/states.py) the beat's admission uses too, read
-        # after the lock as admission reads it. Counted up to the cap only (LIMIT cap
-        # inside the count, on the partial index execution_inflight_tenant): the answer
-        # is "below the cap or not", and a tenant with 100,000 queued must not make each
-        # click count them all while holding its quota row (which the beats' admission
-        # waits for). Staged (`scheduled`) rows are not in flight and not in that index.
+        # The rule the beat's admission uses (selectors.tenant_slots: in-flight
+        # executions, dispatch/states.py, counted up to the cap on the partial index
+        # execution_inflight_tenant, plus the slots beats hold as admission grants),
+        # read after the lock as admission reads it. Counted up to the cap: a tenant
+        # with 100,000 queued must not make each click count them all while holding its
+        # quota row. Staged (`scheduled`) rows are not in flight and not in that index.
         cap = quota.max_concurrent
-        in_flight = Execution.objects.filter(tenant=actor.tenant, state__in=IN_FLIGHT_STATES)[
-            :cap
-        ].count()
-        if in_flight >= cap:
+        (slots,) = selectors.tenant_slots(tenant_ids=[actor.tenant.pk])
+        if not slots.free:
             return None, cap
     # An occurrence the beat planned ahead (scheduled, not yet due) is not a
     # previous run: its own overlap is decided when it comes due.

@@ -416,16 +416,51 @@ WHERE q.tenant_id = ANY(%(tenant_ids)s::bigint[]) AND q.max_concurrent > 0
 ORDER BY q.tenant_id
 FOR NO KEY UPDATE OF q
 
--- name: tenant_inflight
--- Per tenant: cap, fair-share weight, daily quota, and (capped tenants only) in-flight
--- executions (dispatch.states.IN_FLIGHT_STATES: queued + running). Run after admission_lock_tenants, as its own statement: its
--- snapshot then includes every admission committed by whoever held the lock before.
+-- name: admission_grants_clear
+-- A beat's grants (dispatch_admissiongrant) are those of the chunk it is admitting:
+-- taking new ones first drops any a failed admission left behind, and the admission
+-- gives them up in its commit. Grants of these tenants that no longer count (a dead
+-- beat's, its range taken over: not in dispatch_admissiongrant_live) go too.
+DELETE FROM dispatch_admissiongrant g
+WHERE g.beat = %(beat)s
+   OR (g.tenant_id = ANY(%(tenant_ids)s::bigint[])
+       AND NOT EXISTS (SELECT 1 FROM dispatch_admissiongrant_live l WHERE l.id = g.id))
+
+-- name: admission_grants_take
+-- The slots this beat takes for its chunk, named by one range it holds (`range_number`
+-- at `epoch`): see tenant_slots for when they stop counting.
+INSERT INTO dispatch_admissiongrant (beat, tenant_id, range_number, epoch, slots)
+SELECT %(beat)s, v.tenant_id, %(range_number)s, %(epoch)s, v.slots
+FROM unnest(%(tenant_ids)s::bigint[], %(slots)s::int[]) AS v(tenant_id, slots)
+WHERE v.slots > 0
+
+-- name: tenant_slots
+-- (dispatch.selectors.tenant_slots) Per tenant: cap, fair-share weight, daily quota,
+-- and for capped tenants what takes their slots: in-flight executions
+-- (dispatch.states.IN_FLIGHT_STATES: queued + running, counted up to the cap: the
+-- answer is only ever "how much room is left") and the slots other admitters than
+-- `beat` hold as grants ('' for none). Run after admission_lock_tenants (or the
+-- trigger's FOR UPDATE), as its own statement: its snapshot then includes every
+-- admission committed by whoever held the lock before. Both in ONE statement: an
+-- admission gives its grant up in the commit that queues its rows, and only one
+-- snapshot sees exactly one of the two (two statements could see neither).
+-- A grant counts while its range is still its beat's at the epoch it named (the view
+-- dispatch_admissiongrant_live, migration 0027): a beat that died holding one stops
+-- counting when its range is taken over, and the admission that uses a grant fences
+-- that range, so no takeover (and no reading of it as dead) can commit while the
+-- grant's slots are being filled.
 SELECT t.id, t.slug, q.max_concurrent, q.weight,
        CASE WHEN q.max_concurrent > 0 THEN
-           (SELECT count(*) FROM dispatch_execution e
-             WHERE e.tenant_id = t.id AND e.state = ANY(%(in_flight)s::text[]))
+           (SELECT count(*) FROM (
+               SELECT 1 FROM dispatch_execution e
+               WHERE e.tenant_id = t.id AND e.state = ANY(%(in_flight)s::text[])
+               LIMIT q.max_concurrent) AS f)
        ELSE 0 END AS inflight,
-       q.max_executions_per_day
+       q.max_executions_per_day,
+       CASE WHEN q.max_concurrent > 0 THEN
+           (SELECT COALESCE(sum(g.slots), 0) FROM dispatch_admissiongrant_live g
+            WHERE g.tenant_id = t.id AND g.beat <> %(beat)s)
+       ELSE 0 END AS granted
 FROM tenants_tenant t
 JOIN tenants_tenantquota q ON q.tenant_id = t.id
 WHERE t.id = ANY(%(tenant_ids)s::bigint[])
@@ -486,7 +521,7 @@ RETURNING e.id, e.schedule_id, e.tenant_id
 
 -- name: admission_lock_keys
 -- Serialise admission per (tenant, concurrency key): transaction-scoped advisory locks,
--- taken after the quota rows and in the order given (the caller sorts them), so two
+-- taken after any quota rows the admission locks, in the order given (the caller sorts them), so two
 -- beats admitting one key take turns and never deadlock. unnest keeps array order.
 SELECT count(pg_advisory_xact_lock(k)) FROM unnest(%(locks)s::bigint[]) AS k
 
