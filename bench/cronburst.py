@@ -120,6 +120,7 @@ def run(
             procs = [children.start(name, beat_argv(name), **env) for name in names]
             wait_for_beats(procs, names, timeout=90)
             at = _boundary(lead_s, n)
+            updates_before = _execution_updates()
             t0 = time.perf_counter()
             insert_schedules(
                 tenant.pk,
@@ -157,6 +158,9 @@ def run(
                 with contextlib.suppress(OSError):
                     rss[child.name] = rss_mb(child.pid).get("VmHWM", 0.0)
         forget_beats(names)
+        # Read after the beats exited: a backend's table counters reach the statistics
+        # when it ends (or idles), not with each statement.
+        updates = [a - b for a, b in zip(_execution_updates(), updates_before, strict=True)]
         stats = burst_stats(tenant.pk, n, at)
         drain_queued(tenant.pk)
     finally:
@@ -177,7 +181,25 @@ def run(
         "beat_exits": restarts,
         "create_s": create_s,
         "beat_peak_rss_mb": max(rss.values(), default=float("nan")),
+        # Row updates of executions during the run and the share that were HOT (no index
+        # touched): admission changes `state`, which the partial indexes name, so on
+        # PostgreSQL 15 none can be.
+        "execution_updates": updates[0],
+        "hot_update_ratio": ratio(updates[1], updates[0]),
     } | stats
+
+
+def _execution_updates() -> tuple[int, int]:
+    """Row updates and HOT updates so far over every day partition of the executions."""
+    row = fetchall(
+        """
+        SELECT COALESCE(sum(n_tup_upd), 0), COALESCE(sum(n_tup_hot_upd), 0)
+        FROM pg_stat_user_tables
+        WHERE relid IN (SELECT inhrelid FROM pg_inherits
+                        WHERE inhparent = 'dispatch_execution'::regclass)
+        """
+    )[0]
+    return int(row[0]), int(row[1])
 
 
 def _published(tenant_pk: int, at: datetime) -> int:
@@ -275,7 +297,9 @@ KEYS = [
 
 
 def report(result: dict[str, Any], data: dict[str, Any]) -> str:
-    return table([result], ["n", "create_s", "lead_s", *KEYS])
+    return table(
+        [result], ["n", "create_s", "lead_s", *KEYS, "execution_updates", "hot_update_ratio"]
+    )
 
 
 def summary_rows(r: dict[str, Any]) -> list[dict[str, Any]]:
