@@ -95,6 +95,9 @@ class Admission:
         self._tenant_info: dict[int, selectors.TenantSlots] = {}
         # The last batch's executions held back by a cap: still due, tried again.
         self.held: list[Pending] = []
+        # Whether this beat may hold admission grants (taken, not yet given up by a
+        # committed admission): only then does an admission clear them.
+        self._granted = False
 
     def admit(self, ready: list[Pending], partitions: Partitions, *, now: float) -> list[Pending]:
         """Decide overlap and admission in one fenced transaction; returns the
@@ -106,11 +109,11 @@ class Admission:
         faults.crash_at("after_grant")
         with transaction.atomic():
             numbers = partitions.fence()
-            # This beat's grants end with this transaction (its queued rows take the
-            # slots' place), and so do any a failed admission left behind.
-            store.clear_admission_grants(
-                beat=self.cfg.name, tenant_ids=sorted({p.tenant_id for p in ready})
-            )
+            if self._granted:
+                # This beat's grants end with this transaction (its queued rows take the
+                # slots' place), and so do any a failed admission left behind.
+                store.clear_admission_grants(beat=self.cfg.name)
+                transaction.on_commit(self._grants_given_up)
             if grant is not None and not partitions.holds(*grant.anchor):
                 grant = None  # its range moved on: the slots count for nobody now
             owned = set(numbers)
@@ -194,11 +197,14 @@ class Admission:
         The admission then holds no quota row while it writes the chunk, so two beats
         admitting one tenant's burst work side by side instead of in turns.
 
-        None (the admission locks the quota rows itself, as before grants): with
-        DISPATCH_MAX_INFLIGHT, whose platform-wide count must stay locked until the
-        admission commits, or when the beat holds no range to name."""
+        None (the admission locks the quota rows itself): when this is the only live
+        beat (nobody to share the boundary with, and the cycle keeps its round trips);
+        with DISPATCH_MAX_INFLIGHT, whose platform-wide count must stay locked until
+        the admission commits; or when the beat holds no range to name. Either way is
+        exact, and beats choosing differently stay exact: both read grants under the
+        quota rows' locks."""
         anchor = partitions.anchor()
-        if self.cfg.max_inflight or anchor is None or not ready:
+        if partitions.live_beats < 2 or self.cfg.max_inflight or anchor is None or not ready:
             return None
         wanted: dict[int, int] = defaultdict(int)
         for p in ready:
@@ -211,11 +217,14 @@ class Admission:
                 tid: min(wanted[tid], row.free) for tid, row in info.items() if row.max_concurrent
             }
             if slots:
-                store.clear_admission_grants(beat=self.cfg.name, tenant_ids=tenant_ids)
                 store.take_admission_grants(
                     beat=self.cfg.name, range_number=anchor[0], epoch=anchor[1], slots=slots
                 )
+                self._granted = True
         return _Grant(anchor, info, slots)
+
+    def _grants_given_up(self) -> None:
+        self._granted = False
 
     def _slots(self, tenant_ids: list[int]) -> dict[int, selectors.TenantSlots]:
         """The tenants' limits and taken slots (this beat's own grants left out: they

@@ -427,8 +427,8 @@ def key_holders(
     return [KeyHolder._make(r) for r in rows]
 
 
-def clear_admission_grants(*, beat: str, tenant_ids: list[int]) -> None:
-    sql.execute("admission_grants_clear", {"beat": beat, "tenant_ids": tenant_ids})
+def clear_admission_grants(*, beat: str) -> None:
+    sql.execute("admission_grants_clear", {"beat": beat})
 
 
 def take_admission_grants(

@@ -418,21 +418,26 @@ FOR NO KEY UPDATE OF q
 
 -- name: admission_grants_clear
 -- A beat's grants (dispatch_admissiongrant) are those of the chunk it is admitting:
--- taking new ones first drops any a failed admission left behind, and the admission
--- gives them up in its commit. Grants of these tenants that no longer count (a dead
--- beat's, its range taken over: not in dispatch_admissiongrant_live) go too.
-DELETE FROM dispatch_admissiongrant g
-WHERE g.beat = %(beat)s
-   OR (g.tenant_id = ANY(%(tenant_ids)s::bigint[])
-       AND NOT EXISTS (SELECT 1 FROM dispatch_admissiongrant_live l WHERE l.id = g.id))
+-- the admission gives them up in its commit.
+DELETE FROM dispatch_admissiongrant WHERE beat = %(beat)s
 
 -- name: admission_grants_take
--- The slots this beat takes for its chunk, named by one range it holds (`range_number`
--- at `epoch`): see tenant_slots for when they stop counting.
+-- The slots this beat takes for its chunk, one row per capped tenant of it (0: none
+-- free), named by one range it holds (`range_number` at `epoch`): see tenant_slots for
+-- when they stop counting. Run under the tenants' quota row locks. Any other grant of
+-- this beat (one a failed admission left behind) goes, and so do grants of these
+-- tenants that no longer count (a dead beat's whose range was taken over).
+WITH gone AS (
+    DELETE FROM dispatch_admissiongrant g
+    WHERE (g.beat = %(beat)s AND g.tenant_id <> ALL(%(tenant_ids)s::bigint[]))
+       OR (g.tenant_id = ANY(%(tenant_ids)s::bigint[]) AND g.beat <> %(beat)s
+           AND NOT EXISTS (SELECT 1 FROM dispatch_admissiongrant_live l WHERE l.id = g.id))
+)
 INSERT INTO dispatch_admissiongrant (beat, tenant_id, range_number, epoch, slots)
 SELECT %(beat)s, v.tenant_id, %(range_number)s, %(epoch)s, v.slots
 FROM unnest(%(tenant_ids)s::bigint[], %(slots)s::int[]) AS v(tenant_id, slots)
-WHERE v.slots > 0
+ON CONFLICT (tenant_id, beat) DO UPDATE
+SET range_number = EXCLUDED.range_number, epoch = EXCLUDED.epoch, slots = EXCLUDED.slots
 
 -- name: tenant_slots
 -- (dispatch.selectors.tenant_slots) Per tenant: cap, fair-share weight, daily quota,

@@ -6,6 +6,7 @@ taken over; a beat that dies holding one leaks its slots only until then."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -20,8 +21,9 @@ from tests.integration.scheduler.test_beat_admission import (  # noqa: F401 - th
     Gauge,
     all_succeeded,
     cluster,
-    jobs,
+    schedule_to,
 )
+from tests.support.beat_support import partition_owners
 from tests.support.ledger import Ledger
 from tests.support.procs import Proc, wait_for
 from tests.support.worker_support import db_now
@@ -100,26 +102,40 @@ def test_a_beat_dying_between_grant_and_admission_holds_its_slots_until_takeover
     admin_principal: Principal,
     tenant: Tenant,
 ) -> None:
-    """Cap 2, four jobs: a beat takes the two slots as a grant and dies before admitting.
-    Nothing is queued and nothing published; the grant is left behind. Another beat
-    takes the ranges over (new epochs), the grant stops counting, and all four run,
+    """Cap 2, two beats, four jobs on the first beat's partitions: it takes the two slots
+    as a grant and dies before admitting. Nothing is queued or published, the grant is
+    left behind and still counts (its range is still the dead beat's). The other beat
+    takes the range over (a new epoch), the grant stops counting, and all four run,
     never more than two at once."""
     gauge = Gauge(lambda req: 1.0)
     ledger.respond = gauge
     tenant.quota.max_concurrent = 2
     tenant.quota.save()
     (crashing,) = cluster(1, SCHED_FAULT_POINT="after_grant")
-    ids = jobs(admin_principal, ledger.url, 4, at=db_now() + timedelta(seconds=1), prefix="g")
+    cluster(1)
+    wait_for(
+        lambda: set(partition_owners().values()) == {crashing.name, "beat-1"},
+        timeout=30,
+        what="two beats sharing the partitions",
+    )
+    time.sleep(2)  # each beat's keeper has seen the other live: grants are taken
+    mine = min(p for p, owner in partition_owners().items() if owner == crashing.name)
+    at = db_now() + timedelta(seconds=1)
+    ids = [
+        str(schedule_to(admin_principal, ledger.url, name=f"g{i}", run_at=at, partition=mine).pk)
+        for i in range(4)
+    ]
     wait_for(lambda: not crashing.alive(), timeout=20, what="the beat to die after its grant")
     assert crashing.proc.returncode == 137
-    left = list(AdmissionGrant.objects.values_list("tenant_id", "slots"))
-    assert left == [(tenant.pk, 2)]
+    left = list(AdmissionGrant.objects.values_list("beat", "tenant_id", "slots"))
+    assert left == [(crashing.name, tenant.pk, 2)]
     states = set(Execution.objects.filter(schedule_id__in=ids).values_list("state", flat=True))
     assert states == {"scheduled"}
-    assert _slots(tenant).free == 0  # its range is still the dead beat's: the slots held
     assert ledger.requests == []
-    cluster(1)
     wait_for(lambda: all_succeeded(ids), timeout=40, what="all four jobs to succeed")
     assert gauge.peak == 2, gauge.peak
     assert sorted(ledger.effects.values()) == [1] * 4
-    assert not AdmissionGrant.objects.exists()  # the next admissions' beat gave its own up
+    # The dead beat's grant stopped counting with the takeover (its row goes at the next
+    # grant taken for the tenant); the live beat holds none after its admissions.
+    assert _slots(tenant).granted == 0
+    assert not AdmissionGrant.objects.exclude(beat=crashing.name).exists()
