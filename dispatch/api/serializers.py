@@ -214,16 +214,18 @@ class ItemValidator:
     """`serializer_class`'s validation of many items (the jobs of a batch), paying per item
     only for the fields it sends.
 
-    A serializer validates an item field by field (each field's `run_validation` on its
-    value, absent optional ones skipped), then its own validators. An item that is an
+    A serializer (StrictSerializer) refuses unknown and read-only keys, then validates an
+    item field by field (each field's `run_validation` on its value, absent optional ones
+    skipped), then runs its own validators. An item that is an
     object of known fields with every required one is put through those same field
     objects, one by one, and a field's scalar value already accepted in this request
     (the batch's shared `run_at`, `priority`, ...) reuses what that field returned for
-    it. Anything else — an item that is not such an object, or any field refusing its
+    it (a field of a serializer with no instance and no context sees nothing but its
+    value). Anything else — an item that is not such an object, or any field refusing its
     value — is validated by the whole serializer, whose error is the answer: the rules,
     and the errors' wording and order, stay the serializer's alone. A serializer with
-    more than field rules (defaults, `validate_<field>` methods, object-level
-    validation) is always run whole."""
+    more than field rules (defaults, a field stored under another name, `validate_<field>`
+    methods, object-level validation) is always run whole."""
 
     def __init__(self, serializer_class: type[StrictSerializer]) -> None:
         self.serializer = serializer_class()
@@ -232,9 +234,11 @@ class ItemValidator:
         self.required = frozenset(name for name, f in self.fields if f.required)
         self.memo: dict[tuple[str, type, Any], Any] = {}
         self.field_rules_only = (
-            serializer_class.validate is serializers.Serializer.validate
+            serializer_class.to_internal_value is StrictSerializer.to_internal_value
+            and serializer_class.run_validation is serializers.Serializer.run_validation
+            and serializer_class.validate is serializers.Serializer.validate
             and not self.serializer.get_validators()
-            and all(f.default is empty for _, f in self.fields)
+            and all(f.default is empty and f.source_attrs == [n] for n, f in self.fields)
             and not any(hasattr(self.serializer, f"validate_{name}") for name in self.names)
         )
 
