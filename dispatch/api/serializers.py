@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -252,8 +253,8 @@ class ItemValidator:
         ):
             try:
                 return self._by_fields(raw)
-            except serializers.ValidationError:
-                pass  # the whole serializer names every wrong field
+            except (serializers.ValidationError, DjangoValidationError):
+                pass  # the whole serializer names every wrong field (it takes both kinds)
         return dict(self.serializer.run_validation(raw))
 
     def _by_fields(self, raw: dict[str, Any]) -> dict[str, Any]:
