@@ -7,8 +7,6 @@ naming the field.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -50,13 +48,22 @@ class FieldErrors:
     def __init__(self) -> None:
         self.detail: dict[str, list[str]] = {}
 
-    @contextmanager
-    def check(self) -> Iterator[None]:
-        try:
-            yield
-        except InvalidSchedule as exc:
-            for name, reasons in (exc.detail or {"definition": [exc.message]}).items():
-                self.detail.setdefault(name, []).extend(str(r) for r in reasons)
+    # A context manager of its own rather than @contextmanager: a definition runs some
+    # fifteen checks, and a batch validates 1,000 definitions per request.
+    def check(self) -> FieldErrors:
+        return self
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any
+    ) -> bool:
+        if not isinstance(exc, InvalidSchedule):
+            return False
+        for name, reasons in (exc.detail or {"definition": [exc.message]}).items():
+            self.detail.setdefault(name, []).extend(str(r) for r in reasons)
+        return True
 
     def wrong(self, *names: str) -> bool:
         return any(name in self.detail for name in names)

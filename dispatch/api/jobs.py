@@ -24,6 +24,7 @@ from dispatch import selectors, services
 from dispatch.api import views
 from dispatch.api.serializers import (
     ExecutionOutDoc,
+    ItemValidator,
     JobBatchInDoc,
     JobBatchOutDoc,
     JobInSerializer,
@@ -166,11 +167,10 @@ def item_error(index: int, detail: Any, prefix: str = "jobs") -> InvalidSchedule
 
 
 def _validated_item(
-    index: int, raw: Any, tenant: Tenant, ser: JobInSerializer
+    index: int, raw: Any, tenant: Tenant, validator: ItemValidator
 ) -> dict[str, Any] | AppError:
-    # One serializer for every item: building its fields is most of a small item's cost.
     try:
-        data = dict(ser.run_validation(raw))
+        data = validator.validate(raw)
     except serializers.ValidationError as exc:
         return item_error(index, exc.detail)
     slug = data.pop("tenant", None)
@@ -234,8 +234,8 @@ class JobBatchView(StrictQueryView):
         actor = views.principal(request)
         jobs = _batch_items(request)
         _check_distinct_keys(jobs)
-        ser = JobInSerializer()
-        items = [_validated_item(i, raw, actor.tenant, ser) for i, raw in enumerate(jobs)]
+        validator = ItemValidator(JobInSerializer)
+        items = [_validated_item(i, raw, actor.tenant, validator) for i, raw in enumerate(jobs)]
         results = job_create_batch(actor=actor, items=items)
         out = [
             _batch_item_out(i, raw.get("idempotency_key") if isinstance(raw, dict) else None, r)

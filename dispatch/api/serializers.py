@@ -6,9 +6,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
+from rest_framework.fields import empty
 
 from core.api import inputs
 from dispatch.explain import CODE_MEANINGS
@@ -202,6 +204,74 @@ class StrictSerializer(serializers.Serializer[Any]):
         if errors:
             raise serializers.ValidationError(errors)
         return super().to_internal_value(data)
+
+
+# Item values the memo of ItemValidator keys by (field, type, value): immutable, hashable.
+_MEMO_TYPES = (str, int, float, bool, type(None))
+_UNSEEN = object()
+
+
+class ItemValidator:
+    """`serializer_class`'s validation of many items (the jobs of a batch), paying per item
+    only for the fields it sends.
+
+    A serializer (StrictSerializer) refuses unknown and read-only keys, then validates an
+    item field by field (each field's `run_validation` on its value, absent optional ones
+    skipped), then runs its own validators. An item that is an
+    object of known fields with every required one is put through those same field
+    objects, one by one, and a field's scalar value already accepted in this request
+    (the batch's shared `run_at`, `priority`, ...) reuses what that field returned for
+    it (a field of a serializer with no instance and no context sees nothing but its
+    value). Anything else — an item that is not such an object, or any field refusing its
+    value — is validated by the whole serializer, whose error is the answer: the rules,
+    and the errors' wording and order, stay the serializer's alone. A serializer with
+    more than field rules (defaults, a field stored under another name, `validate_<field>`
+    methods, object-level validation) is always run whole."""
+
+    def __init__(self, serializer_class: type[StrictSerializer]) -> None:
+        self.serializer = serializer_class()
+        self.fields = [(n, f) for n, f in self.serializer.fields.items() if not f.read_only]
+        self.names = frozenset(name for name, _ in self.fields)
+        self.required = frozenset(name for name, f in self.fields if f.required)
+        self.memo: dict[tuple[str, type, Any], Any] = {}
+        self.field_rules_only = (
+            serializer_class.to_internal_value is StrictSerializer.to_internal_value
+            and serializer_class.run_validation is serializers.Serializer.run_validation
+            and serializer_class.validate is serializers.Serializer.validate
+            and not self.serializer.get_validators()
+            and all(f.default is empty and f.source_attrs == [n] for n, f in self.fields)
+            and not any(hasattr(self.serializer, f"validate_{name}") for name in self.names)
+        )
+
+    def validate(self, raw: Any) -> dict[str, Any]:
+        """The item's validated data, or serializers.ValidationError as the serializer raises it."""
+        if (
+            self.field_rules_only
+            and type(raw) is dict
+            and raw.keys() <= self.names
+            and self.required <= raw.keys()
+        ):
+            try:
+                return self._by_fields(raw)
+            except (serializers.ValidationError, DjangoValidationError):
+                pass  # the whole serializer names every wrong field (it takes both kinds)
+        return dict(self.serializer.run_validation(raw))
+
+    def _by_fields(self, raw: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name, field in self.fields:  # the serializer's order
+            if name not in raw:
+                continue
+            value = raw[name]
+            if not isinstance(value, _MEMO_TYPES):
+                out[name] = field.run_validation(value)
+                continue
+            key = (name, type(value), value)
+            known = self.memo.get(key, _UNSEEN)
+            if known is _UNSEEN:
+                known = self.memo[key] = field.run_validation(value)
+            out[name] = known
+        return out
 
 
 class ScheduleInSerializer(StrictSerializer):

@@ -160,13 +160,24 @@ def relations_known(schedule: Schedule, *, no_upstreams: bool, no_calendars: boo
     answer and the audit snapshot (`depends_on.all()`, `calendar_links.all()`) do not ask
     the database for what this request just wrote (a query each per schedule answered).
     A schedule created with some reads them (in the order the database keeps)."""
-    known: dict[str, Any] = {}
-    if no_upstreams:
-        known["depends_on"] = _evaluated(Schedule.objects.none(), [])
-    if no_calendars:
-        known["calendar_links"] = _evaluated(schedule.calendar_links.none(), [])
-    schedule._prefetched_objects_cache = known  # type: ignore[attr-defined]
+    relations_known_all([schedule], no_upstreams=no_upstreams, no_calendars=no_calendars)
     return schedule
+
+
+def relations_known_all(
+    schedules: list[Schedule], *, no_upstreams: bool, no_calendars: bool
+) -> None:
+    """relations_known for many schedules at once (a batch's jobs): one evaluated empty
+    upstream list for all of them, not a queryset clone per schedule (each keeps its
+    own cache dict: a later write to one's relations drops its entry only)."""
+    upstreams = _evaluated(Schedule.objects.none(), []) if no_upstreams else None
+    for schedule in schedules:
+        known: dict[str, Any] = {}
+        if upstreams is not None:
+            known["depends_on"] = upstreams
+        if no_calendars:
+            known["calendar_links"] = _evaluated(schedule.calendar_links.none(), [])
+        schedule._prefetched_objects_cache = known  # type: ignore[attr-defined]
 
 
 def _evaluated(queryset: Any, rows: list[Any]) -> Any:

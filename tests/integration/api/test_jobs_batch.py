@@ -256,3 +256,63 @@ def test_mixed_batch_answers_each_key_by_its_stored_body(api: APIClient, tenant:
     assert m1.target["body"] == {"n": 1}
     assert not Schedule.objects.filter(tenant=tenant, idempotency_key="m5").exists()
     assert Schedule.objects.filter(tenant=tenant).count() == 5
+
+
+@pytest.mark.django_db
+def test_each_item_is_validated_and_answered_as_post_jobs_does(
+    api: APIClient, tenant: Tenant
+) -> None:
+    # The batch validates items field by field and reuses a value a field already
+    # accepted in the request; POST /v1/jobs runs the whole serializer. Every item is
+    # sent to both: the same errors under the same fields, and for a valid item the same
+    # job (POST /v1/jobs answers 200, so the validated data hashed to the same digest)
+    # with the same body as the batch answered when it created it.
+    full = {
+        "name": "full",
+        "tenant": "billing",
+        "timezone": "Europe/Amsterdam",
+        "retry": {"max_attempts": 3, "backoff": "fixed"},
+        "priority": "high",
+        "duration": "long",
+        "concurrency_key": {"key": "c-{name}", "limit": 2},
+        "misfire": "run_once",
+        "misfire_grace_s": 30,
+        "delete_after": "1h",
+    }
+    jobs: list[Any] = [
+        job("v-full", **full),
+        job("v-same", **full | {"name": "full-2"}),  # every scalar value seen before
+        job("v-plain"),
+        job("v-null", run_at=None, concurrency_key=None, delete_after=None),
+        job(" v-strip "),  # the key as the serializer trims it
+        job("v-int", misfire_grace_s="45"),  # a number as text, as DRF reads it
+        job("e-two", priority="urgent", misfire_grace_s="x"),  # both fields named
+        job("e-after", **full | {"priority": "nope"}),  # a seen value, then a wrong one
+        job("e-naive", run_at="2030-09-26T09:00:00"),
+        job("e-ctrl\x01"),
+        job("e-unknown", priority="bogus", colour="red"),
+        job("e-ro", version=3),
+        job("e-null", target=None),
+        job("e-blank", name=""),
+        job("e-bool", misfire_grace_s=True),
+        job("e-far", run_at="9999-01-01T00:00:00Z"),
+        {"run_at": LATER, "idempotency_key": "e-no-target"},
+        job("e-meaning", retry={"max_attempts": 0}),  # valid shape, wrong meaning
+    ]
+    res = batch(api, jobs)
+    assert res.status_code == 200, res.content
+    results = res.json()["results"]
+    for index, (item, result) in enumerate(zip(jobs, results, strict=True)):
+        single = api.post("/v1/jobs", item, format="json")
+        if result["status"] == 201:
+            assert single.status_code == 200, (index, single.content)
+            assert single.json() == result["job"], index
+            continue
+        assert single.status_code == result["status"] == 400, (index, single.content)
+        prefix = f"jobs[{index}]."
+        batch_detail = {k.removeprefix(prefix): v for k, v in result["error"]["detail"].items()}
+        assert batch_detail == single.json()["error"]["detail"], index
+    statuses = [r["status"] for r in results]
+    assert statuses == [201] * 6 + [400] * 12, statuses
+    assert list(results[6]["error"]["detail"]) == ["jobs[6].priority", "jobs[6].misfire_grace_s"]
+    assert Schedule.objects.filter(tenant=tenant).count() == 6
