@@ -29,7 +29,7 @@ from typing import Any, Protocol
 # chunk at a burst's boundary (py-spy of `bench cronburst`), delaying every publish.
 import redis
 from django.conf import settings
-from django.db import transaction
+from django.db import DatabaseError, transaction
 
 from core import faults
 from dispatch import concurrency_keys, selectors
@@ -95,8 +95,33 @@ class Admission:
         self._tenant_info: dict[int, selectors.TenantSlots] = {}
         # The last batch's executions held back by a cap: still due, tried again.
         self.held: list[Pending] = []
-        # Whether this beat may hold admission grants (taken, not yet given up by a
-        # committed admission): only then does an admission clear them.
+        # The grant of the batch being admitted (reserve), and whether this beat may hold
+        # grant rows (taken and not yet released).
+        self._grant: _Grant | None = None
+        self._granted = False
+
+    def reserve(self, due: list[Pending], partitions: Partitions) -> None:
+        """Before a batch of due executions is admitted chunk by chunk: take the capped
+        tenants' slots for all of it at once (_take_grants), so the in-flight count under
+        the quota rows is read once per batch, not once per chunk. The chunks' admissions
+        spend the grant; release() gives up the rest."""
+        self._grant = self._take_grants(due, partitions)
+        faults.crash_at("after_grant")
+
+    def release(self) -> None:
+        """After the batch: give up the slots its admissions did not use (withdrawn,
+        skipped, held or left for the next cycle). If this fails (the database away),
+        the next grant taken replaces them, and they stop counting at a takeover."""
+        self._grant = None
+        if not self._granted:
+            return
+        try:
+            store.clear_admission_grants(beat=self.cfg.name)
+        except DatabaseError as exc:
+            # Called on the way out of a failed batch too: its own error is the one to
+            # raise. The grant rows stay until the next grant replaces them.
+            log.warning("beat %s: admission grants not released (%s)", self.cfg.name, exc)
+            return
         self._granted = False
 
     def admit(self, ready: list[Pending], partitions: Partitions, *, now: float) -> list[Pending]:
@@ -105,24 +130,19 @@ class Admission:
         `now`: the database clock, epoch s. A row withdrawn or changed since it was
         staged is neither: admit_executions updates only rows still as loaded."""
         self.held = []
-        grant = self._take_grants(ready, partitions)
-        faults.crash_at("after_grant")
+        grant = self._grant
         with transaction.atomic():
             numbers = partitions.fence()
-            if self._granted:
-                # This beat's grants end with this transaction (its queued rows take the
-                # slots' place), and so do any a failed admission left behind.
-                store.clear_admission_grants(beat=self.cfg.name)
-                transaction.on_commit(self._grants_given_up)
             if grant is not None and not partitions.holds(*grant.anchor):
-                grant = None  # its range moved on: the slots count for nobody now
+                # Its range moved on: the slots count for nobody now, nor are they ours.
+                grant = self._grant = None
             owned = set(numbers)
             ready = [p for p in ready if p.partition in owned]
             if not ready:
                 return []
             tenant_ids = sorted({p.tenant_id for p in ready})
             if grant is not None:
-                info, room = grant.info, grant.slots
+                info, room = grant.info, dict(grant.slots)
             else:
                 # Locks first (quota rows, then execution rows): the manual trigger takes
                 # the same order, so the two cannot deadlock.
@@ -151,6 +171,8 @@ class Admission:
                     numbers=numbers,
                     occurred=[p.scheduled_for for p in to_send],
                 )
+            if grant is not None and admitted:
+                self._spend(grant, [p for p in to_send if p.id in admitted])
             for reason, items in over_quota.items():
                 rows = store.mark_quota_exhausted(
                     ids=[p.id for p in items],
@@ -192,9 +214,9 @@ class Admission:
         return [p for p in to_send if p.id in admitted]
 
     def _take_grants(self, ready: list[Pending], partitions: Partitions) -> _Grant | None:
-        """The capped tenants' slots for this chunk, taken in a short transaction of
-        their own under the quota rows (store.granted_slots says how long they count).
-        The admission then holds no quota row while it writes the chunk, so two beats
+        """The capped tenants' slots for a batch, taken in a short transaction of their
+        own under the quota rows (selectors.tenant_slots says how long they count). The
+        chunks' admissions then hold no quota row while they write, so two beats
         admitting one tenant's burst work side by side instead of in turns.
 
         None (the admission locks the quota rows itself): when this is the only live
@@ -223,8 +245,22 @@ class Admission:
                 self._granted = True
         return _Grant(anchor, info, slots)
 
-    def _grants_given_up(self) -> None:
-        self._granted = False
+    def _spend(self, grant: _Grant, admitted: list[Pending]) -> None:
+        """The grant's slots the admitted rows now hold, given up in their commit (any
+        reader sees either the slots or the queued rows)."""
+        used: dict[int, int] = defaultdict(int)
+        for p in admitted:
+            if p.tenant_id in grant.slots:
+                used[p.tenant_id] += 1
+        if not used:
+            return
+        store.use_admission_grants(beat=self.cfg.name, used=used)
+
+        def spent() -> None:
+            for tid, n in used.items():
+                grant.slots[tid] -= n
+
+        transaction.on_commit(spent)
 
     def _slots(self, tenant_ids: list[int]) -> dict[int, selectors.TenantSlots]:
         """The tenants' limits and taken slots (this beat's own grants left out: they

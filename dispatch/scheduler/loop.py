@@ -405,6 +405,24 @@ class Beat:
         self._publish_blocked = False
         if not retry and not ready:
             self.stall.idle()
+        if ready:
+            try:
+                published += self._admit_chunks(ready, now, dropped)
+            finally:
+                self.admission.release()
+        if dropped:
+            self._forget_prepared(dropped)
+        return published
+
+    def _admit_chunks(self, ready: list[Pending], now: float, dropped: list[str]) -> int:
+        """Admit and publish `ready` a chunk at a time (publish_due): messages published;
+        the ids neither admitted nor held are added to `dropped`."""
+        published = 0
+        try:
+            self.admission.reserve(ready, self.partitions)
+        except BaseException:
+            self._requeue(ready)  # as for a failed admission below
+            raise
         for start in range(0, len(ready), ADMIT_CHUNK):
             if self._unsent:
                 # The broker did not take what was owed: admitting more would take slots
@@ -419,13 +437,7 @@ class Beat:
             try:
                 admitted = self.admission.admit(chunk, self.partitions, now=now)
             except BaseException:
-                # The admission rolled back (the database went away mid-burst): this
-                # chunk and the ones after it are still `scheduled`, unchanged, and
-                # older than the load watermark, so no later load would find them
-                # again — they go back into the heap for the next cycle.
-                for item in ready[start:]:
-                    if item.id not in self.in_heap:
-                        self._push(item)
+                self._requeue(ready[start:])
                 raise
             held = self.admission.held
             self._held.extend(held)
@@ -435,9 +447,15 @@ class Beat:
             if admitted:
                 published += self._send(admitted)
             self.watchdog.alive()  # a chunk admitted and pushed: progress, as in fire_all_due
-        if dropped:
-            self._forget_prepared(dropped)
         return published
+
+    def _requeue(self, items: list[Pending]) -> None:
+        """After an admission rolled back (the database went away mid-burst): these are
+        still `scheduled`, unchanged, and older than the load watermark, so no later load
+        would find them again — they go back into the heap for the next cycle."""
+        for item in items:
+            if item.id not in self.in_heap:
+                self._push(item)
 
     def _send(self, to_send: list[Pending]) -> int:
         """Publish admitted executions; what the broker did not take is retried next time."""

@@ -431,6 +431,13 @@ def clear_admission_grants(*, beat: str) -> None:
     sql.execute("admission_grants_clear", {"beat": beat})
 
 
+def use_admission_grants(*, beat: str, used: dict[int, int]) -> None:
+    sql.execute(
+        "admission_grants_use",
+        {"beat": beat, "tenant_ids": list(used), "used": list(used.values())},
+    )
+
+
 def take_admission_grants(
     *, beat: str, range_number: int, epoch: int, slots: dict[int, int]
 ) -> None:

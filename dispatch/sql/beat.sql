@@ -417,12 +417,20 @@ ORDER BY q.tenant_id
 FOR NO KEY UPDATE OF q
 
 -- name: admission_grants_clear
--- A beat's grants (dispatch_admissiongrant) are those of the chunk it is admitting:
--- the admission gives them up in its commit.
+-- A beat's grants (dispatch_admissiongrant) are those of the batch it is admitting:
+-- what its chunks did not use is given up after the batch.
 DELETE FROM dispatch_admissiongrant WHERE beat = %(beat)s
 
+-- name: admission_grants_use
+-- The slots a chunk's admitted rows now hold leave the beat's grant in the commit that
+-- queues the rows: one snapshot sees either the slots or the rows (tenant_slots).
+UPDATE dispatch_admissiongrant g
+SET slots = g.slots - v.used
+FROM unnest(%(tenant_ids)s::bigint[], %(used)s::int[]) AS v(tenant_id, used)
+WHERE g.beat = %(beat)s AND g.tenant_id = v.tenant_id
+
 -- name: admission_grants_take
--- The slots this beat takes for its chunk, one row per capped tenant of it (0: none
+-- The slots this beat takes for its batch, one row per capped tenant of it (0: none
 -- free), named by one range it holds (`range_number` at `epoch`): see tenant_slots for
 -- when they stop counting. Run under the tenants' quota row locks. Any other grant of
 -- this beat (one a failed admission left behind) goes, and so do grants of these
