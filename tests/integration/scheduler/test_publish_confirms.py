@@ -35,7 +35,8 @@ def queue(settings: Any) -> Iterator[str]:
     name = f"scratch.confirms.{uuid.uuid4().hex[:8]}"
     yield name
     with Connection(RABBITMQ_URL) as conn:
-        conn.default_channel.queue_delete(name)
+        channel: Any = conn.default_channel  # py-amqp's: queue_delete
+        channel.queue_delete(name)
 
 
 def items(queue: str, n: int) -> list[Pending]:
@@ -50,7 +51,7 @@ def taken(queue: str) -> list[str]:
     """The execution ids of every message the queue holds (consumed)."""
     got = []
     with Connection(RABBITMQ_URL) as conn:
-        channel = conn.default_channel
+        channel: Any = conn.default_channel  # py-amqp's: basic_get
         while (message := channel.basic_get(queue, no_ack=True)) is not None:
             got.append(json.loads(message.body)[0][0])
     return got
@@ -58,7 +59,7 @@ def taken(queue: str) -> list[str]:
 
 def redeclare(queue: str, **arguments: Any) -> None:
     with Connection(RABBITMQ_URL) as conn:
-        channel = conn.default_channel
+        channel: Any = conn.default_channel  # py-amqp's: queue_delete, queue_declare
         channel.queue_delete(queue)
         if arguments:
             channel.queue_declare(queue, durable=True, auto_delete=False, arguments=arguments)
