@@ -10,16 +10,22 @@ ceilings for the same messages:
   pushed with pipelined LPUSH (chunks of 1,000) — no kombu per message.
 * RabbitMQ: the same protocol-2 body, headers and properties as py-amqp
   messages built before the clock starts, published with `basic_publish` on
-  one channel in confirm mode, the broker's acks awaited per window of 1,000
-  (the guarantee the beat keeps: a window counts only once acknowledged).
+  channels in confirm mode to one durable queue, in windows of 1,000 (the
+  guarantee the beat keeps: a window counts only once acknowledged), in each
+  layout of `AMQP_LAYOUTS`: one channel awaiting each window's acks before the
+  next, and pipelined windows on one or several channels and connections. The
+  best layout is the ceiling. The best layout is also measured into a priority
+  queue like the beat's (`x-max-priority`), which RabbitMQ serves more slowly.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import threading
 import time
 import uuid
+from collections import deque
 from typing import Any
 from urllib.parse import unquote, urlparse
 
@@ -124,15 +130,65 @@ def _amqp_params(url: str) -> dict[str, Any]:
     }
 
 
-def amqp_publish_per_s(n: int, url: str) -> float:
+# How the raw RabbitMQ figure is measured: (connections, channels per connection,
+# windows a channel keeps awaiting their confirms). Depth 1 is "publish a window,
+# await its acks" (the figure before issue 36); depth 2 publishes window k+1 while
+# window k's acks are on their way. Each connection is driven by its own thread:
+# py-amqp serves one connection from one thread.
+AMQP_LAYOUTS: tuple[tuple[int, int, int], ...] = (
+    (1, 1, 1),
+    (1, 1, 2),
+    (1, 1, 4),
+    (1, 4, 2),
+    (2, 1, 2),
+    (4, 1, 2),
+)
+
+
+def layout_name(layout: tuple[int, int, int]) -> str:
+    conns, channels, depth = layout
+    return f"{conns}conn x {channels}ch, depth {depth}"
+
+
+class _Confirms:
+    """One channel's publisher confirms: the highest tag up to which all were acked.
+
+    RabbitMQ may ack one tag at a time or many at once (`multiple`), and does not
+    promise the order: a single ack above the watermark waits in `single`."""
+
+    def __init__(self) -> None:
+        self.acked = 0
+        self.single: set[int] = set()
+        self.nacked = 0
+
+    def on_ack(self, tag: int, multiple: bool) -> None:
+        if multiple:
+            self.acked = max(self.acked, tag)
+        else:
+            self.single.add(tag)
+
+    def on_nack(self, tag: int, multiple: bool) -> None:
+        self.nacked = tag
+
+    def upto(self, tag: int) -> bool:
+        if self.nacked:
+            raise BenchError(f"raw publish: RabbitMQ refused messages (nack {self.nacked})")
+        while self.acked < tag and self.acked + 1 in self.single:
+            self.acked += 1
+            self.single.discard(self.acked)
+        return self.acked >= tag
+
+
+def _amqp_messages(n: int) -> list[Any]:
+    """n py-amqp messages as the beat publishes them: Celery's protocol-2 body,
+    headers and properties, a fresh task id each."""
     import amqp
 
     headers, _properties, embed = _task_template()
-    queue = "bench.raw"
+    body = json.dumps([[0, 1], {}, embed]).encode()
     messages = []
     for _ in range(n):
         task_id = str(uuid.uuid4())
-        body = json.dumps([[0, 1], {}, embed]).encode()
         messages.append(
             amqp.Message(
                 body,
@@ -144,39 +200,129 @@ def amqp_publish_per_s(n: int, url: str) -> float:
                 application_headers=headers | {"id": task_id, "root_id": task_id},
             )
         )
+    return messages
+
+
+def _amqp_connection_publish(
+    url: str,
+    queue: str,
+    messages: list[Any],
+    channels: int,
+    depth: int,
+    ready: threading.Barrier,
+    errors: list[BaseException],
+) -> None:
+    """One connection's share: its windows round robin over its channels, each
+    channel keeping at most `depth` windows awaiting their confirms."""
+    import amqp
+
     conn = amqp.Connection(**_amqp_params(url))
-    conn.connect()
     try:
-        channel: Any = conn.channel()  # py-amqp: confirm_select, events
-        channel.queue_declare(queue, durable=True, auto_delete=False)
-        channel.queue_purge(queue)
-        channel.confirm_select()
-        state = {"acked": 0, "nacked": 0}
+        conn.connect()
+        chans: list[tuple[Any, _Confirms]] = []
+        for _ in range(channels):
+            channel: Any = conn.channel()  # py-amqp: confirm_select, events
+            channel.confirm_select()
+            confirms = _Confirms()
+            channel.events["basic_ack"].add(confirms.on_ack)
+            channel.events["basic_nack"].add(confirms.on_nack)
+            chans.append((channel, confirms))
+        ready.wait()
+        awaiting: list[deque[int]] = [deque() for _ in chans]  # each window's last tag
+        published = [0] * channels
 
-        def on_ack(tag: int, multiple: bool) -> None:
-            state["acked"] = max(state["acked"], tag)
-
-        def on_nack(tag: int, multiple: bool) -> None:
-            state["nacked"] = tag
-
-        channel.events["basic_ack"].add(on_ack)
-        channel.events["basic_nack"].add(on_nack)
-        sent = 0
-        t0 = time.perf_counter()
-        for start in range(0, n, WINDOW):
-            for message in messages[start : start + WINDOW]:
-                channel.basic_publish(message, exchange="", routing_key=queue)
-            sent += len(messages[start : start + WINDOW])
+        def confirmed(i: int, tag: int) -> None:
             deadline = time.monotonic() + 30
-            while state["acked"] < sent and not state["nacked"]:
+            while not chans[i][1].upto(tag):
                 if time.monotonic() > deadline:
                     raise BenchError("raw publish: confirms did not arrive within 30 s")
                 conn.drain_events(timeout=5)
-            if state["nacked"]:
-                raise BenchError(f"raw publish: RabbitMQ refused messages (nack {state['nacked']})")
-        elapsed = time.perf_counter() - t0
-        channel.queue_delete(queue)
+
+        for w, start in enumerate(range(0, len(messages), WINDOW)):
+            i = w % channels
+            if len(awaiting[i]) >= depth:
+                confirmed(i, awaiting[i].popleft())
+            window = messages[start : start + WINDOW]
+            publish = chans[i][0].basic_publish
+            for message in window:
+                publish(message, exchange="", routing_key=queue)
+            published[i] += len(window)
+            awaiting[i].append(published[i])
+        for i in range(channels):
+            confirmed(i, published[i])
+    except BaseException as exc:
+        errors.append(exc)
+        ready.abort()
     finally:
         with contextlib.suppress(Exception):
             conn.close()
+
+
+def amqp_publish_layout_per_s(
+    n: int,
+    url: str,
+    layout: tuple[int, int, int],
+    queue: str = "bench.raw",
+    arguments: dict[str, Any] | None = None,
+) -> float:
+    """Confirmed publishes a second of n prebuilt messages with one layout."""
+    import amqp
+
+    conns, channels, depth = layout
+    messages = _amqp_messages(n)
+    admin = amqp.Connection(**_amqp_params(url))
+    admin.connect()
+    try:
+        channel: Any = admin.channel()
+        channel.queue_declare(queue, durable=True, auto_delete=False, arguments=arguments)
+        channel.queue_purge(queue)
+        # Whole windows per connection, so every connection's windows are full.
+        windows = [messages[s : s + WINDOW] for s in range(0, n, WINDOW)]
+        shares = [[m for w in windows[k::conns] for m in w] for k in range(conns)]
+        ready = threading.Barrier(conns + 1)
+        errors: list[BaseException] = []
+        threads = [
+            threading.Thread(
+                target=_amqp_connection_publish,
+                args=(url, queue, share, channels, depth, ready, errors),
+                daemon=True,
+            )
+            for share in shares
+        ]
+        for t in threads:
+            t.start()
+        with contextlib.suppress(threading.BrokenBarrierError):
+            ready.wait()
+        t0 = time.perf_counter()
+        for t in threads:
+            t.join()
+        elapsed = time.perf_counter() - t0
+        if errors:
+            raise BenchError(f"raw publish ({layout_name(layout)}): {errors[0]!r}")
+        count = channel.queue_declare(queue, passive=True).message_count
+        channel.queue_delete(queue)
+    finally:
+        with contextlib.suppress(Exception):
+            admin.close()
+    if count != n:
+        raise BenchError(f"raw publish: {count} of {n} confirmed messages in the queue")
     return n / elapsed
+
+
+def amqp_publish_rates(
+    n: int, url: str, layouts: tuple[tuple[int, int, int], ...] = AMQP_LAYOUTS
+) -> dict[str, Any]:
+    """Confirmed publishes a second of each layout into a plain durable queue
+    (`layouts`: name -> rate), the best of them (`best`, `per_s`), and the best
+    layout into a priority queue like the beat's (`priority_per_s`)."""
+    rates = {layout_name(lay): amqp_publish_layout_per_s(n, url, lay) for lay in layouts}
+    best = max(layouts, key=lambda lay: rates[layout_name(lay)])
+    priority = amqp_publish_layout_per_s(
+        n, url, best, queue="bench.raw.priority", arguments={"x-max-priority": 2}
+    )
+    return {
+        "layouts": rates,
+        "best": layout_name(best),
+        "per_s": rates[layout_name(best)],
+        "priority_per_s": priority,
+    }

@@ -335,6 +335,11 @@ BEAT_CYCLE_S = float(get("BEAT_CYCLE_S", "1") or 1)
 # again (dispatch/scheduler/handover.py); 0 disables the hand-over.
 BEAT_PUBLISH_STALL_S = float(get("BEAT_PUBLISH_STALL_S", "5") or 0)
 BEAT_PUBLISH_COOLOFF_S = float(get("BEAT_PUBLISH_COOLOFF_S", "30") or 0)
+# RabbitMQ: a beat keeps up to BEAT_AMQP_WINDOWS chunks of 1,000 messages published and
+# awaiting their publisher confirms at once, round robin over BEAT_AMQP_CHANNELS
+# channels of its one connection (dispatch/scheduler/publish.py, issue 36).
+BEAT_AMQP_CHANNELS = max(1, get_int("BEAT_AMQP_CHANNELS", 2))
+BEAT_AMQP_WINDOWS = max(1, get_int("BEAT_AMQP_WINDOWS", 4))
 # Pre-staged firing: occurrences are claimed, planned, inserted (next_run_at advanced)
 # and loaded into the beat's heap this long before they are due, so at the due
 # instant the beat only admits and publishes. BEAT_LOOKAHEAD_S is the old name

@@ -68,7 +68,8 @@ class Publisher(Protocol):
         ...
 
     def publish(self, items: list[Pending]) -> list[Pending]:
-        """Publish `items`; returns those the broker took (a prefix, in chunks)."""
+        """Publish `items`; returns those the broker took, in whole chunks (on RabbitMQ
+        not necessarily a prefix: windows on several channels settle in any order)."""
         ...
 
     def ping(self) -> bool:
@@ -94,7 +95,8 @@ class _ChunkedPublisher(abc.ABC):
         self._kept: dict[Key, Any] = {}
         self._declared: set[str] = set()
         self._trace_headers: dict[str, Any] = {}
-        self._in_flight: list[Pending] = []
+        # The chunks published and not yet known to be taken (several on RabbitMQ).
+        self._in_flight: list[list[Pending]] = []
 
     # --- the Publisher protocol -------------------------------------------------------
 
@@ -136,8 +138,9 @@ class _ChunkedPublisher(abc.ABC):
             # Part of the failed chunk may be on the broker: its messages are built
             # afresh next time (new task ids, new Redis delivery tags — two messages
             # with one tag would share one entry of kombu's unacked index).
-            for p in self._in_flight:
-                self._kept.pop((p.id, p.attempt, p.queue), None)
+            for chunk in self._in_flight:
+                for p in chunk:
+                    self._kept.pop((p.id, p.attempt, p.queue), None)
             self._reset()
         self._in_flight = []
         return sent
@@ -160,14 +163,14 @@ class _ChunkedPublisher(abc.ABC):
 
     def _messages(self, chunk: list[Pending]) -> list[Any]:
         """The chunk's messages, kept or built now; marks the chunk in flight."""
-        self._in_flight = chunk
+        self._in_flight.append(chunk)
         kept = self._kept
         return [kept.get((p.id, p.attempt, p.queue)) or self._build(p) for p in chunk]
 
     def _sent(self, chunk: list[Pending], sent: list[Pending]) -> None:
         for p in chunk:
             self._kept.pop((p.id, p.attempt, p.queue), None)
-        self._in_flight = []
+        self._in_flight = [c for c in self._in_flight if c is not chunk]
         sent.extend(chunk)
 
     def _envelopes(self) -> Builder:
@@ -247,20 +250,112 @@ class RedisPublisher(_ChunkedPublisher):
         return key
 
 
+# How long the broker may take to confirm a window once it is published.
+CONFIRM_TIMEOUT_S = 30.0
+
+_PENDING, _ACKED, _NACKED = 0, 1, 2
+_PENDING_BYTE = bytes([_PENDING])
+
+
+class _Confirms:
+    """One channel's publisher confirms: each delivery tag pending, acked or nacked.
+
+    RabbitMQ confirms a tag alone or every pending tag up to it (`multiple`), and does
+    not promise to confirm in publishing order, so a window is judged by the state of
+    each of its tags, not by the highest tag acked. One byte a tag, indexed from
+    `base` (the first tag of the current publish: every earlier one was settled);
+    below `floor` (an index) every tag is settled."""
+
+    def __init__(self) -> None:
+        self.base = 1
+        self.floor = 0
+        self.state = bytearray()
+
+    def published(self, count: int) -> tuple[int, int]:
+        """`count` more tags pending: their first and last tag."""
+        first = self.base + len(self.state)
+        self.state.extend(bytes(count))
+        return first, first + count - 1
+
+    def on_ack(self, tag: int, multiple: bool) -> None:
+        self._settle(tag, multiple, _ACKED)
+
+    def on_nack(self, tag: int, multiple: bool) -> None:
+        self._settle(tag, multiple, _NACKED)
+
+    def _settle(self, tag: int, multiple: bool, verdict: int) -> None:
+        i = tag - self.base
+        if i < 0 or i >= len(self.state):
+            return  # not a tag of this publish (none can be: a failure drops the channel)
+        state = self.state
+        if multiple:
+            # Every tag up to this one not settled yet gets the verdict.
+            lo = self.floor
+            state[lo : i + 1] = state[lo : i + 1].replace(_PENDING_BYTE, bytes([verdict]))
+            self.floor = max(lo, i + 1)
+        else:
+            state[i] = verdict
+            while self.floor < len(state) and state[self.floor] != _PENDING:
+                self.floor += 1
+
+    def nacked(self, first: int, last: int) -> int | None:
+        """None while a tag of first..last is pending, else how many were nacked."""
+        tags = self.state[first - self.base : last - self.base + 1]
+        if _PENDING in tags:
+            return None
+        return tags.count(_NACKED)
+
+    def restart(self) -> None:
+        """Every tag settled: the next publish's tags start after them."""
+        self.base += len(self.state)
+        self.floor = 0
+        self.state = bytearray()
+
+
+class _Window:
+    """A chunk published on one channel, awaiting the broker's confirms of its tags."""
+
+    __slots__ = ("chunk", "confirms", "deadline", "first", "last")
+
+    def __init__(self, chunk: list[Pending], confirms: _Confirms, count: int) -> None:
+        self.chunk = chunk
+        self.confirms = confirms
+        self.first, self.last = confirms.published(count)
+        self.deadline = time.monotonic() + CONFIRM_TIMEOUT_S
+
+
 class AmqpPublisher(_ChunkedPublisher):
-    """RabbitMQ: publisher confirms in windows — publish a chunk, then await its acks.
+    """RabbitMQ: publisher confirms in windows, pipelined over several channels.
 
     Waiting for each message's confirm caps a beat near a thousand messages
     a second; not confirming at all lost messages in bursts (measured here:
     96-195 of 200k in 4 of 6 runs). A window keeps the guarantee: a chunk
-    counts as sent only once the broker acknowledged all of it.
+    counts as sent only once the broker acknowledged every message of it.
+
+    Awaiting each window's acks before publishing the next left the broker idle
+    while the client waited and the client idle while the broker wrote (issue 36):
+    up to `windows` chunks are now out awaiting confirms at once, round robin over
+    `channels` channels of one connection (each channel's confirms are its own
+    delivery tags; the broker serves channels in parallel). One connection, driven
+    by the beat's own thread: more connections in threads measured no faster here
+    (bench limits), py-amqp's per-message work holds the GIL. Messages of two
+    windows may reach the queue interleaved; the platform makes no ordering promise
+    between executions (the worker's claim decides what runs).
     """
 
     def __init__(
-        self, *, beat: str, io_timeout_s: float = 5.0, keepalive: Callable[[], None] | None = None
+        self,
+        *,
+        beat: str,
+        io_timeout_s: float = 5.0,
+        keepalive: Callable[[], None] | None = None,
+        channels: int | None = None,
+        windows: int | None = None,
     ) -> None:
         super().__init__(beat=beat, io_timeout_s=io_timeout_s, keepalive=keepalive)
-        self._amqp: tuple[Any, Any, dict[str, int], list[int]] | None = None
+        self.channels = max(1, channels or settings.BEAT_AMQP_CHANNELS)
+        self.windows = max(1, windows or settings.BEAT_AMQP_WINDOWS)
+        self._amqp: tuple[Any, list[tuple[Any, _Confirms]]] | None = None
 
     def _build(self, p: Pending) -> tuple[str, Any, dict[str, Any]]:
         """(queue, py-amqp message, its headers without trace context): the body and
@@ -285,7 +380,7 @@ class AmqpPublisher(_ChunkedPublisher):
         )
         return queue.name, msg, headers
 
-    def _connect(self) -> tuple[Any, Any, dict[str, int], list[int]]:
+    def _connect(self) -> tuple[Any, list[tuple[Any, _Confirms]]]:
         from kombu import Connection
 
         io = self.io_timeout_s
@@ -296,52 +391,87 @@ class AmqpPublisher(_ChunkedPublisher):
             connect_timeout=io,
             transport_options={"read_timeout": io, "write_timeout": io},
         )
-        channel: Any = conn.default_channel  # py-amqp channel: confirm_select, events
-        channel.confirm_select()
-        state = {"acked": 0, "nacked": 0}
-
-        def on_ack(tag: int, multiple: bool) -> None:
-            state["acked"] = max(state["acked"], tag)
-
-        def on_nack(tag: int, multiple: bool) -> None:
-            state["nacked"] = tag
-
-        channel.events["basic_ack"].add(on_ack)
-        channel.events["basic_nack"].add(on_nack)
+        channels: list[tuple[Any, _Confirms]] = []
+        for i in range(self.channels):
+            # py-amqp channels: confirm_select, events
+            channel: Any = conn.default_channel if i == 0 else conn.channel()
+            channel.confirm_select()
+            confirms = _Confirms()
+            channel.events["basic_ack"].add(confirms.on_ack)
+            channel.events["basic_nack"].add(confirms.on_nack)
+            channels.append((channel, confirms))
         self._declared.clear()
-        return conn, channel, state, [0]
+        return conn, channels
 
     def _send(self, app: Any, items: list[Pending], sent: list[Pending]) -> None:
         from config.celery_app import amqp_queue
 
         if self._amqp is None:
             self._amqp = self._connect()
-        conn, channel, state, tag = self._amqp
+        conn, channels = self._amqp
         trace = self._trace_headers
-        # py-amqp's own publish, not the confirm-per-message basic_publish_confirm
-        # kombu would switch to: the confirms are awaited per window below.
-        basic_publish = channel._basic_publish
-        for start in range(0, len(items), CHUNK_SIZE):
+        awaiting: list[_Window] = []
+        refused = 0
+        for n, start in enumerate(range(0, len(items), CHUNK_SIZE)):
+            # At most `windows` chunks out unconfirmed: wait for the oldest to settle.
+            while len(awaiting) >= self.windows and not refused:
+                refused += self._settle(conn, awaiting, sent, wait=True)
+            if refused:
+                break  # the broker refuses messages: nothing more goes out this round
+            self._keepalive()  # a burst of many chunks does not outlast the lease
             chunk = items[start : start + CHUNK_SIZE]
+            channel, confirms = channels[n % len(channels)]
+            # py-amqp's own publish, not the confirm-per-message basic_publish_confirm
+            # kombu would switch to: the confirms are awaited per window.
+            basic_publish = channel._basic_publish
+            # The window's tags are counted before its first message goes out: py-amqp
+            # reads confirms that have arrived while it publishes (basic_publish polls
+            # the connection for connection.blocked), so an ack may come mid-chunk.
+            awaiting.append(_Window(chunk, confirms, len(chunk)))
             for p, (queue, msg, headers) in zip(chunk, self._messages(chunk), strict=True):
                 if queue not in self._declared:
-                    amqp_queue(p.queue)[0](channel).declare()
+                    amqp_queue(p.queue)[0](channels[0][0]).declare()
                     self._declared.add(queue)
                 msg.properties["application_headers"] = headers | trace if trace else headers
                 # The default (anonymous) exchange routes by queue name.
                 basic_publish(msg, exchange="", routing_key=queue)
-            tag[0] += len(chunk)
-            deadline = time.monotonic() + 30
-            while state["acked"] < tag[0] and not state["nacked"]:
-                if time.monotonic() > deadline:
-                    raise TimeoutError("publisher confirms did not arrive within 30 s")
-                # The lease keeper's renewal, when due and not on its own thread
-                # (never inside a transaction: publishing follows the admission's commit).
-                self._keepalive()
-                conn.drain_events(timeout=self.io_timeout_s)
-            if state["nacked"]:
-                raise RuntimeError(f"broker refused messages (nack up to tag {state['nacked']})")
-            self._sent(chunk, sent)
+            refused += self._settle(conn, awaiting, sent, wait=False)
+        # The rest of the windows out, even after a refusal: what the broker acked counts.
+        while awaiting:
+            refused += self._settle(conn, awaiting, sent, wait=True)
+        for _, confirms in channels:
+            confirms.restart()
+        if refused:
+            raise RuntimeError(f"broker refused {refused} messages (basic.nack)")
+
+    def _settle(self, conn: Any, awaiting: list[_Window], sent: list[Pending], wait: bool) -> int:
+        """Windows the broker has settled leave `awaiting`, an acked one counted as
+        sent; with `wait`, confirms are read until the oldest window has settled.
+        Returns how many messages of the settled windows the broker refused."""
+        oldest = awaiting[0] if wait and awaiting else None
+        refused = 0
+        while True:
+            left = []
+            for window in awaiting:
+                nacked = window.confirms.nacked(window.first, window.last)
+                if nacked is None:
+                    left.append(window)
+                elif nacked:
+                    # Not sent: the beat publishes its items again later.
+                    refused += nacked
+                else:
+                    self._sent(window.chunk, sent)
+            awaiting[:] = left
+            if oldest is None or all(w is not oldest for w in awaiting):
+                return refused
+            if time.monotonic() > oldest.deadline:
+                raise TimeoutError(
+                    f"publisher confirms did not arrive within {CONFIRM_TIMEOUT_S:.0f} s"
+                )
+            # The lease keeper's renewal, when due and not on its own thread
+            # (never inside a transaction: publishing follows the admission's commit).
+            self._keepalive()
+            conn.drain_events(timeout=self.io_timeout_s)
 
     def _ping(self) -> None:
         # A fresh connection: TCP, the AMQP handshake and confirm mode, each bounded by
