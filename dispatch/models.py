@@ -603,11 +603,12 @@ class BeatNode(models.Model):
 
 
 class AdmissionGrant(models.Model):
-    """Slots of a capped tenant a beat has taken for the chunk it is admitting.
+    """Slots of a capped tenant a beat has taken for the batch it is admitting.
 
     A beat takes them in a short transaction of their own, under the tenant's quota
-    row (dispatch/scheduler/admission.py), and gives them up in the transaction that
-    admits the chunk, when the queued rows take their place: the long admission then
+    row (dispatch/scheduler/admission.py); each chunk's admission takes the slots it
+    fills out of the grant in the commit that queues its rows, and what is left is
+    released after the batch: the long admission then
     holds no quota row, so beats admit one tenant's burst side by side instead of in
     turns. Counted as in flight by every other admission and by a manual trigger.
 

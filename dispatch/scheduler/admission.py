@@ -4,16 +4,17 @@ weighted round robin across tenants and the daily quota, in one fenced transacti
 Admission is atomic across beats. A capped tenant's free slots are its cap less
 its in-flight executions (dispatch.states.IN_FLIGHT_STATES) and the slots other
 beats hold as grants (dispatch.models.AdmissionGrant), read after its quota row
-was locked. A beat takes its chunk's slots as grants in a short transaction under
-the quota rows, then admits the chunk in a second, fenced transaction that holds
-no quota row: the admitted rows become `queued` and the grants are given up in
-the same commit, so every reader sees either the grants or the rows. With
+was locked. A beat takes the slots for everything due in its batch as grants, in
+one short transaction under the quota rows, then admits the batch chunk by chunk in
+fenced transactions that hold no quota row: a chunk's rows become `queued` and
+their slots leave the grant in the same commit, so every reader sees either the
+grant or the rows; what is left is released after the batch. With
 DISPATCH_MAX_INFLIGHT (one platform-wide advisory lock) the admitting transaction
 takes the locks and counts itself, as it must hold them until it commits.
 
 Slots are the queued/running rows themselves plus grants that live only while the
 range they name is held at its epoch: nothing leaks past a takeover when a beat
-dies (see admit_executions and granted_slots in beat.sql).
+dies (see the tenant_slots and admission_grants_* statements in beat.sql).
 """
 
 from __future__ import annotations
@@ -72,8 +73,8 @@ QUOTA_REDIS_BACKOFF_S = 5.0
 
 @dataclass(frozen=True)
 class _Grant:
-    """What a beat took before admitting a chunk: the range its grants name, the
-    tenants' limits read under the quota rows, and each capped tenant's slots."""
+    """What a beat took before admitting a batch: the range its grants name, the
+    tenants' limits read under the quota rows, and each capped tenant's slots left."""
 
     anchor: tuple[int, int]
     info: dict[int, selectors.TenantSlots]

@@ -89,7 +89,7 @@ class Partitions:
 
     def anchor(self) -> tuple[int, int] | None:
         """One range held and its epoch (the lowest): what an admission grant names
-        (store.granted_slots), or None when nothing is held."""
+        (selectors.tenant_slots), or None when nothing is held."""
         with self.lock:
             if not self.owned:
                 return None
