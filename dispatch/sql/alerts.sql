@@ -202,8 +202,14 @@ UPDATE dispatch_alert
        sent_at = CASE WHEN %(state)s::text = 'sent' THEN now() END
  WHERE id = %(id)s::uuid
 
+-- name: lateness_watched
+-- Whether any policy (of tenant %(tenant_id)s; NULL: of any tenant) sets either lateness limit: asked before late_occurrences, which is not run when none does (the common case). Planning that statement costs 35-290 ms (its joins over every day partition of the executions), and the late scan runs every CONTROL_INTERVAL_S on every beat.
+SELECT EXISTS (SELECT 1 FROM dispatch_alertpolicy
+                WHERE (late_after_s > 0 OR max_duration_s > 0)
+                  AND (%(tenant_id)s::bigint IS NULL OR tenant_id = %(tenant_id)s::bigint)) AS watched
+
 -- name: late_occurrences
--- The dead-man rule, one definition for the late scan (dispatch/alerting/lateness.py) and the dashboard's "late now": an occurrence of the last day not started within late_after_s of its due time (held, queued, never claimed), or running past max_duration_s, of a live, unpaused schedule whose policy has either limit (0 = off: nothing is late).
+-- The dead-man rule, one definition for the late scan (dispatch/alerting/lateness.py) and the dashboard's "late now": an occurrence since %(since)s (the last day) not started within late_after_s of its due time (held, queued, never claimed), or running past max_duration_s, of a live, unpaused schedule whose policy has either limit (0 = off: nothing is late).
 -- %(tenant_id)s NULL reads every tenant; %(for_alerts)s keeps only the occurrences an alert is owed for (schedule not snoozed, an enabled channel, not alerted yet). Looks only at tenants with such a policy; the %(batch)s longest-late first.
 WITH pol AS (
     SELECT s.id AS schedule_id, s.tenant_id, s.name AS schedule_name,
@@ -233,7 +239,10 @@ SELECT pol.schedule_id, pol.tenant_id, pol.schedule_name,
        CASE WHEN x.started_at IS NULL THEN pol.late_after_s ELSE pol.max_duration_s END AS limit_s
   FROM pol
   JOIN dispatch_execution x ON x.schedule_id = pol.schedule_id
- WHERE x.scheduled_for > now() - interval '1 day'
+ -- A parameter, not now() - interval '1 day': a value known at planning prunes the older
+ -- day partitions there (a stable now() is pruned only when the plan starts, after every
+ -- partition was planned).
+ WHERE x.scheduled_for > %(since)s::timestamptz
    -- The active rows only: the execution_active_schedule partial index's condition,
    -- so each schedule is one probe of it, not a walk over its day of finished runs.
    AND x.state IN ('scheduled', 'queued', 'running', 'retry_scheduled')
@@ -246,12 +255,6 @@ SELECT pol.schedule_id, pol.tenant_id, pol.schedule_name,
         OR NOT EXISTS (SELECT 1 FROM dispatch_alert a
                         WHERE a.schedule_id = x.schedule_id AND a.scheduled_for = x.scheduled_for
                           AND a.kind = 'late'))
-   -- Uncorrelated, so a one-time filter: with no late policy anywhere (the common case)
-   -- nothing below runs. Without it the planner may walk every active execution from the
-   -- partial index first — 300,000 staged rows in a burst, in every control round.
-   AND EXISTS (SELECT 1 FROM dispatch_alertpolicy q
-                WHERE (q.late_after_s > 0 OR q.max_duration_s > 0)
-                  AND (%(tenant_id)s::bigint IS NULL OR q.tenant_id = %(tenant_id)s::bigint))
  ORDER BY COALESCE(x.started_at, x.due_at), x.id
  LIMIT %(batch)s
 
