@@ -202,21 +202,19 @@ UPDATE dispatch_alert
        sent_at = CASE WHEN %(state)s::text = 'sent' THEN now() END
  WHERE id = %(id)s::uuid
 
--- name: lateness_watched
--- Whether any policy (of tenant %(tenant_id)s; NULL: of any tenant) sets either lateness limit: asked before late_occurrences, which is not run when none does (the common case). Planning that statement costs 35-290 ms (its joins over every day partition of the executions), and the late scan runs every CONTROL_INTERVAL_S on every beat.
-SELECT EXISTS (SELECT 1 FROM dispatch_alertpolicy
-                WHERE (late_after_s > 0 OR max_duration_s > 0)
-                  AND (%(tenant_id)s::bigint IS NULL OR tenant_id = %(tenant_id)s::bigint)) AS watched
+-- name: lateness_watchers
+-- The tenants (of tenant %(tenant_id)s only; NULL: of any) with a policy that sets either lateness limit: the one definition of who is watched. Asked before late_occurrences, which is not run when no tenant is (the common case) and otherwise looks only at these. Planning that statement costs 35-290 ms (its joins over every day partition of the executions), and the late scan runs every CONTROL_INTERVAL_S on every beat.
+SELECT DISTINCT tenant_id FROM dispatch_alertpolicy
+ WHERE (late_after_s > 0 OR max_duration_s > 0)
+   AND (%(tenant_id)s::bigint IS NULL OR tenant_id = %(tenant_id)s::bigint)
 
 -- name: late_occurrences
 -- The dead-man rule, one definition for the late scan (dispatch/alerting/lateness.py) and the dashboard's "late now": an occurrence since %(since)s (the last day) not started within late_after_s of its due time (held, queued, never claimed), or running past max_duration_s, of a live, unpaused schedule whose policy has either limit (0 = off: nothing is late).
--- %(tenant_id)s NULL reads every tenant; %(for_alerts)s keeps only the occurrences an alert is owed for (schedule not snoozed, an enabled channel, not alerted yet). Looks only at tenants with such a policy; the %(batch)s longest-late first.
+-- %(tenants)s: the tenants to look at, those lateness_watchers returned; %(for_alerts)s keeps only the occurrences an alert is owed for (schedule not snoozed, an enabled channel, not alerted yet); the %(batch)s longest-late first.
 WITH pol AS (
     SELECT s.id AS schedule_id, s.tenant_id, s.name AS schedule_name,
            p.late_after_s, p.max_duration_s
-      FROM (SELECT DISTINCT tenant_id FROM dispatch_alertpolicy
-             WHERE (late_after_s > 0 OR max_duration_s > 0)
-               AND (%(tenant_id)s::bigint IS NULL OR tenant_id = %(tenant_id)s::bigint)) lt
+      FROM unnest(%(tenants)s::bigint[]) AS lt(tenant_id)
       JOIN dispatch_schedule s ON s.tenant_id = lt.tenant_id
       JOIN tenants_tenant t ON t.id = s.tenant_id
      CROSS JOIN LATERAL (
