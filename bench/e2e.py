@@ -12,10 +12,11 @@ HTTP callbacks (docs/explanation/executions.md, "Worker pools: prefork or thread
 Then the worker-side overhead per execution: the runner's own
 `run_execution` is called in-process on a few hundred executions, with every
 lease function it calls (claim, lease check, heartbeat, fenced completion)
-timed, and its database round trips counted at the protocol level (libpq's
-trace: every ReadyForQuery, so BEGIN and COMMIT too). A no-op call ends long
+timed, and its database round trips counted at the protocol level (core/pgtrace.py:
+every ReadyForQuery, so BEGIN and COMMIT too). A no-op call ends long
 before the first heartbeat (a third of EXECUTION_LEASE_S after the claim):
-two round trips, the claim and the finish (issue 19).
+two round trips, the claim and the finish (issue 19), and one more the first time
+each of them is prepared on the connection (DB_PREPARED_STATEMENTS).
 
 Last, what a live log costs the worker per execution: a command's LIVE_LOG_BENCH_LINES
 lines of 80 bytes fed through the attempt's LineWriter as the command's drain reads
@@ -30,7 +31,6 @@ from __future__ import annotations
 
 import os
 import statistics
-import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
@@ -40,7 +40,6 @@ from unittest import mock
 
 from django.db import connection
 from django.test.utils import override_settings
-from psycopg import pq
 
 from bench.common import (
     SHORT_QUEUES,
@@ -66,6 +65,7 @@ from bench.procs import (
     worker_argv,
 )
 from bench.receiver import Receiver
+from core import pgtrace
 
 KEY = "e2e"
 FINAL = ("succeeded", "dead", "cancelled", "skipped", "failed", "timed_out")
@@ -251,45 +251,6 @@ def _throughput(
     }
 
 
-class _Trips:
-    """Round trips of Django's connection, counted in libpq's protocol trace: one
-    ReadyForQuery per round trip (BEGIN and COMMIT included), and the statements
-    sent (Query / Parse) besides. tests/support/round_trips.py counts the same way.
-
-    libpq buffers its trace: only `stop` (PQuntrace flushes it) gives exact counts,
-    so one stretch is traced at a time (a whole run_execution).
-    """
-
-    def __init__(self) -> None:
-        self._log = tempfile.TemporaryFile()  # noqa: SIM115 - closed by close(), reused per stretch
-
-    def start(self) -> None:
-        connection.ensure_connection()
-        self._pgconn = connection.connection.pgconn
-        self._pgconn.trace(self._log.fileno())
-        self._pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
-
-    def stop(self) -> tuple[int, int]:
-        """(round trips, statements) since `start`."""
-        self._pgconn.untrace()
-        self._log.seek(0)
-        trips = statements = 0
-        for line in self._log.read().decode(errors="replace").splitlines():
-            parts = line.split("\t")
-            if len(parts) < 3:
-                continue
-            if parts[0] == "B" and parts[2] == "ReadyForQuery":
-                trips += 1
-            elif parts[0] == "F" and parts[2] in ("Query", "Parse"):
-                statements += 1
-        self._log.seek(0)
-        self._log.truncate()
-        return trips, statements
-
-    def close(self) -> None:
-        self._log.close()
-
-
 class _Probe:
     """Per-call time and statements of the lease functions the runner calls (the
     statements counted by a Django execute wrapper: every named statement goes
@@ -381,24 +342,20 @@ def _overhead(receiver: Receiver, k: int) -> dict[str, Any]:
             )
         ]
         per_exec: list[tuple[float, int, int, str]] = []
-        trips = _Trips()
         probe = _Probe()
-        try:
-            with (
-                quiet_logs(),
-                override_settings(
-                    TARGET_TEST_ALLOW=[receiver.allow_entry], TARGET_RATE_PER_HOST=UNLIMITED_RATE
-                ),
-                _instrumented(probe),
-            ):
-                for eid in ids:
-                    trips.start()
+        with (
+            quiet_logs(),
+            override_settings(
+                TARGET_TEST_ALLOW=[receiver.allow_entry], TARGET_RATE_PER_HOST=UNLIMITED_RATE
+            ),
+            _instrumented(probe),
+        ):
+            for eid in ids:
+                with pgtrace.traced() as trips:
                     t0 = time.perf_counter()
                     outcome = runner.run_execution(execution_id=eid, attempt=1)
                     elapsed = (time.perf_counter() - t0) * 1000
-                    per_exec.append((elapsed, *trips.stop(), outcome))
-        finally:
-            trips.close()
+                per_exec.append((elapsed, trips.round_trips, len(trips.statements), outcome))
         live_log = _live_log_cost(ids)
     finally:
         cleanup_tenant(tenant.pk)

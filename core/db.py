@@ -107,7 +107,7 @@ class Statements:
         conn.ensure_connection()
         raw: psycopg.Cursor[Any] = psycopg.Cursor(conn.connection, row_factory=namedtuple_row)
         raw.format = Format.BINARY if binary else Format.TEXT
-        wrapper = CursorDebugWrapper if conn.queries_logged else CursorWrapper
+        wrapper = _RecordedCursor if conn.queries_logged else CursorWrapper
         cur = wrapper(raw, conn)
         cur.execute(self.composed(name, identifiers, literals), params or {})
         return cur
@@ -226,6 +226,17 @@ class Statements:
         with conn.cursor(row_factory=namedtuple_row) as cur:
             cur.execute(self.composed(name, identifiers), params)
             return list(cur.fetchall()) if cur.description else []
+
+
+class _RecordedCursor(CursorDebugWrapper):
+    """Django's debug cursor, recording the statement's own text. Django records the
+    query the driver last sent, which psycopg does not keep for the execution of a
+    prepared statement (DB_PREPARED_STATEMENTS): the record's text would be None."""
+
+    def execute(self, sql: Any, params: Any = None) -> Any:
+        text = sql.as_string(self.cursor) if isinstance(sql, pgsql.Composable) else sql
+        with self.debug_sql(text, params):
+            return CursorWrapper.execute(self, sql, params)
 
 
 core_sql = Statements(Path(__file__).parent / "sql")

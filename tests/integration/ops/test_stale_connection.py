@@ -11,8 +11,8 @@ from celery.signals import task_prerun
 from django.db import connection
 
 from core.db import core_sql
+from core.pgtrace import traced
 from tests.support.database_faults import end_backend
-from tests.support.round_trips import counting
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -33,8 +33,8 @@ def test_a_live_connection_is_kept_without_a_round_trip() -> None:
     connection.close()
     assert core_sql.scalar("ping") == 1
     pid = connection.connection.info.backend_pid
-    with counting() as trips:
+    with traced() as trips:
         task_prerun.send(sender=None)
-    assert trips.total == 0, str(trips)
+    assert trips.round_trips == 0, str(trips)
     assert core_sql.scalar("ping") == 1
     assert connection.connection.info.backend_pid == pid

@@ -1,7 +1,7 @@
 """The database round trips of one beat cycle (issue 16, defect 4): at +300 ms per
 round trip each one is a third of a second of lateness, so the cycle's count is
-kept small and pinned here. Counted at the protocol level (tests/support/
-round_trips.py: BEGIN and COMMIT included) on the beat's Django connection; the
+kept small and pinned here. Counted at the protocol level (core/pgtrace.py: BEGIN
+and COMMIT included) on the beat's Django connection; the
 lease keeper's renewal runs on its own connection, outside the cycle."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import psycopg
 import pytest
 from django.db import transaction
 
+from core.pgtrace import traced
 from dispatch import services
 from dispatch.models import Execution, SchedulerPartition
 from dispatch.partitioning import LOGICAL_PARTITIONS
@@ -19,7 +20,6 @@ from dispatch.scheduler.loop import Beat
 from dispatch.sql import queries
 from tenants.roles import Principal
 from tests.support.procs import db_conninfo
-from tests.support.round_trips import counting
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("empty_broker")]
 TARGET = {"type": "http", "url": "https://billing.internal/hook"}
@@ -46,10 +46,10 @@ def settle(beat: Beat) -> None:
 
 def test_an_idle_cycle_makes_at_most_two_round_trips(beat: Beat) -> None:
     settle(beat)
-    with counting() as idle:
+    with traced() as idle:
         beat.cycle()
     print(f"\nidle cycle: {idle}")
-    assert idle.total <= IDLE_BUDGET, str(idle)
+    assert idle.round_trips <= IDLE_BUDGET, str(idle)
 
 
 def test_a_cycle_with_work_fires_and_publishes_within_its_budget(
@@ -60,12 +60,12 @@ def test_a_cycle_with_work_fires_and_publishes_within_its_budget(
         services.job_create(actor=admin_principal, data={"target": TARGET, "name": f"j{i}"})[0]
         for i in range(5)
     ]
-    with counting() as work:
+    with traced() as work:
         beat.cycle()
     print(f"\ncycle with work: {work}")
     states = list(Execution.objects.filter(schedule__in=jobs).values_list("state", flat=True))
     assert sorted(states) == ["queued"] * 5  # the cycle did the work it is counted for
-    assert work.total <= WORK_BUDGET, str(work)
+    assert work.round_trips <= WORK_BUDGET, str(work)
 
 
 def test_the_fence_lets_renewal_through_but_not_a_takeover(beat: Beat) -> None:
