@@ -119,10 +119,10 @@ DATABASES["default"]["OPTIONS"].setdefault(
     f"-c idle_in_transaction_session_timeout={get_int('DB_IDLE_IN_TX_TIMEOUT_MS', 60000)}",
 )
 # Prepared statements for the named-statement runner (core/db.py): psycopg prepares a
-# statement on a connection once it has run PREPARE_AFTER times there, and PostgreSQL
-# then reuses its plan. Django turns them off by default (for poolers that cannot
-# keep them); here they are on, because a statement that cannot prune the day
-# partitions of history by time (the beat's probe and loads, the operator lists) is
+# statement on a connection once it has run DB_PREPARE_AFTER times there, and
+# PostgreSQL then keeps its plan. Django turns them off by default (for poolers that
+# cannot keep them); here they are on, because a statement that cannot prune the day
+# partitions of history at planning (the beat's probe and loads, a worker's finish) is
 # otherwise planned over every partition at every execution: 61 ms for the beat's
 # probe at 40 partitions, against 0.6 ms to run it. Django's own ORM queries are
 # never prepared (their cursors bind on the client). docs/explanation/history.md.

@@ -16,6 +16,11 @@ Django's cursor wrapper, as every ORM query's is: driver errors come out as
 are seen by CaptureQueriesContext and DEBUG's query log (the e2e bench counts
 round trips with it).
 
+Being server-side bound, the statements are also the ones psycopg prepares on a
+connection after DB_PREPARE_AFTER runs there (DB_PREPARED_STATEMENTS, config/
+settings.py): PostgreSQL then keeps their plans instead of planning them over
+every day partition of history at every execution (docs/explanation/history.md).
+
 A few statements must run on a dedicated raw connection instead (the beat's
 LISTEN, on its own autocommit connection that Django's transactions never
 touch): `run_on` runs those.
