@@ -1,6 +1,6 @@
 """Round trips and statements of Django's connection, read from libpq's protocol trace:
-the one way the tests (tests/support/round_trips.py) and the benches (`bench e2e`)
-count what a piece of code costs the database.
+the one way the tests (the beat's and the worker's round-trip budgets) and the benches
+(`bench e2e`) count what a piece of code costs the database.
 
 Each round trip ends with one ReadyForQuery from the server, so BEGIN and COMMIT
 count too (CaptureQueriesContext sees only the statements). A statement is one Query
@@ -25,6 +25,8 @@ from typing import Any
 import psycopg
 from django.db import connection
 from psycopg import pq
+
+from core.db import core_sql
 
 
 @dataclass
@@ -65,12 +67,11 @@ def _name_prepared(found: Trace, conn: psycopg.Connection[Any]) -> None:
     transaction)."""
     if not found.prepared_before:
         return
-    with contextlib.suppress(psycopg.Error), conn.cursor() as cur:
-        cur.execute(
-            "SELECT name, statement FROM pg_prepared_statements WHERE name = ANY(%s)",
-            [sorted(found.prepared_before)],
+    with contextlib.suppress(psycopg.Error):
+        rows = core_sql.run_on(
+            conn, "prepared_statement_texts", {"names": sorted(found.prepared_before)}
         )
-        labels = {name: _label(text) for name, text in cur.fetchall()}
+        labels = {row.name: _label(row.statement) for row in rows}
         found.statements = [labels.get(s, s) for s in found.statements]
 
 

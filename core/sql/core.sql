@@ -38,3 +38,7 @@ SELECT pg_is_in_recovery() AS standby,
          ELSE COALESCE(extract(epoch FROM clock_timestamp() - pg_last_xact_replay_timestamp())::float8,
                        'Infinity'::float8)
        END::float8 AS lag_s
+
+-- name: prepared_statement_texts
+-- The texts of this session's prepared statements named %(names)s (core/pgtrace.py names the statements a trace saw run).
+SELECT name, statement FROM pg_prepared_statements WHERE name = ANY(%(names)s::text[])
