@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import os
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -19,7 +20,7 @@ from django.db import connection
 from django.test import override_settings
 
 from dispatch.explain import explain
-from dispatch.history import archive, partitions
+from dispatch.history import archive, maintenance, partitions
 from dispatch.history.objects import FileStore, ObjectStore, S3Store
 from dispatch.models import ArchivedDay, Execution, ExecutionEvent, Schedule
 from dispatch.scheduler import retention
@@ -225,3 +226,68 @@ def test_the_beat_that_owns_partition_zero_retires_expired_days(
     # The empty days after it expired too, and went the same way; the kept ones stay.
     held = [p.day for p in partitions.days(partitions.EXECUTIONS)]
     assert held[0] == partitions.day_of(db_now()) - timedelta(days=1)
+
+
+def test_a_day_is_fetched_in_memory_not_through_temporary_files(
+    tmp_path: Path, admin_principal: Principal
+) -> None:
+    """PostgreSQL gathers a FETCH's whole answer before sending it and spills it to a
+    temporary file past work_mem: the archive's fetches must stay under it (5,000 rows
+    a fetch wrote every one to disk, on the disk the firing path's commits flush to).
+    Here work_mem is 1 MB and temporary files are refused outright, and a day of 3,000
+    executions (about 2.5 MB of JSON lines) is archived whole."""
+    schedule = make_schedule(admin_principal, TARGET)
+    today = partitions.day_start(partitions.day_of(db_now()))
+    rows = 3000
+    with connection.cursor() as cur:
+        cur.execute(
+            "INSERT INTO dispatch_execution (id, schedule_id, tenant_id, partition,"
+            " scheduled_for, due_at, trigger, attempt, state, fencing_token, created_at,"
+            " enqueued_at, started_at, finished_at, status_code)"
+            " SELECT dispatch_execution_id(at.v), %(s)s, %(t)s, %(p)s, at.v, at.v, 'cron', 1,"
+            " 'succeeded', 1, at.v, at.v, at.v, at.v + interval '20 milliseconds', 200"
+            " FROM generate_series(1, %(n)s) AS g(i)"
+            " CROSS JOIN LATERAL (SELECT %(day)s::timestamptz + g.i * interval '1 second') AS at(v)",
+            {
+                "s": schedule.id,
+                "t": schedule.tenant_id,
+                "p": schedule.partition,
+                "n": rows,
+                "day": today + timedelta(hours=1),
+            },
+        )
+        cur.execute("SELECT sum(length(row_to_json(e)::text)) FROM dispatch_execution e")
+        assert cur.fetchone()[0] > 2 * 1024 * 1024  # more than work_mem, twice over
+        cur.execute("SET work_mem = '1MB'")
+        cur.execute("SET temp_file_limit = 0")
+    store = FileStore(tmp_path / "archive")
+    try:
+        record = archive.archive_day(today.date(), store, archive.DayResult(today.date()))
+    finally:
+        with connection.cursor() as cur:
+            cur.execute("RESET work_mem")
+            cur.execute("RESET temp_file_limit")
+
+    assert record.executions == rows
+    key = archive.file_key(partitions.EXECUTIONS, today.date(), schedule.tenant_id)
+    assert len(lines(store, key)) == rows
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0, reason="lowering another user's process (PostgreSQL's) takes root"
+)
+def test_the_pass_session_yields_the_database_cpus() -> None:
+    """The pass's session starts no parallel workers and, PostgreSQL running on this
+    machine, its backend runs at nice 19 (the firing path's backends at 0)."""
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_backend_pid()")
+        [pid] = cur.fetchone()
+    try:
+        assert os.getpriority(os.PRIO_PROCESS, pid) == 0
+        assert maintenance.lower_session(19) is True
+        assert os.getpriority(os.PRIO_PROCESS, pid) == 19
+        with connection.cursor() as cur:
+            cur.execute("SHOW max_parallel_workers_per_gather")
+            assert cur.fetchone()[0] == "0"
+    finally:
+        connection.close()  # the next test gets a new backend, at full priority
