@@ -17,7 +17,6 @@ lock, and a second one (a beat that took partition 0 over, or an operator's
 
 from __future__ import annotations
 
-import logging
 import os
 import subprocess
 import sys
@@ -34,8 +33,6 @@ from dispatch.history.objects import store_from_settings
 from dispatch.scheduler import retention
 from dispatch.sql import sql
 
-log = logging.getLogger("dispatch.history")
-
 # What the child must see as its parent sees it (a test's beat changes them in its
 # own process; in a deployment they equal the environment anyway).
 CHILD_SETTINGS = (
@@ -50,8 +47,7 @@ CHILD_SETTINGS = (
 
 
 # The lowest CPU priority: the pass is batch work with hours to spare, and on a
-# machine the beats share, each cycle it preempts is a firing delay (nice 10 still
-# showed in the firing probe's p99, bench retention).
+# machine the beats share, each slice of CPU it takes from them is a firing delay.
 CHILD_NICE = 19
 
 
@@ -77,57 +73,6 @@ def run(*, now: datetime, archive_dir: Path | None = None, batch: int = 1000) ->
     finally:
         sql.scalar("history_maintenance_unlock")
     return Pass(created, days, purged)
-
-
-def yield_cpu(nice: int) -> bool:
-    """Lower this process's CPU priority by `nice`, and its database session's
-    (`lower_session`): whether the session's backend was lowered."""
-    os.nice(nice)
-    return lower_session(nice)
-
-
-def lower_session(nice: int) -> bool:
-    """This connection's session yields the database's CPUs: no parallel workers, and
-    its backend process at priority `nice` when PostgreSQL runs on this machine (the
-    embedded default, a small install) and lets us. Whether the backend was lowered.
-
-    The backend is where a day is read and turned into JSON; at full priority it
-    takes a core from the firing path's backends and beats for its whole time slice
-    (bench retention: the firing probe's p99 went 1.7x up with the pass niced and its
-    backend not). A backend on another machine cannot be lowered from here; there
-    the pace (HISTORY_ARCHIVE_DUTY) is what bounds the pass's share of the database's
-    CPUs."""
-    sql.execute("history_pass_serial")
-    backend = sql.one("history_pass_backend")
-    if not _ours(backend.pid, backend.started):
-        log.info("history: the pass's database backend is not on this machine: not lowered")
-        return False
-    try:
-        os.setpriority(os.PRIO_PROCESS, backend.pid, min(19, nice))
-    except OSError as exc:  # PostgreSQL runs as another user, and we may not
-        log.info("history: the pass's database backend could not be lowered: %s", exc)
-        return False
-    return True
-
-
-def _ours(pid: int, started: float) -> bool:
-    """Whether process `pid` on this machine is a PostgreSQL process that started when
-    our backend did. A server in a container or on another host has process ids of
-    its own, so the pid alone could name any process here."""
-    try:
-        title = Path(f"/proc/{pid}/cmdline").read_bytes()
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        boot = next(
-            float(line.split()[1])
-            for line in Path("/proc/stat").read_text().splitlines()
-            if line.startswith("btime ")
-        )
-    except (OSError, StopIteration):
-        return False
-    # Field 22 of stat, after the command in parentheses: the start, in clock ticks after boot.
-    ticks = int(stat.rsplit(")", 1)[1].split()[19])
-    began = boot + ticks / os.sysconf("SC_CLK_TCK")
-    return title.startswith(b"postgres") and abs(began - started) < 2
 
 
 def spawn() -> subprocess.Popen[bytes]:

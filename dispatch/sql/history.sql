@@ -105,12 +105,3 @@ SET lock_timeout = {ms}
 -- name: history_ddl_lock_timeout_reset
 -- Back to the session's default.
 RESET lock_timeout
-
--- name: history_pass_backend
--- The maintenance pass's own backend: its process id and when it started (seconds since the epoch).
-SELECT pid, extract(epoch FROM backend_start)::float8 AS started
-FROM pg_stat_activity WHERE pid = pg_backend_pid()
-
--- name: history_pass_serial
--- The pass's session starts no parallel workers: each would be a new backend at full CPU priority.
-SET max_parallel_workers_per_gather = 0

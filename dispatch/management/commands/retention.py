@@ -7,6 +7,7 @@ child process); one pass runs at a time, so this one refuses while another runs.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -27,15 +28,12 @@ class Command(BaseCommand):
             "--nice",
             type=int,
             default=0,
-            help=(
-                "lower this process's CPU priority by N first, and its database backend's"
-                " when PostgreSQL runs on this machine (the beat's child uses 19)"
-            ),
+            help="lower this process's CPU priority by N first (the beat's child uses 19)",
         )
 
     def handle(self, *args: Any, **opts: Any) -> None:
         if opts["nice"]:
-            maintenance.yield_cpu(opts["nice"])
+            os.nice(opts["nice"])
         archive = Path(opts["archive_dir"]) if opts["archive_dir"] else None
         try:
             done = maintenance.run(now=db_now(), archive_dir=archive, batch=opts["batch"])

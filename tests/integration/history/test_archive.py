@@ -9,7 +9,6 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
-import os
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -20,7 +19,7 @@ from django.db import connection
 from django.test import override_settings
 
 from dispatch.explain import explain
-from dispatch.history import archive, maintenance, partitions
+from dispatch.history import archive, partitions
 from dispatch.history.objects import FileStore, ObjectStore, S3Store
 from dispatch.models import ArchivedDay, Execution, ExecutionEvent, Schedule
 from dispatch.scheduler import retention
@@ -271,23 +270,3 @@ def test_a_day_is_fetched_in_memory_not_through_temporary_files(
     assert record.executions == rows
     key = archive.file_key(partitions.EXECUTIONS, today.date(), schedule.tenant_id)
     assert len(lines(store, key)) == rows
-
-
-@pytest.mark.skipif(
-    os.geteuid() != 0, reason="lowering another user's process (PostgreSQL's) takes root"
-)
-def test_the_pass_session_yields_the_database_cpus() -> None:
-    """The pass's session starts no parallel workers and, PostgreSQL running on this
-    machine, its backend runs at nice 19 (the firing path's backends at 0)."""
-    with connection.cursor() as cur:
-        cur.execute("SELECT pg_backend_pid()")
-        [pid] = cur.fetchone()
-    try:
-        assert os.getpriority(os.PRIO_PROCESS, pid) == 0
-        assert maintenance.lower_session(19) is True
-        assert os.getpriority(os.PRIO_PROCESS, pid) == 19
-        with connection.cursor() as cur:
-            cur.execute("SHOW max_parallel_workers_per_gather")
-            assert cur.fetchone()[0] == "0"
-    finally:
-        connection.close()  # the next test gets a new backend, at full priority
