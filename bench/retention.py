@@ -15,10 +15,10 @@ step of a beat: the beat's own statement inserting 20 executions due now
 transaction. Its cycle times while each retention runs are compared with its
 cycle times with no retention running, in the same run (p50, p99, max; the
 target is a p99 within 1.2x). Each filled day is checkpointed before it is
-measured, as a month-old day is on disk. The day is made of its own day partitions, carved
-out of the lower catch-all for the bench; the archive is a temporary folder given to
-the child (the bench must not write a deployment's bucket), in memory (/dev/shm)
-where there is one: like an object store, off the database's disk.
+measured, as a month-old day is on disk. The day is made of its own day partitions,
+carved out of the lower catch-all for the bench; the archive is a temporary folder
+given to the child (the bench must not write a deployment's bucket), in memory
+(/dev/shm) where there is one: like an object store, off the database's disk.
 """
 
 from __future__ import annotations

@@ -240,19 +240,18 @@ def test_a_day_is_fetched_in_memory_not_through_temporary_files(
     rows = 3000
     with connection.cursor() as cur:
         cur.execute(
-            "INSERT INTO dispatch_execution (id, schedule_id, tenant_id, partition,"
-            " scheduled_for, due_at, trigger, attempt, state, fencing_token, created_at,"
-            " enqueued_at, started_at, finished_at, status_code)"
-            " SELECT dispatch_execution_id(at.v), %(s)s, %(t)s, %(p)s, at.v, at.v, 'cron', 1,"
-            " 'succeeded', 1, at.v, at.v, at.v, at.v + interval '20 milliseconds', 200"
-            " FROM generate_series(1, %(n)s) AS g(i)"
-            " CROSS JOIN LATERAL (SELECT %(day)s::timestamptz + g.i * interval '1 second') AS at(v)",
+            """
+            INSERT INTO dispatch_execution (id, schedule_id, tenant_id, scheduled_for, due_at,
+                                            trigger, attempt, state, fencing_token)
+            SELECT gen_random_uuid(), %(s)s, %(t)s, %(at)s + g * interval '1 second',
+                   %(at)s + g * interval '1 second', 'cron', 1, 'succeeded', 0
+            FROM generate_series(1, %(n)s) AS g
+            """,
             {
                 "s": schedule.id,
                 "t": schedule.tenant_id,
-                "p": schedule.partition,
+                "at": today + timedelta(hours=1),
                 "n": rows,
-                "day": today + timedelta(hours=1),
             },
         )
         cur.execute("SELECT sum(length(row_to_json(e)::text)) FROM dispatch_execution e")
