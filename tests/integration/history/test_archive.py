@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import os
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -19,7 +20,7 @@ from django.db import connection
 from django.test import override_settings
 
 from dispatch.explain import explain
-from dispatch.history import archive, partitions
+from dispatch.history import archive, maintenance, partitions
 from dispatch.history.objects import FileStore, ObjectStore, S3Store
 from dispatch.models import ArchivedDay, Execution, ExecutionEvent, Schedule
 from dispatch.scheduler import retention
@@ -212,6 +213,11 @@ def test_the_beat_that_owns_partition_zero_retires_expired_days(
         beat.cycle()
         assert 0 in beat.owned and beat.maintenance is not None
         assert beat.maybe_retention() == 0
+        # The child ran at the lowest CPU priority: read off the finished process before
+        # it is reaped (WNOWAIT leaves it a zombie, whose /proc entry still answers).
+        pid = beat.maintenance.pid
+        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+        assert nice_of(pid) == maintenance.CHILD_NICE
         assert beat.maintenance.wait(120) == 0
 
     assert not Execution.objects.filter(id__in=[e.id for e in gone]).exists()
@@ -225,6 +231,12 @@ def test_the_beat_that_owns_partition_zero_retires_expired_days(
     # The empty days after it expired too, and went the same way; the kept ones stay.
     held = [p.day for p in partitions.days(partitions.EXECUTIONS)]
     assert held[0] == partitions.day_of(db_now()) - timedelta(days=1)
+
+
+def nice_of(pid: int) -> int:
+    """A process's nice value, from /proc/<pid>/stat (field 19, counted after the
+    command's closing parenthesis, which may hold spaces)."""
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16])
 
 
 def test_a_day_is_fetched_in_memory_not_through_temporary_files(
