@@ -24,6 +24,7 @@ from console.views.common import is_htmx
 from core.replicas import replica_reads
 from dispatch import selectors
 from dispatch.exceptions import InvalidSchedule
+from dispatch.history import partitions
 from dispatch.models import Schedule
 from dispatch.states import ExecutionState, Trigger
 from tenants import selectors as tenant_selectors
@@ -145,6 +146,7 @@ def runs_page(request: HttpRequest, principal: Principal) -> HttpResponse:
         triggers=Trigger.values,
         error_max=selectors.ERROR_TEXT_MAX,
         error_scan=selectors.ERROR_SCAN_ROWS,
+        read_days=partitions.READ_DAYS,
         filtered=bool(raw),
         # The table's filter for the bulk bar's "all matching" (the schedule as its id).
         bulk_filter=[(k, v) for k, v in raw.items() if k != "schedule"]

@@ -640,14 +640,18 @@ class ExecutionPageDoc(serializers.Serializer[Any]):
     results = ExecutionOutDoc(many=True)
     next_cursor = next_cursor_doc()
     scan_limited = serializers.BooleanField(
-        help_text="an error-text search stopped at its scan window before the page was full; "
-        "next_cursor continues below the rows read"
+        help_text="the page stopped at what a page reads (the newest days of history after "
+        "the cursor; for an error-text search, also its candidates) before it was full; "
+        "next_cursor continues below what was read"
     )
     total = serializers.IntegerField(
         required=False, allow_null=True, help_text="with ?total=true: matches, counted up to a cap"
     )
     total_capped = serializers.BooleanField(
-        required=False, allow_null=True, help_text="with ?total=true: there are more than total"
+        required=False,
+        allow_null=True,
+        help_text="with ?total=true: there may be more than total (past the cap, or in older "
+        "history than the count reads)",
     )
 
 

@@ -38,6 +38,7 @@ from dispatch.api.serializers import (
     timeline_out,
 )
 from dispatch.exceptions import InvalidSchedule, PreconditionRequired
+from dispatch.history.partitions import READ_DAYS
 from dispatch.selectors.calendars import schedule_filter
 from dispatch.states import ExecutionState, Trigger
 from dispatch.timing import cron
@@ -428,6 +429,10 @@ class ExecutionListView(StrictQueryView):
 
     @extend_schema(
         operation_id="executions_list",
+        description="Executions newest first. A page reads at most the newest "
+        f"{READ_DAYS} days of history after its cursor: a filter that matches few rows "
+        "may come back short, even empty, with a next_cursor that reads on below "
+        "(scan_limited is true then). Follow next_cursor until it is null.",
         responses={200: ExecutionPageDoc},
         parameters=[
             OpenApiParameter("schedule_id", OpenApiTypes.UUID),
@@ -466,8 +471,9 @@ class ExecutionListView(StrictQueryView):
             OpenApiParameter(
                 "total",
                 bool,
-                description=f"also count the matches, up to {selectors.COUNT_CAP} "
-                "(total_capped: there are more); not for an error-text search",
+                description=f"also count the matches, up to {selectors.COUNT_CAP} and over "
+                f"the newest {READ_DAYS} days of history (total_capped: there may be more); "
+                "not for an error-text search",
             ),
             OpenApiParameter("cursor", str, description="next_cursor of the previous page"),
             limit_param(),

@@ -45,6 +45,12 @@ EXTEND_BELOW_DAYS = 3
 # every HELD_DAYS_CACHE_S per process: a stale list only makes windows wider or
 # narrower, never leaves a row out (the windows always cover every instant).
 HELD_DAYS_CACHE_S = 60.0
+# A page or a capped total of the runs page (and GET /v1/executions) reads at most
+# READ_DAYS held days per request: a filter that matches few rows would otherwise
+# plan every partition kept (52 ms at 250). The default retention (30 days) and the
+# days waiting for their archive fit in one request; past them, a short page comes
+# back with a cursor that reads on below (scan_limited), and a total says "at least".
+READ_DAYS = 40
 _held: tuple[float, list[date]] | None = None
 _DAY = re.compile(r"_p(\d{8})$")
 
@@ -124,34 +130,58 @@ def held_days() -> list[date]:
     return _held[1]
 
 
+@dataclass(frozen=True)
+class Walk:
+    """The windows of a newest-first read, and where a budgeted walk stopped."""
+
+    windows: list[tuple[datetime | None, datetime | None]]
+    # The lower bound of the last window when the walk stopped at its budget of days
+    # with held days left below it (the read goes on below it at the next request);
+    # None when the windows cover everything the bounds admit.
+    cut: datetime | None = None
+
+    def __iter__(self) -> Iterator[tuple[datetime | None, datetime | None]]:
+        return iter(self.windows)
+
+
 def newest_first_windows(
     now: datetime,
     *,
     held: Sequence[date],
     upper: datetime | None = None,
     lower: datetime | None = None,
-) -> Iterator[tuple[datetime | None, datetime | None]]:
+    days: int | None = None,
+) -> Walk:
     """Contiguous [lo, hi) ranges of scheduled_for (None: unbounded) that together
     cover everything at or below `upper` and at or above `lower`, newest first: from
     the start of the top day (`upper`'s, else today's) upwards without bound (the
     caller's filters bound the top), then 1, 2, 4 ... of the `held` days below it,
     then everything older (the lower catch-all) without bound. The ranges only say
     which partitions a query reads: rows are selected by the caller's filters, so any
-    `now` and any `held` give the same rows."""
+    `now` and any `held` give the same rows.
+
+    With `days`, the walk reads at most that many held days (the top day counts as
+    one) and stops there when held days are left below: `cut` says where."""
     top = day_of(upper if upper is not None else now)
     below = [day for day in held if day < top]
     lo = day_start(top)
     hi: datetime | None = None
-    take = 1
+    take = read = 1
+    windows: list[tuple[datetime | None, datetime | None]] = []
     while lower is None or lo > lower:
-        yield lo, hi
+        windows.append((lo, hi))
         hi = lo
         if not below:
             break
-        lo = day_start(below[-take:][0])
-        del below[-take:]
+        if days is not None and read >= days:
+            return Walk(windows, cut=lo)
+        step = take if days is None else min(take, days - read)
+        lo = day_start(below[-step:][0])
+        del below[-step:]
+        read += step
         take *= 2
-    yield None, hi
+    windows.append((None, hi))
+    return Walk(windows)
 
 
 def ensure_ahead(today: date) -> list[str]:

@@ -5,7 +5,6 @@ and the tenant's usage. Every query starts from the tenant."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple, TypeVar
@@ -14,16 +13,18 @@ from django.db.models import Count, Model, Q, QuerySet
 from django.utils import timezone
 
 from dispatch.exceptions import ArchiveUnavailable, InvalidSchedule, NotFound
+from dispatch.history import partitions
 from dispatch.history.archive import ArchivedExecution, find_execution
 from dispatch.history.ids import occurrence_window
 from dispatch.history.objects import ObjectStoreError, store_from_settings
-from dispatch.history.partitions import held_days, newest_first_windows
+from dispatch.history.partitions import Walk, held_days, newest_first_windows
 from dispatch.models import Execution, ExecutionEvent, ExecutionState
 from dispatch.selectors.paging import (
     MAX_PAGE,
     Page,
     Windows,
     as_uuid,
+    cursor_below,
     decode_cursor,
     encode_cursor,
     keyset_after,
@@ -167,28 +168,44 @@ def execution_list(
     limit: int = 50,
     flt: ExecutionFilter | None = None,
     with_schedule: bool = False,
+    every_day: bool = False,
 ) -> ExecutionPage:
     """A page of the tenant's executions, newest occurrence first (keyset on scheduled_for, id);
-    `with_schedule` joins each row's schedule (the console shows its name)."""
+    `with_schedule` joins each row's schedule (the console shows its name); `every_day`
+    reads on past READ_DAYS until the page is full (reading_windows)."""
     flt = flt or ExecutionFilter()
     qs = executions_matching(tenant=tenant, flt=flt)
     if with_schedule:
         qs = qs.select_related("schedule")
     if not flt.error:
         page = keyset_page(
-            qs, field="scheduled_for", cursor=cursor, limit=limit, windows=reading_windows(flt)
+            qs,
+            field="scheduled_for",
+            cursor=cursor,
+            limit=limit,
+            windows=reading_windows(flt, every_day=every_day),
         )
-        return ExecutionPage(items=page.items, next_cursor=page.next_cursor)
+        return ExecutionPage(
+            items=page.items,
+            next_cursor=page.next_cursor,
+            # Short with a cursor: the read stopped at its READ_DAYS.
+            scan_limited=page.next_cursor is not None and len(page.items) < limit,
+        )
     return _error_page(qs, flt, cursor=cursor, limit=limit)
 
 
-def reading_windows(flt: ExecutionFilter) -> Windows:
-    """The filter's reading windows of history, newest first (newest_first_windows)."""
+def reading_windows(flt: ExecutionFilter, *, every_day: bool = False) -> Windows:
+    """The filter's reading windows of history, newest first (newest_first_windows):
+    at most READ_DAYS held days a request, or with `every_day` all of them."""
 
-    def windows(upper: datetime | None) -> Iterator[tuple[datetime | None, datetime | None]]:
+    def windows(upper: datetime | None) -> Walk:
         bounds = [at for at in (upper, flt.until) if at is not None]
         return newest_first_windows(
-            timezone.now(), held=held_days(), upper=min(bounds) if bounds else None, lower=flt.since
+            timezone.now(),
+            held=held_days(),
+            upper=min(bounds) if bounds else None,
+            lower=flt.since,
+            days=None if every_day else partitions.READ_DAYS,
         )
 
     return windows
@@ -201,7 +218,8 @@ def _error_page(
     window of days at a time (newest_first_windows): each window's candidates are
     counted, up to what is left of that budget, then searched; in the window where
     the budget runs out, only down to the last candidate inside it (the edge), where
-    a short page ends with a cursor that searches on below it."""
+    a short page ends with a cursor that searches on below it. The same where the
+    walk stops at its READ_DAYS."""
     if not 1 <= limit <= MAX_PAGE:
         raise InvalidSchedule.field("limit", f"must be in 1..{MAX_PAGE}")
     upper = None
@@ -211,7 +229,8 @@ def _error_page(
     newest = ("-scheduled_for", "-id")
     found: list[Execution] = []
     left = ERROR_SCAN_ROWS
-    for lo, hi in reading_windows(flt)(upper):
+    walk = reading_windows(flt)(upper)
+    for lo, hi in walk:
         window = within(qs, field="scheduled_for", lo=lo, hi=hi)
         held = window.order_by()[:left].count()
         edge = None
@@ -232,26 +251,30 @@ def _error_page(
             return ExecutionPage(items=found, next_cursor=encode_cursor(*edge), scan_limited=True)
         left -= held
     items = found[:limit]
-    more = len(found) > limit
-    return ExecutionPage(
-        items=items,
-        next_cursor=encode_cursor(items[-1].scheduled_for, items[-1].id) if more else None,
-    )
+    if len(found) > limit:
+        return ExecutionPage(
+            items=items, next_cursor=encode_cursor(items[-1].scheduled_for, items[-1].id)
+        )
+    if walk.cut is not None:
+        return ExecutionPage(items=items, next_cursor=cursor_below(walk.cut), scan_limited=True)
+    return ExecutionPage(items=items, next_cursor=None)
 
 
 def execution_count(*, tenant: Tenant, flt: ExecutionFilter) -> tuple[int, bool] | None:
-    """(count, capped) of the filter's rows, counted up to COUNT_CAP; None for an
-    error-text search (counting it would read every failure: not cheap)."""
+    """(count, capped) of the filter's rows, counted up to COUNT_CAP and over the
+    newest READ_DAYS held days; capped: there may be more (past the cap, or older);
+    None for an error-text search (counting it would read every failure: not cheap)."""
     if flt.error:
         return None
     qs = executions_matching(tenant=tenant, flt=flt).order_by()
     n = 0
-    for lo, hi in reading_windows(flt)(None):
+    walk = reading_windows(flt)(None)
+    for lo, hi in walk:
         window = within(qs, field="scheduled_for", lo=lo, hi=hi)
         n += window[: COUNT_CAP + 1 - n].count()
         if n > COUNT_CAP:
             break
-    return min(n, COUNT_CAP), n > COUNT_CAP
+    return min(n, COUNT_CAP), n > COUNT_CAP or walk.cut is not None
 
 
 def execution_get(*, tenant: Tenant, execution_id: uuid.UUID | str) -> Execution:

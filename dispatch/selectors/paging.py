@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Generic, TypeVar
@@ -13,6 +13,7 @@ from typing import Generic, TypeVar
 from django.db.models import Model, Q, QuerySet
 
 from dispatch.exceptions import InvalidSchedule, NotFound
+from dispatch.history.partitions import Walk
 
 T = TypeVar("T")
 M = TypeVar("M", bound=Model)
@@ -42,9 +43,15 @@ def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
         raise InvalidSchedule.field("cursor", "is not a cursor this API returned") from None
 
 
-# Ranges [lo, hi) of the keyset's field to read in turn, newest first, given the
-# page's upper bound (the cursor's value, or None): see keyset_page.
-Windows = Callable[[datetime | None], Iterable[tuple[datetime | None, datetime | None]]]
+def cursor_below(at: datetime) -> str:
+    """A cursor that goes on with the rows strictly before `at` (no id is below the nil
+    UUID): where a read stopped at a window's lower bound."""
+    return encode_cursor(at, uuid.UUID(int=0))
+
+
+# The windows of the keyset's field to read in turn, newest first, given the page's
+# upper bound (the cursor's value, or None): see keyset_page.
+Windows = Callable[[datetime | None], Walk]
 
 
 def keyset_page(
@@ -52,7 +59,9 @@ def keyset_page(
 ) -> Page[M]:
     """Keyset pagination on (field desc, id desc): each page costs the same, however deep.
     With `windows` the page is read one range of `field` at a time until it is full
-    (a partitioned table: each query plans over the partitions of its range only)."""
+    (a partitioned table: each query plans over the partitions of its range only); a
+    walk that stops at its budget (Walk.cut) ends the page there, short or even empty,
+    with a cursor that reads on below it."""
     if not 1 <= limit <= MAX_PAGE:
         raise InvalidSchedule.field("limit", f"must be in 1..{MAX_PAGE}")
     upper = None
@@ -61,7 +70,8 @@ def keyset_page(
         qs = _after(qs, field=field, at=upper, pk=pk)
     ordered = qs.order_by(f"-{field}", "-id")
     rows: list[M] = []
-    for lo, hi in windows(upper) if windows else [(None, None)]:
+    walk = windows(upper) if windows else Walk([(None, None)])
+    for lo, hi in walk:
         rows += within(ordered, field=field, lo=lo, hi=hi)[: limit + 1 - len(rows)]
         if len(rows) > limit:
             break
@@ -70,6 +80,8 @@ def keyset_page(
     if len(rows) > limit:
         last = items[-1]
         nxt = encode_cursor(getattr(last, field), last.id)  # type: ignore[attr-defined]
+    elif walk.cut is not None:
+        nxt = cursor_below(walk.cut)
     return Page(items=items, next_cursor=nxt)
 
 

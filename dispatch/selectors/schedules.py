@@ -295,7 +295,8 @@ def last_executions(
     base = Execution.objects.filter(tenant=tenant)
     if started:
         base = base.exclude(state__in=state_values(NOT_STARTED_STATES))
-    for lo, hi in reading_windows(ExecutionFilter())(None):
+    # Every day held: a schedule's last run may be of any of them.
+    for lo, hi in reading_windows(ExecutionFilter(), every_day=True)(None):
         if not missing:
             break
         rows = within(
@@ -311,9 +312,10 @@ def last_executions(
 
 
 def schedule_history(*, tenant: Tenant, schedule: Schedule, limit: int = 50) -> list[Execution]:
-    """The schedule's newest executions (read as the runs page reads them: by windows of days)."""
+    """The schedule's newest executions (read as the runs page reads them: by windows of
+    days), however old: a schedule that seldom runs still shows its last ones."""
     flt = ExecutionFilter(schedule_id=schedule.id)
-    return execution_list(tenant=tenant, limit=limit, flt=flt).items
+    return execution_list(tenant=tenant, limit=limit, flt=flt, every_day=True).items
 
 
 def schedule_upstreams(*, schedule: Schedule) -> list[Schedule]:

@@ -10,7 +10,7 @@ from itertools import pairwise
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dispatch.history.partitions import newest_first_windows
+from dispatch.history.partitions import day_start, newest_first_windows
 
 NOW = datetime(2026, 12, 6, 10, 30, tzinfo=UTC)
 TODAY = datetime(2026, 12, 6, tzinfo=UTC)
@@ -63,3 +63,48 @@ def test_contiguous_and_covering_whatever_the_bounds(
     if lower is not None:
         # No window lies wholly below the lower bound (it would read nothing).
         assert all(lo > lower for lo in inner)  # type: ignore[operator]
+
+
+def test_a_budget_of_days_stops_the_walk_where_held_days_are_left() -> None:
+    walk = newest_first_windows(NOW, held=HELD, days=4)
+    assert walk.windows == [
+        (TODAY, None),  # the top day counts as one
+        (TODAY - timedelta(days=1), TODAY),
+        (TODAY - timedelta(days=3), TODAY - timedelta(days=1)),  # 2 days: 4 read
+    ]
+    assert walk.cut == TODAY - timedelta(days=3)
+    # Going on below the cut is the same walk from there.
+    below = newest_first_windows(NOW, held=HELD, upper=walk.cut - timedelta(microseconds=1))
+    assert below.windows[0] == (TODAY - timedelta(days=4), None)
+
+
+def test_a_budget_the_held_days_fit_in_reads_everything() -> None:
+    walk = newest_first_windows(NOW, held=HELD[20:], days=40)  # 20 days behind today
+    assert walk.cut is None and walk.windows[-1] == (None, TODAY - timedelta(days=20))
+    assert walk.windows == newest_first_windows(NOW, held=HELD[20:]).windows
+
+
+@given(
+    now=instants,
+    held=helds,
+    upper=st.none() | instants,
+    lower=st.none() | instants,
+    days=st.integers(min_value=1, max_value=50),
+)
+def test_a_budgeted_walk_reads_at_most_its_days_and_says_where_it_stopped(
+    now: datetime, held: list[date], upper: datetime | None, lower: datetime | None, days: int
+) -> None:
+    walk = newest_first_windows(now, held=sorted(held), upper=upper, lower=lower, days=days)
+    whole = newest_first_windows(now, held=sorted(held), upper=upper, lower=lower)
+    assert walk.windows[0] == whole.windows[0] and whole.cut is None
+    assert all(newer[0] == older[1] for newer, older in pairwise(walk.windows))
+    top = walk.windows[0][0]
+    if walk.cut is None:
+        assert walk.windows[-1][0] is None  # down to the lower catch-all: everything
+    else:
+        # Stopped at a window's lower bound, with held days left below it, after
+        # reading exactly `days` of them (the top day is one).
+        assert walk.windows[-1][0] == walk.cut
+        assert any(day_start(d) < walk.cut for d in held)
+        read = [d for d in held if walk.cut <= day_start(d) and top and day_start(d) < top]
+        assert len(read) + 1 == days

@@ -16,9 +16,11 @@ import pytest
 from django.db import connection
 
 from dispatch import services
+from dispatch.history import partitions
 from dispatch.models import Execution, Schedule
 from dispatch.selectors import ERROR_SCAN_ROWS
 from tests.support.console_support import TARGET, World, text
+from tests.support.worker_support import db_now
 
 pytestmark = pytest.mark.django_db
 
@@ -337,4 +339,41 @@ def test_error_search_past_its_window_offers_to_search_on(world: World) -> None:
     assert nxt is not None
     found = shown(client.get(html.unescape(nxt.group(1))))
     match = Execution.objects.get(tenant=world.tenant, error="disk quota exceeded")
+    assert found == [str(match.id)]
+
+
+def test_a_sparse_filter_past_the_days_a_page_reads_offers_to_search_on(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A filter whose only match lies below the days a page reads (READ_DAYS): the page
+    says so and links on; following the links finds it; the total says "at least"."""
+    today = partitions.day_of(db_now())
+    partitions.reopen_days(today - timedelta(days=6))
+    monkeypatch.setattr(partitions, "HELD_DAYS_CACHE_S", 0.0)
+    monkeypatch.setattr(partitions, "READ_DAYS", 2)
+    at = partitions.day_start(today - timedelta(days=5)) + timedelta(hours=3)
+    match = Execution.objects.create(
+        schedule=world.schedule,
+        tenant=world.tenant,
+        partition=world.schedule.partition,
+        scheduled_for=at,
+        due_at=at,
+        state="dead",
+        error="HTTP 503",
+    )
+    client = world.client("viewer")
+    page = client.get("/runs/?state=dead")
+    assert shown(page) == []
+    assert "No match in the 2 days of history a page reads: search on below them." in text(page)
+    assert "Matching runs: <strong>0+</strong>" in text(page)
+    found: list[str] = []
+    for _ in range(10):
+        nxt = re.search(
+            r'<a href="([^"]+)" id="runs-next" rel="next">Search older history', text(page)
+        )
+        assert nxt is not None
+        page = client.get(html.unescape(nxt.group(1)))
+        found = shown(page)
+        if found:
+            break
     assert found == [str(match.id)]

@@ -117,6 +117,19 @@ def test_newest_first_reads_walk_the_days_and_miss_nothing(
             cursor = page.next_cursor
 
     assert walk(selectors.ExecutionFilter()) == everyone
+    # 40 held days behind today are more than a request reads (READ_DAYS): the total
+    # counts the newest of them and says there may be more ...
+    read_from = partitions.day_start(
+        partitions.day_of(now) - timedelta(days=partitions.READ_DAYS - 1)
+    )
+    newest = Execution.objects.filter(tenant=tenant, scheduled_for__gte=read_from).count()
+    assert 0 < newest < len(everyone)
+    assert selectors.execution_count(tenant=tenant, flt=selectors.ExecutionFilter()) == (
+        newest,
+        True,
+    )
+    # ... and with every day in one request, it is the whole table's.
+    monkeypatch.setattr(partitions, "READ_DAYS", 1000)
     assert selectors.execution_count(tenant=tenant, flt=selectors.ExecutionFilter()) == (
         len(everyone),
         False,
@@ -183,3 +196,73 @@ def test_an_error_search_walks_the_days_within_its_scan_budget(
     assert seen == matches
     # One match in seven candidates and six read a page: most pages stop at the budget.
     assert limited >= len(matches) // 2
+
+
+def test_a_sparse_filter_reads_its_days_a_page_at_a_time(
+    admin_principal: Principal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A filter that matches few rows reads READ_DAYS held days a page and stops there,
+    short or empty, with a cursor: followed, it finds every match once, in order; a
+    state no row has ends; the capped total says there may be more."""
+    schedule = make_schedule(admin_principal, TARGET)
+    tenant = schedule.tenant
+    now = db_now()
+    partitions.reopen_days(partitions.day_of(now) - timedelta(days=20))
+    monkeypatch.setattr(partitions, "HELD_DAYS_CACHE_S", 0.0)
+    default_days = partitions.READ_DAYS
+    monkeypatch.setattr(partitions, "READ_DAYS", 3)
+    for h in range(-24 * 25, 48, 5):  # 25 days back .. 2 days ahead, a run every 5 h
+        execution_row(
+            schedule, now + timedelta(hours=h), state="dead" if h % 70 == 0 else "succeeded"
+        )
+    dead = list(
+        Execution.objects.filter(tenant=tenant, state="dead")
+        .order_by("-scheduled_for", "-id")
+        .values_list("id", flat=True)
+    )
+    assert len(dead) > 5
+
+    def walk(flt: selectors.ExecutionFilter) -> tuple[list[uuid.UUID], int, int]:
+        seen: list[uuid.UUID] = []
+        pages = limited = 0
+        cursor = None
+        while True:
+            page = selectors.execution_list(tenant=tenant, cursor=cursor, limit=2, flt=flt)
+            pages += 1
+            assert len(page.items) <= 2
+            seen += [e.id for e in page.items]
+            limited += page.scan_limited
+            if page.next_cursor is None:
+                return seen, pages, limited
+            cursor = page.next_cursor
+
+    seen, pages, limited = walk(selectors.execution_filter(state="dead"))
+    assert seen == dead
+    assert limited > 0  # some pages stopped at their days, short
+    # Three held days a page: the walk down 20 held days and the catch-all below.
+    nothing, pages, limited = walk(selectors.execution_filter(state="retry_scheduled"))
+    assert nothing == [] and pages >= 20 // 3 and limited == pages - 1
+    # Counted over the newest three days only: at least that many, maybe more.
+    counted = selectors.execution_count(tenant=tenant, flt=selectors.execution_filter(state="dead"))
+    newest = Execution.objects.filter(
+        tenant=tenant,
+        state="dead",
+        scheduled_for__gte=partitions.day_start(partitions.day_of(now) - timedelta(days=2)),
+    ).count()
+    assert counted == (newest, True)
+    # A schedule's own page shows its newest runs however old they are.
+    history = selectors.schedule_history(tenant=tenant, schedule=schedule, limit=500)
+    assert [e.id for e in history] == list(
+        Execution.objects.filter(schedule=schedule)
+        .order_by("-scheduled_for", "-id")
+        .values_list("id", flat=True)
+    )
+    # Every day kept fits the default budget: the same walk is one page, not capped.
+    monkeypatch.setattr(partitions, "READ_DAYS", default_days)
+    first = selectors.execution_list(
+        tenant=tenant, limit=50, flt=selectors.execution_filter(state="dead")
+    )
+    assert [e.id for e in first.items] == dead and first.next_cursor is None
+    assert selectors.execution_count(
+        tenant=tenant, flt=selectors.execution_filter(state="dead")
+    ) == (len(dead), False)
