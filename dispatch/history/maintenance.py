@@ -7,10 +7,10 @@ logical partition 0) and `python manage.py retention` (now):
    (dispatch/scheduler/retention.py), with the one-off jobs past their delete_after.
 
 The beat runs the pass in a child process (`spawn`: `manage.py retention`), never in
-its own loop: a day of
-a million executions takes a minute to archive, and in the beat's process that
-minute would be the firing loop's (inline) or would contend for its interpreter lock
-(on a thread). One pass at a time across the platform: a pass holds an advisory
+its own loop: a day of a
+million executions takes minutes to archive, and in the beat's process those minutes
+would be the firing loop's (inline) or would contend for its interpreter lock (on a
+thread). One pass at a time across the platform: a pass holds an advisory
 lock, and a second one (a beat that took partition 0 over, or an operator's
 `manage.py retention`) finds it taken and leaves the work to the first.
 """
