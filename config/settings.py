@@ -114,9 +114,16 @@ DATABASES["default"].setdefault("OPTIONS", {})
 # A client that stalls inside a transaction must not hold row locks forever: a paused
 # claimer otherwise makes every other beat skip its rows (failure contract,
 # "Stalled sessions hold no locks": docs/explanation/failure-contract.md).
+#
+# No JIT compilation: PostgreSQL compiles a plan whose cost estimate passes
+# jit_above_cost at every execution, cached plan or not, and a plan over every day
+# partition of history passes it by its size alone: /metrics' in-flight count per
+# tenant took 1.5 s a scrape at 253 partitions, all of it compiling, for a query that
+# runs in 7 ms (docs/explanation/history.md). No statement here gains from it.
 DATABASES["default"]["OPTIONS"].setdefault(
     "options",
-    f"-c idle_in_transaction_session_timeout={get_int('DB_IDLE_IN_TX_TIMEOUT_MS', 60000)}",
+    f"-c idle_in_transaction_session_timeout={get_int('DB_IDLE_IN_TX_TIMEOUT_MS', 60000)}"
+    " -c jit=off",
 )
 # Prepared statements for the named-statement runner (core/db.py): psycopg prepares a
 # statement on a connection once it has run DB_PREPARE_AFTER times there, and
