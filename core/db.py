@@ -123,7 +123,9 @@ class Statements:
         """The statement's text, its `{name}` fields filled with `identifiers` quoted as
         SQL identifiers and `literals` quoted as SQL literals: for what PostgreSQL cannot
         bind a parameter into (a LISTEN channel, the tables and partition bounds of
-        DDL). Without either the text is used as it is."""
+        DDL), and for values a prepared statement's plan must see (the states of a
+        partial index's predicate: a generic plan proves it only against constants).
+        Without either the text is used as it is."""
         if identifiers is None and literals is None:
             return self.text[name]
         fields: dict[str, pgsql.Composable] = {
@@ -143,8 +145,12 @@ class Statements:
         binary: bool = True,
         using: str = DEFAULT_DB_ALIAS,
         identifiers: Mapping[str, str] | None = None,
+        literals: Params = None,
     ) -> list[Any]:
-        with self._run(name, params, binary=binary, using=using, identifiers=identifiers) as cur:
+        """`identifiers` and `literals`: see composed()."""
+        with self._run(
+            name, params, binary=binary, using=using, identifiers=identifiers, literals=literals
+        ) as cur:
             return list(cur.fetchall()) if cur.description else []
 
     def one(
@@ -155,8 +161,11 @@ class Statements:
         binary: bool = True,
         using: str = DEFAULT_DB_ALIAS,
         identifiers: Mapping[str, str] | None = None,
+        literals: Params = None,
     ) -> Any | None:
-        with self._run(name, params, binary=binary, using=using, identifiers=identifiers) as cur:
+        with self._run(
+            name, params, binary=binary, using=using, identifiers=identifiers, literals=literals
+        ) as cur:
             return cur.fetchone() if cur.description else None
 
     def scalar(
@@ -167,8 +176,11 @@ class Statements:
         binary: bool = True,
         using: str = DEFAULT_DB_ALIAS,
         identifiers: Mapping[str, str] | None = None,
+        literals: Params = None,
     ) -> Any:
-        row = self.one(name, params, binary=binary, using=using, identifiers=identifiers)
+        row = self.one(
+            name, params, binary=binary, using=using, identifiers=identifiers, literals=literals
+        )
         return None if row is None else row[0]
 
     def execute(

@@ -9,9 +9,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple, TypeVar
 
-from django.db.models import Count, Model, Q, QuerySet
+from django.db.models import Model, Q, QuerySet
 from django.utils import timezone
 
+from core.replicas import reads
 from dispatch.exceptions import ArchiveUnavailable, InvalidSchedule, NotFound
 from dispatch.history import partitions
 from dispatch.history.archive import ArchivedExecution, find_execution
@@ -440,10 +441,26 @@ def execution_timeline(
 
 
 def executions_running(*, tenant: Tenant, limit: int = 20) -> list[Execution]:
+    """The tenant's running executions started last: their keys from a prepared statement
+    over every day (dispatch/sql/dashboard.sql), then their rows pruned to those days
+    (one that finished in between is left out)."""
+    keys = sql.rows(
+        "tenant_running_keys",
+        {"tenant_id": tenant.pk, "limit": limit},
+        using=reads(),
+        literals={"running": ExecutionState.RUNNING.value},
+    )
+    if not keys:
+        return []
     return list(
         Execution.objects.select_related("schedule")
-        .filter(tenant=tenant, state=ExecutionState.RUNNING)
-        .order_by("-started_at", "-id")[:limit]
+        .filter(
+            tenant=tenant,
+            state=ExecutionState.RUNNING,
+            id__in=[k.id for k in keys],
+            scheduled_for__in={k.scheduled_for for k in keys},
+        )
+        .order_by("-started_at", "-id")
     )
 
 
@@ -496,19 +513,25 @@ def tenant_slots(*, tenant_ids: list[int], beat: str = "") -> list[TenantSlots]:
 
 
 def tenant_usage(*, tenant: Tenant, day_start: datetime) -> Usage:
-    """Queued+running against the concurrency cap; today's executions against the daily quota."""
-    counts = Execution.objects.filter(tenant=tenant).aggregate(
-        inflight=Count("id", filter=Q(state__in=IN_FLIGHT_STATES)),
-        today=Count(
-            "id",
-            filter=Q(scheduled_for__gte=day_start)
-            & ~Q(state__in=[ExecutionState.SKIPPED, ExecutionState.CANCELLED]),
-        ),
+    """Queued+running against the concurrency cap; today's executions against the daily quota.
+    Two counts, each on its own index: in one query, the filters were only filters over
+    every execution the tenant ever had (1.1 s at 7 M rows). In flight reads every day's
+    partial index (dispatch/sql/dashboard.sql); today reads the days from `day_start` on."""
+    inflight = sql.scalar(
+        "tenant_inflight_count",
+        {"tenant_id": tenant.pk},
+        using=reads(),
+        literals={"in_flight": state_values(IN_FLIGHT_STATES)},
+    )
+    today = (
+        Execution.objects.filter(tenant=tenant, scheduled_for__gte=day_start)
+        .exclude(state__in=[ExecutionState.SKIPPED, ExecutionState.CANCELLED])
+        .count()
     )
     quota = TenantQuota.objects.filter(tenant=tenant).first()
     return Usage(
-        inflight=int(counts["inflight"] or 0),
+        inflight=inflight,
         max_concurrent=quota.max_concurrent if quota else None,
-        today=int(counts["today"] or 0),
+        today=today,
         max_per_day=quota.max_executions_per_day if quota else None,
     )

@@ -21,7 +21,7 @@ import pytest
 from django.conf import settings
 from django.db import connection, connections
 
-from dispatch import partitioning
+from dispatch import partitioning, selectors
 from dispatch.history import archive, partitions
 from dispatch.history.objects import FileStore
 from dispatch.scheduler import store
@@ -123,3 +123,34 @@ def test_a_plan_made_before_days_change_finds_every_row(
     # The same prepared statement all along: PostgreSQL replanned it, nothing was
     # dropped on this side.
     assert [row[0] for row in prepared("pending_executions")] == [statement]
+
+
+def test_the_dashboards_reads_of_every_day_are_planned_once_per_connection(
+    admin_principal: Principal,
+) -> None:
+    """The dashboard's in-flight count and running list cannot name a day: a rerun brings
+    an old occurrence back in flight. Prepared (dispatch/sql/dashboard.sql), they are
+    planned a few times per connection and then kept, and still see every day."""
+    schedule = make_schedule(admin_principal, TARGET)
+    now = db_now()
+    rerun = execution_row(
+        schedule, now - timedelta(days=20), state="running", started_at=now - timedelta(seconds=5)
+    )
+    fresh = execution_row(
+        schedule,
+        now - timedelta(minutes=1),
+        state="running",
+        started_at=now - timedelta(seconds=30),
+    )
+    execution_row(schedule, now - timedelta(minutes=2), state="queued")
+    execution_row(schedule, now - timedelta(minutes=3), state="succeeded")
+    tenant = admin_principal.tenant
+    for _ in range(RUNS):
+        running = selectors.executions_running(tenant=tenant)
+        assert [e.id for e in running] == [rerun.id, fresh.id]  # the latest started first
+        usage = selectors.tenant_usage(tenant=tenant, day_start=now - timedelta(hours=1))
+        assert (usage.inflight, usage.today) == (3, 3)
+    for name in ("tenant_inflight_count", "tenant_running_keys"):
+        ((_, generic, custom),) = prepared(name)
+        assert generic >= RUNS - settings.DB_PREPARE_AFTER - 5, (name, generic, custom)
+        assert custom <= 5, (name, generic, custom)
