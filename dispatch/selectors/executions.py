@@ -31,6 +31,7 @@ from dispatch.selectors.paging import (
     keyset_after,
     keyset_page,
     keyset_through,
+    newest_after,
     tenant_object,
     within,
 )
@@ -225,8 +226,9 @@ def _error_page(
         raise InvalidSchedule.field("limit", f"must be in 1..{MAX_PAGE}")
     upper = None
     if cursor:
-        upper = decode_cursor(cursor)[0]
+        at, pk = decode_cursor(cursor)
         qs = keyset_after(qs, field="scheduled_for", cursor=cursor)
+        upper = newest_after(at, pk)
     newest = ("-scheduled_for", "-id")
     found: list[Execution] = []
     left = ERROR_SCAN_ROWS

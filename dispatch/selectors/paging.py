@@ -7,7 +7,7 @@ import binascii
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Generic, TypeVar
 
 from django.db.models import Model, Q, QuerySet
@@ -16,6 +16,7 @@ from dispatch.exceptions import InvalidSchedule, NotFound
 from dispatch.history.partitions import Walk
 
 T = TypeVar("T")
+NIL = uuid.UUID(int=0)
 M = TypeVar("M", bound=Model)
 MAX_PAGE = 500
 
@@ -46,7 +47,15 @@ def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
 def cursor_below(at: datetime) -> str:
     """A cursor that goes on with the rows strictly before `at` (no id is below the nil
     UUID): where a read stopped at a window's lower bound."""
-    return encode_cursor(at, uuid.UUID(int=0))
+    return encode_cursor(at, NIL)
+
+
+def newest_after(at: datetime, pk: uuid.UUID) -> datetime:
+    """The newest value a row after the cursor (at, pk) can have, where the page's walk
+    of windows starts: `at`, or just below it after a cursor_below one, whose own
+    instant holds nothing more (a day's start, where a walk stopped: reading on from
+    that day would spend a read, and a day of the budget, on nothing)."""
+    return at - timedelta(microseconds=1) if pk == NIL else at
 
 
 # The windows of the keyset's field to read in turn, newest first, given the page's
@@ -66,8 +75,9 @@ def keyset_page(
         raise InvalidSchedule.field("limit", f"must be in 1..{MAX_PAGE}")
     upper = None
     if cursor:
-        upper, pk = decode_cursor(cursor)
-        qs = _after(qs, field=field, at=upper, pk=pk)
+        at, pk = decode_cursor(cursor)
+        qs = _after(qs, field=field, at=at, pk=pk)
+        upper = newest_after(at, pk)
     ordered = qs.order_by(f"-{field}", "-id")
     rows: list[M] = []
     walk = windows(upper) if windows else Walk([(None, None)])

@@ -4,6 +4,7 @@ everything the read's bounds admit, whatever days are held."""
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, date, datetime, timedelta
 from itertools import pairwise
 
@@ -11,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dispatch.history.partitions import day_start, newest_first_windows
+from dispatch.selectors.paging import cursor_below, decode_cursor, encode_cursor, newest_after
 
 NOW = datetime(2026, 12, 6, 10, 30, tzinfo=UTC)
 TODAY = datetime(2026, 12, 6, tzinfo=UTC)
@@ -108,3 +110,17 @@ def test_a_budgeted_walk_reads_at_most_its_days_and_says_where_it_stopped(
         assert any(day_start(d) < walk.cut for d in held)
         read = [d for d in held if walk.cut <= day_start(d) and top and day_start(d) < top]
         assert len(read) + 1 == days
+
+
+def test_a_page_after_a_cut_starts_its_walk_on_the_day_below_it() -> None:
+    """The cut's own day holds nothing after its cursor (the nil id is below every id):
+    reading it again would spend a read and a day of the budget on nothing."""
+    walk = newest_first_windows(NOW, held=HELD, days=4)
+    assert walk.cut is not None
+    top = newest_after(*decode_cursor(cursor_below(walk.cut)))
+    assert top == walk.cut - timedelta(microseconds=1)
+    below = newest_first_windows(NOW, held=HELD, upper=top, days=4)
+    assert below.windows[0] == (walk.cut - timedelta(days=1), None)
+    # A row's own cursor keeps its instant: rows of that instant with a lower id follow.
+    row = uuid.uuid4()
+    assert newest_after(*decode_cursor(encode_cursor(walk.cut, row))) == walk.cut
