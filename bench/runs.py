@@ -12,6 +12,9 @@ ANALYZE (what autovacuum would have done) and, per filter, `--requests` times
 the page the API answers (the selector the view calls + serialization, in this
 process) and once EXPLAIN (ANALYZE, BUFFERS) of its query: median and p95 ms,
 the index used, whether it sorted or scanned sequentially; and the capped total.
+Then the other pages that read the same history (the dashboard, a /metrics scrape,
+the operators' dead executions): the first answer on a fresh connection and the
+median of the next ones.
 
 Ids are time-ordered (a counter prefix) only to make the build fast: random
 UUIDs would make the primary-key index insert at random pages, and no runs
@@ -25,6 +28,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from datetime import UTC
 from typing import Any
 
 from django.db import connection
@@ -46,7 +50,9 @@ from bench.common import (
 )
 from dispatch import selectors
 from dispatch.api.serializers import execution_out
+from dispatch.ops.metrics import DatabaseCollector
 from dispatch.queues import DEFAULT_QUEUE
+from dispatch.services import db_now
 from dispatch.states import ExecutionState, Trigger
 from tenants.models import Tenant
 
@@ -103,6 +109,7 @@ def run(rows: int, schedules: int, requests: int, keep: bool) -> dict[str, Any]:
         cases = _cases(main)
         measured = [_measure(main, label, kwargs, requests) for label, kwargs in cases]
         count = _count(main, requests)
+        reads = _reads(main, requests)
     finally:
         if not keep:
             for tenant in tenants:
@@ -118,6 +125,7 @@ def run(rows: int, schedules: int, requests: int, keep: bool) -> dict[str, Any]:
         "count_cap": selectors.COUNT_CAP,
         "cases": measured,
         "count": count,
+        "reads": reads,
         "missing_index": [c["case"] for c in measured if not c["uses_index"]],
     }
 
@@ -354,6 +362,47 @@ def _count(tenant: Tenant, requests: int) -> list[dict[str, Any]]:
     return out
 
 
+def _reads(tenant: Tenant, requests: int) -> list[dict[str, Any]]:
+    """The other pages that read the same history (the dashboard's live panel, a /metrics
+    scrape, the operators' dead executions), each from a fresh connection: its first
+    answer, planned from nothing, and the median of the next ones, once psycopg has
+    prepared the named statements and PostgreSQL kept their plans."""
+    now = db_now()
+    day_start = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+
+    def dashboard() -> None:
+        # What the dashboard's view reads (console/views/dashboard.py).
+        selectors.tenant_usage(tenant=tenant, day_start=day_start)
+        selectors.executions_running(tenant=tenant, limit=20)
+        selectors.executions_troubled(tenant=tenant, since=now - _days(1), limit=20)
+
+    cases: list[tuple[str, Callable[[], Any]]] = [
+        ("dashboard (usage, running, failures)", dashboard),
+        ("/metrics (every collector)", lambda: list(DatabaseCollector().collect())),
+        ("ops: dead executions", selectors.ops_dead),
+    ]
+    out = []
+    for label, read in cases:
+        connection.close()
+        t0 = time.perf_counter()
+        read()
+        first = (time.perf_counter() - t0) * 1000
+        latencies = []
+        for _ in range(max(12, requests // 2)):  # past psycopg's and PostgreSQL's thresholds
+            t0 = time.perf_counter()
+            read()
+            latencies.append((time.perf_counter() - t0) * 1000)
+        out.append(
+            {
+                "case": label,
+                "first_ms": first,
+                "p50_ms": percentile(latencies, 0.5),
+                "p95_ms": percentile(latencies, 0.95),
+            }
+        )
+    return out
+
+
 def _explain(sql: str) -> dict[str, Any]:
     plan, nodes = explain_analyze(sql)
     scans = [n for n in nodes if "Scan" in n["Node Type"]]
@@ -391,6 +440,9 @@ def report(result: dict[str, Any], data: dict[str, Any]) -> str:
     )
     count = table(result["count"], ["case", "total", "capped", "p50_ms", "p95_ms"])
     lines = [head, cases, "", f"capped total (up to {result['count_cap']}):", count]
+    if "reads" in result:
+        reads = table(result["reads"], ["case", "first_ms", "p50_ms", "p95_ms"])
+        lines += ["", "other reads of the same history (from a fresh connection):", reads]
     if result["build_and_vacuum_s"] is not None:
         lines.append(f"table built and vacuumed in {result['build_and_vacuum_s']:.0f} s")
     if result["missing_index"]:

@@ -296,6 +296,17 @@ def test_bench_runs_smoke(tmp_path: Path) -> None:
         assert case["uses_index"] and not case["seq_scan"], case
     assert runs["missing_index"] == []
     assert "capped total" in printed
+    # The other pages over the same history, timed from a fresh connection on.
+    reads = {r["case"]: r for r in runs["reads"]}
+    assert set(reads) == {
+        "dashboard (usage, running, failures)",
+        "/metrics (every collector)",
+        "ops: dead executions",
+    }
+    for read in runs["reads"]:
+        assert measured(read["first_ms"], read["p50_ms"]), read
+        assert ordered(read["p50_ms"], read["p95_ms"]), read
+    assert "other reads of the same history" in printed
     nothing_left_behind()
 
 
