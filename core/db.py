@@ -38,6 +38,7 @@ import re
 import select
 import time
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
@@ -51,6 +52,7 @@ from django.db import (
     OperationalError,
     connection,
     connections,
+    transaction,
 )
 from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
 from psycopg import sql as pgsql
@@ -291,6 +293,20 @@ def replace_if_ended_by_server() -> None:
         readable = True  # already closed on our side
     if readable and not connection.is_usable():
         connection.close()
+
+
+@contextmanager
+def generic_plans(using: str = DEFAULT_DB_ALIAS) -> Iterator[None]:
+    """Inside, the connection's prepared statements run their generic plans (for the
+    statement that reads every day partition in some subqueries and prunes others by
+    its values: a custom plan, pruned, always looks cheaper than the generic one, so
+    PostgreSQL would plan it afresh over every partition at every execution;
+    docs/explanation/history.md). A transaction of its own, or a savepoint of the
+    caller's, with the setting restored on the way out."""
+    with transaction.atomic(using=using):
+        core_sql.rows("plans_generic", using=using)
+        yield
+        core_sql.rows("plans_default", using=using)
 
 
 def db_now() -> datetime:

@@ -42,3 +42,13 @@ SELECT pg_is_in_recovery() AS standby,
 -- name: prepared_statement_texts
 -- The texts of this session's prepared statements named %(names)s (core/pgtrace.py names the statements a trace saw run).
 SELECT name, statement FROM pg_prepared_statements WHERE name = ANY(%(names)s::text[])
+
+-- name: plans_generic
+-- (core.db.generic_plans) Prepared statements run their generic plan, to the end of
+-- the transaction.
+SET LOCAL plan_cache_mode = force_generic_plan
+
+-- name: plans_default
+-- (core.db.generic_plans) Back to PostgreSQL's own choice of plan (the session's
+-- setting), to the end of the transaction.
+SET LOCAL plan_cache_mode TO DEFAULT

@@ -35,6 +35,7 @@ from typing import Any
 
 from django.db.models import Count, Q
 
+from core.db import generic_plans
 from core.replicas import reads
 from dispatch.alerting.lateness import late_now
 from dispatch.models import Schedule
@@ -145,11 +146,16 @@ def schedule_health_many(
     """The health of each of `schedules` (of `tenant`), in one statement."""
     if not schedules:
         return {}
-    rows = sql.rows(
-        "schedule_health",
-        _params(tenant, now, ids=[s.id for s in schedules], waiting=WAITING_STATES),
-        using=reads(),
-    )
+    # Its last run, last success and failure streak read every day (a schedule may run
+    # once a year); its 30 days are pruned by value: kept generic, the plan is made once
+    # per connection (170 ms a page at 253 days otherwise, 15-20 ms with it).
+    source = reads()
+    with generic_plans(source):
+        rows = sql.rows(
+            "schedule_health",
+            _params(tenant, now, ids=[s.id for s in schedules], waiting=WAITING_STATES),
+            using=source,
+        )
     by_id = {s.id: s for s in schedules}
     found: dict[uuid.UUID, ScheduleHealth] = {}
     for r in rows:

@@ -36,16 +36,24 @@ TARGET = {"type": "http", "url": "https://billing.internal/h"}
 RUNS = settings.DB_PREPARE_AFTER + 8  # prepared, then past PostgreSQL's five custom plans
 
 
-def prepared(name: str) -> list[Any]:
-    """This connection's prepared statements whose text is the named statement's,
+def prepared(name: str, *, marker: str | None = None) -> list[Any]:
+    """This connection's prepared statements whose text is the named statement's (or
+    holds `marker`, for one whose first line has parameters: psycopg sends them as $n),
     with how many generic and custom plans PostgreSQL made for each."""
-    first_line = sql[name].splitlines()[0]
     with connection.cursor() as cur:
-        cur.execute(
-            "SELECT name, generic_plans, custom_plans FROM pg_prepared_statements"
-            " WHERE strpos(statement, %s) = 1",
-            [first_line],
-        )
+        if marker is None:
+            cur.execute(
+                "SELECT name, generic_plans, custom_plans FROM pg_prepared_statements"
+                " WHERE strpos(statement, %s) = 1",
+                [sql[name].splitlines()[0]],
+            )
+        else:
+            assert marker in sql[name]
+            cur.execute(
+                "SELECT name, generic_plans, custom_plans FROM pg_prepared_statements"
+                " WHERE strpos(statement, %s) > 0",
+                [marker],
+            )
         return cur.fetchall()
 
 
@@ -154,3 +162,28 @@ def test_the_dashboards_reads_of_every_day_are_planned_once_per_connection(
         ((_, generic, custom),) = prepared(name)
         assert generic >= RUNS - settings.DB_PREPARE_AFTER - 5, (name, generic, custom)
         assert custom <= 5, (name, generic, custom)
+
+
+def test_a_schedules_health_is_planned_once_per_connection(admin_principal: Principal) -> None:
+    """Its last run, last success and failure streak read every day, its 30 days only
+    those: a custom plan, pruned, always looks cheaper than the generic one, so
+    PostgreSQL made a new plan over every partition at every page. Run under
+    generic_plans, the statement keeps one; the answer is the same, and the setting
+    does not outlive the read."""
+    schedule = make_schedule(admin_principal, TARGET)
+    now = db_now()
+    execution_row(schedule, now - timedelta(days=40), state="succeeded")  # a day older than 30
+    for minutes in (30, 20, 10):
+        execution_row(schedule, now - timedelta(minutes=minutes), state="dead")
+    for _ in range(RUNS):
+        health = selectors.schedule_health(
+            tenant=admin_principal.tenant, schedule=schedule, now=db_now()
+        )
+        assert health.last_state == "dead" and health.consecutive_failures == 3
+        assert health.last_success_at == now - timedelta(days=40)
+        assert health.windows["30d"].runs == 3
+        with connection.cursor() as cur:
+            cur.execute("SHOW plan_cache_mode")
+            assert cur.fetchone()[0] == "auto"
+    ((_, generic, custom),) = prepared("schedule_health", marker="AS last_alert_kind")
+    assert custom == 0 and generic >= RUNS - settings.DB_PREPARE_AFTER - 1, (generic, custom)
