@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from django.conf import settings
 from django.db import (
     DEFAULT_DB_ALIAS,
     DatabaseError,
@@ -302,7 +303,12 @@ def generic_plans(using: str = DEFAULT_DB_ALIAS) -> Iterator[None]:
     its values: a custom plan, pruned, always looks cheaper than the generic one, so
     PostgreSQL would plan it afresh over every partition at every execution;
     docs/explanation/history.md). A transaction of its own, or a savepoint of the
-    caller's, with the setting restored on the way out."""
+    caller's, with the setting restored on the way out. With DB_PREPARED_STATEMENTS
+    off nothing keeps a plan, and a generic one made at every execution would cost
+    more than the custom one: then it does nothing."""
+    if not settings.DB_PREPARED_STATEMENTS:
+        yield
+        return
     with transaction.atomic(using=using):
         core_sql.rows("plans_generic", using=using)
         yield

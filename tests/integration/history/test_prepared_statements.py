@@ -20,7 +20,9 @@ from typing import Any
 import pytest
 from django.conf import settings
 from django.db import connection, connections
+from django.test.utils import CaptureQueriesContext
 
+from core.db import generic_plans
 from dispatch import partitioning, selectors
 from dispatch.history import archive, partitions
 from dispatch.history.objects import FileStore
@@ -187,3 +189,22 @@ def test_a_schedules_health_is_planned_once_per_connection(admin_principal: Prin
             assert cur.fetchone()[0] == "auto"
     ((_, generic, custom),) = prepared("schedule_health", marker="AS last_alert_kind")
     assert custom == 0 and generic >= RUNS - settings.DB_PREPARE_AFTER - 1, (generic, custom)
+
+
+def plan_cache_mode() -> str:
+    with connection.cursor() as cur:
+        cur.execute("SHOW plan_cache_mode")
+        mode: str = cur.fetchone()[0]
+        return mode
+
+
+def test_generic_plans_hold_inside_only_and_only_with_prepared_statements(settings: Any) -> None:
+    with generic_plans():
+        assert plan_cache_mode() == "force_generic_plan"
+    assert plan_cache_mode() == "auto"
+    # Without prepared statements no plan is kept: a generic plan made at every
+    # execution would cost more than the custom one, so the choice is left alone.
+    settings.DB_PREPARED_STATEMENTS = False
+    with CaptureQueriesContext(connection) as queries, generic_plans():
+        assert plan_cache_mode() == "auto"
+    assert len(queries.captured_queries) == 1  # the SHOW: nothing was set
