@@ -167,8 +167,16 @@ def test_tenant_cap_holds_across_three_beats(
         what="three beats sharing the partitions",
     )
     ids = jobs(admin_principal, ledger.url, 10, at=db_now() + timedelta(seconds=2), prefix="c")
-    by_owner = partition_owners()
-    assert len({by_owner[Schedule.objects.get(pk=i).partition] for i in ids}) >= 2
+    parts = {Schedule.objects.get(pk=i).partition for i in ids}
+
+    # Read at a moment every one of their ranges is leased: the three beats may still be
+    # handing a range over (released by one, not yet taken by the next).
+    def leased() -> dict[int, str] | None:
+        found = partition_owners()
+        return found if parts <= found.keys() else None
+
+    by_owner = wait_for(leased, timeout=30, what="the jobs' partitions leased")
+    assert len({by_owner[p] for p in parts}) >= 2
     wait_for(lambda: all_succeeded(ids), timeout=60, what="all ten jobs to succeed")
     assert gauge.peak <= 2, (gauge.peak, [b.output()[-2000:] for b in beats])
     assert gauge.peak == 2  # the cap is used, not just respected
